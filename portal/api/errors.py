@@ -1,0 +1,39 @@
+"""The API's error format: ``{"code": "<machine_code>", "detail": "<sentence>"}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.errors import PodiumError
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, PodiumError):
+        return Response({"code": exc.code, "detail": exc.detail}, status=exc.http_status)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        code, response.status_code = "not_authenticated", status.HTTP_401_UNAUTHORIZED
+    elif isinstance(exc, exceptions.NotFound | exceptions.PermissionDenied):
+        code, response.status_code = "not_found", status.HTTP_404_NOT_FOUND
+    elif isinstance(exc, exceptions.ValidationError):
+        code = "invalid_parameter"
+    else:
+        code = getattr(exc, "default_code", "error")
+    detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+    response.data = {"code": code, "detail": _sentence(detail)}
+    return response
+
+
+def _sentence(detail: Any) -> str:
+    """Flatten DRF's nested detail into one readable sentence."""
+    if isinstance(detail, dict):
+        return " ".join(f"{field}: {_sentence(value)}" for field, value in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_sentence(item) for item in detail)
+    return str(detail)

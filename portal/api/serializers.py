@@ -1,0 +1,359 @@
+"""What the API reads from requests and renders in responses (api.md is the contract).
+
+Output serializers never reach reference classes, per-image results, staged names or a
+cohort manifest: a submission shows only aggregates of its latest run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.api.models import ApiToken
+from portal.contests.models import Benchmark
+from portal.environments.models import Environment
+from portal.submissions.models import AttemptLedger, Run, Submission
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    """ISO 8601 with an explicit offset (UTC), or None."""
+    return None if value is None else value.astimezone(dt.UTC).isoformat()
+
+
+def sha256_digest(hex_digest: str) -> str | None:
+    return f"sha256:{hex_digest}" if hex_digest else None
+
+
+class OffsetDateTimeField(serializers.DateTimeField):
+    """A datetime as ISO 8601 with ``+00:00`` (DRF would write ``Z``)."""
+
+    def to_representation(self, value: dt.datetime) -> str | None:  # type: ignore[override]
+        return iso(value)
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+# Tokens -----------------------------------------------------------------------------
+
+
+class TokenCreateSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    # DRF pops declared fields off the class, so a name shadowing a Field attribute is fine.
+    label = serializers.CharField(  # type: ignore[assignment]
+        max_length=100, required=False, allow_blank=True, default=""
+    )
+
+
+class TokenCreatedSerializer(serializers.Serializer):
+    token = serializers.CharField()
+    id = serializers.IntegerField()
+    label = serializers.CharField()  # type: ignore[assignment]
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    created_at = OffsetDateTimeField()
+    last_used_at = OffsetDateTimeField(allow_null=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "label", "created_at", "last_used_at"]
+
+
+# Benchmarks -------------------------------------------------------------------------
+
+RULE_FIELDS = [
+    "pass_min_matches",
+    "cohort_size",
+    "attempts_per_day",
+    "attempt_timezone",
+    "practice_per_day",
+    "max_environments",
+    "build_timeout_s",
+    "score_timeout_s",
+    "max_image_bytes",
+    "max_concurrent_builds",
+    "max_upload_bytes",
+]
+
+
+class BenchmarkSerializer(serializers.ModelSerializer):
+    status = serializers.SerializerMethodField()
+    opens_at = OffsetDateTimeField()
+    closes_at = OffsetDateTimeField()
+
+    class Meta:
+        model = Benchmark
+        fields = ["slug", "title", "status", "opens_at", "closes_at"]
+
+    def get_status(self, benchmark: Benchmark) -> str:
+        now: dt.datetime = self.context["now"]
+        return benchmark.status_at(now)
+
+
+class BenchmarkDetailSerializer(BenchmarkSerializer):
+    class Meta(BenchmarkSerializer.Meta):
+        fields = [*BenchmarkSerializer.Meta.fields, "description", *RULE_FIELDS]
+
+
+class LeaderboardRowSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    entrant = serializers.CharField()
+    wall_time_ns = serializers.IntegerField()
+    matches = serializers.IntegerField()
+    total = serializers.IntegerField()
+    submission_id = serializers.IntegerField()
+    submitted_at = OffsetDateTimeField()
+
+
+class LeaderboardSerializer(serializers.Serializer):
+    rows = LeaderboardRowSerializer(many=True)
+
+
+class QuotaKindSerializer(serializers.Serializer):
+    attempts_per_day = serializers.IntegerField(source="per_day")
+    used_today = serializers.IntegerField()
+    remaining_today = serializers.IntegerField()
+    resets_at = OffsetDateTimeField()
+    next_available_at = OffsetDateTimeField()
+
+
+class QuotaSerializer(QuotaKindSerializer):
+    """The official quota at the top level (api.md's names), both kinds nested."""
+
+    official = QuotaKindSerializer()
+    practice = QuotaKindSerializer()
+    timezone = serializers.CharField()
+
+
+class PracticeAnswerSerializer(serializers.Serializer):
+    path = serializers.CharField(source="canonical_name")
+    # "class" is a keyword: declared below through the fields mapping.
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["class"] = serializers.IntegerField(source="reference_class")
+        return fields
+
+
+class PracticeSerializer(serializers.Serializer):
+    download_url = serializers.URLField()
+    answers = PracticeAnswerSerializer(many=True)
+    count = serializers.IntegerField()
+
+
+# Environments -----------------------------------------------------------------------
+
+
+class TimelineEventSerializer(serializers.Serializer):
+    status = serializers.CharField()
+    at = OffsetDateTimeField()
+    note = serializers.CharField()
+
+
+class EnvironmentSerializer(serializers.ModelSerializer):
+    benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    image_digest = serializers.SerializerMethodField()
+    timeline = TimelineEventSerializer(many=True, source="events")
+    created_at = OffsetDateTimeField()
+    build_started_at = OffsetDateTimeField(allow_null=True)
+    build_finished_at = OffsetDateTimeField(allow_null=True)
+
+    class Meta:
+        model = Environment
+        fields = [
+            "id",
+            "name",
+            "benchmark",
+            "status",
+            "image_digest",
+            "image_bytes",
+            "timeline",
+            "created_at",
+            "failure_reason",
+            "build_started_at",
+            "build_finished_at",
+        ]
+
+    def get_image_digest(self, environment: Environment) -> str | None:
+        return environment.image_digest or None
+
+
+class EnvironmentCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    dockerfile = serializers.FileField(help_text="The Dockerfile, UTF-8 text.")
+    context = serializers.FileField(  # type: ignore[assignment]
+        required=False, help_text="Optional build context archive (.tar.gz, .tar or .zip)."
+    )
+
+
+# Submissions ------------------------------------------------------------------------
+
+
+class SubmissionCreateSerializer(serializers.Serializer):
+    environment = serializers.IntegerField(help_text="Id of one of your ready environments.")
+    source = serializers.FileField(  # type: ignore[assignment]
+        help_text="The source archive: .tar.gz, .tar or .zip."
+    )
+    kind = serializers.ChoiceField(
+        choices=[Submission.OFFICIAL, Submission.PRACTICE], default=Submission.OFFICIAL
+    )
+
+
+class DigestsSerializer(serializers.Serializer):
+    source = serializers.CharField()  # type: ignore[assignment]
+    environment_image = serializers.CharField(allow_null=True)
+    submission_image = serializers.CharField(allow_null=True)
+    output = serializers.CharField(allow_null=True)
+
+
+class AttemptSerializer(serializers.Serializer):
+    charged = serializers.BooleanField()
+    refunded = serializers.BooleanField()
+
+
+# [start_ns, end_ns] of one clock, null before the run has them.
+INTERVAL_FIELD = serializers.ListField(
+    child=serializers.IntegerField(allow_null=True), min_length=2, max_length=2, allow_null=True
+)
+
+
+def latest_run(submission: Submission) -> Run | None:
+    """The run with the highest try number (works on prefetched ``runs`` too)."""
+    runs = list(submission.runs.all())
+    return max(runs, key=lambda run: run.try_number) if runs else None
+
+
+class SubmissionSerializer(serializers.ModelSerializer):
+    """One submission as its entrant sees it: aggregates only, never per-image data.
+
+    Expects ``events``, ``ledger`` and ``runs`` prefetched when rendering many.
+    """
+
+    environment: serializers.PrimaryKeyRelatedField[Environment] = (
+        serializers.PrimaryKeyRelatedField(read_only=True)
+    )
+    benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    submitted_at = OffsetDateTimeField()
+    timeline = TimelineEventSerializer(many=True, source="events")
+    wall_time_ns = serializers.SerializerMethodField()
+    matches = serializers.SerializerMethodField()
+    total = serializers.SerializerMethodField()
+    passed = serializers.SerializerMethodField()
+    host_interval_ns = serializers.SerializerMethodField()
+    trusted_interval_ns = serializers.SerializerMethodField()
+    supervisor_sha256 = serializers.SerializerMethodField()
+    digests = serializers.SerializerMethodField()
+    attempt = serializers.SerializerMethodField()
+    runs = serializers.SerializerMethodField()
+    disqualified = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Submission
+        fields = [
+            "id",
+            "kind",
+            "status",
+            "environment",
+            "benchmark",
+            "submitted_at",
+            "source_name",
+            "source_bytes",
+            "timeline",
+            "wall_time_ns",
+            "matches",
+            "total",
+            "passed",
+            "failure_reason",
+            "host_interval_ns",
+            "trusted_interval_ns",
+            "supervisor_sha256",
+            "digests",
+            "attempt",
+            "runs",
+            "disqualified",
+        ]
+
+    def _run(self, submission: Submission) -> Run | None:
+        cache: dict[int, Run | None] = self.context.setdefault("_latest_runs", {})
+        if submission.pk not in cache:
+            cache[submission.pk] = latest_run(submission)
+        return cache[submission.pk]
+
+    def get_wall_time_ns(self, submission: Submission) -> int | None:
+        run = self._run(submission)
+        return None if run is None else run.wall_time_ns
+
+    def get_matches(self, submission: Submission) -> int | None:
+        run = self._run(submission)
+        return None if run is None else run.matches
+
+    def get_total(self, submission: Submission) -> int | None:
+        run = self._run(submission)
+        return None if run is None else run.total
+
+    def get_passed(self, submission: Submission) -> bool | None:
+        run = self._run(submission)
+        return None if run is None else run.passed
+
+    @extend_schema_field(INTERVAL_FIELD)
+    def get_host_interval_ns(self, submission: Submission) -> list[int | None] | None:
+        run = self._run(submission)
+        return None if run is None else [run.host_start_ns, run.host_end_ns]
+
+    @extend_schema_field(INTERVAL_FIELD)
+    def get_trusted_interval_ns(self, submission: Submission) -> list[int | None] | None:
+        run = self._run(submission)
+        return None if run is None else [run.trusted_start_ns, run.trusted_end_ns]
+
+    def get_supervisor_sha256(self, submission: Submission) -> str | None:
+        run = self._run(submission)
+        return None if run is None else sha256_digest(run.supervisor_sha256)
+
+    @extend_schema_field(DigestsSerializer)
+    def get_digests(self, submission: Submission) -> dict[str, str | None]:
+        run = self._run(submission)
+        data = {
+            "source": sha256_digest(submission.source_sha256),
+            "environment_image": submission.environment_image_digest or None,
+            "submission_image": submission.image_digest or None,
+            "output": None if run is None else sha256_digest(run.output_sha256),
+        }
+        return DigestsSerializer(data).data
+
+    @extend_schema_field(AttemptSerializer)
+    def get_attempt(self, submission: Submission) -> dict[str, bool]:
+        deltas = {entry.delta for entry in submission.ledger.all()}
+        return {
+            "charged": AttemptLedger.CHARGE in deltas,
+            "refunded": AttemptLedger.REFUND in deltas,
+        }
+
+    def get_runs(self, submission: Submission) -> int:
+        return len(submission.runs.all())
+
+    def get_disqualified(self, submission: Submission) -> bool:
+        return submission.disqualified_at is not None
+
+
+class StaffReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class DisqualifySerializer(serializers.Serializer):
+    reason = serializers.CharField(help_text="Why the submission is disqualified (recorded).")
+
+
+def error_responses(*statuses: int) -> dict[int, Any]:
+    """The error body for the given statuses, for the schema."""
+    return dict.fromkeys(statuses, ErrorSerializer)

@@ -1,0 +1,116 @@
+"""Staff only: cancel, disqualify, rescore, audit export; to others they are ``not_found``."""
+
+from __future__ import annotations
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import serializers as s
+from portal.api.common import (
+    IsStaff,
+    RawAPIView,
+    get_submission,
+)
+from portal.submissions import staff
+
+STAFF_ERRORS = s.error_responses(400, 401, 404)
+
+
+class SubmissionCancelView(APIView):
+    """Staff: cancel an unfinished submission and refund its attempt."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="submissions_cancel",
+        tags=["submissions"],
+        request=s.StaffReasonSerializer,
+        responses={200: s.SubmissionSerializer, **STAFF_ERRORS},
+    )
+    def post(self, request: Request, submission_id: int) -> Response:
+        serializer = s.StaffReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        staff.submission_cancel(
+            submission=get_submission(submission_id),
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(s.SubmissionSerializer(get_submission(submission_id)).data)
+
+
+class SubmissionDisqualifyView(APIView):
+    """Staff: disqualify a submission (with a reason); its runs leave the leaderboard."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="submissions_disqualify",
+        tags=["submissions"],
+        request=s.DisqualifySerializer,
+        responses={200: s.SubmissionSerializer, **STAFF_ERRORS},
+    )
+    def post(self, request: Request, submission_id: int) -> Response:
+        serializer = s.DisqualifySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        staff.submission_disqualify(
+            submission=get_submission(submission_id),
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(s.SubmissionSerializer(get_submission(submission_id)).data)
+
+
+class SubmissionRescoreView(APIView):
+    """Staff: queue a new scored run of a finished submission."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="submissions_rescore",
+        tags=["submissions"],
+        request=s.StaffReasonSerializer,
+        responses={202: s.SubmissionSerializer, **STAFF_ERRORS},
+    )
+    def post(self, request: Request, submission_id: int) -> Response:
+        serializer = s.StaffReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        staff.submission_rescore(
+            submission=get_submission(submission_id),
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(
+            s.SubmissionSerializer(get_submission(submission_id)).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+AUDIT_CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+
+
+class AuditExportView(RawAPIView):
+    """Staff: every audit event, oldest first, as CSV or JSON lines."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="audit_export",
+        tags=["audit"],
+        parameters=[OpenApiParameter("format", str, OpenApiParameter.QUERY, enum=["csv", "jsonl"])],
+        responses={
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+            **STAFF_ERRORS,
+        },
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        fmt = request.query_params.get("format", "csv")
+        lines = staff.audit_export(fmt=fmt)
+        response = StreamingHttpResponse(lines, content_type=AUDIT_CONTENT_TYPES[fmt])
+        response["Content-Disposition"] = f'attachment; filename="podium-audit.{fmt}"'
+        return response

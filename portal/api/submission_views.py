@@ -1,0 +1,179 @@
+"""Submissions: upload, list, read, log tails, source download (owner, or audited staff)."""
+
+from __future__ import annotations
+
+from django.core.files.uploadedfile import UploadedFile
+from django.db.models import QuerySet
+from django.http import FileResponse, HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.generics import GenericAPIView
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal import errors, storage
+from portal.api import serializers as s
+from portal.api.common import (
+    NOT_FOUND,
+    TAIL_PARAMETER,
+    TEXT_RESPONSE,
+    RawAPIView,
+    caller_id,
+    get_benchmark,
+    get_submission,
+    own_submission,
+    remote_addr,
+    submissions_with_details,
+    tail_lines,
+    text_response,
+    upload_path,
+)
+from portal.environments.models import Environment
+from portal.submissions import staff
+from portal.submissions.models import Submission
+from portal.submissions.services import submission_accept
+
+
+class BenchmarkSubmissionsView(GenericAPIView[Submission]):
+    """Your submissions, newest first; POST an archive to upload one (charges an attempt)."""
+
+    serializer_class = s.SubmissionSerializer
+    parser_classes = [MultiPartParser, FormParser]
+
+    def get_queryset(self) -> QuerySet[Submission]:
+        if getattr(self, "swagger_fake_view", False):  # schema generation
+            return Submission.objects.none()
+        return (
+            submissions_with_details()
+            .filter(
+                entrant_id=caller_id(self.request), benchmark=get_benchmark(self.kwargs["slug"])
+            )
+            .order_by("-submitted_at", "-id")
+        )
+
+    @extend_schema(
+        operation_id="submissions_list",
+        tags=["submissions"],
+        responses=s.SubmissionSerializer(many=True),
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(s.SubmissionSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="submissions_create",
+        tags=["submissions"],
+        request={"multipart/form-data": s.SubmissionCreateSerializer},
+        responses={201: s.SubmissionSerializer, **s.error_responses(400, 401, 404, 409, 413, 429)},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        benchmark = get_benchmark(slug)
+        serializer = s.SubmissionCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        environment = Environment.objects.filter(
+            pk=data["environment"], owner_id=caller_id(request), benchmark=benchmark
+        ).first()
+        if environment is None:
+            raise errors.NotFound("No such environment.")
+        upload: UploadedFile = data["source"]
+        with upload_path(upload) as path:
+            submission = submission_accept(
+                entrant=request.user,
+                benchmark=benchmark,
+                environment=environment,
+                source_file=path,
+                source_name=upload.name or "source",
+                kind=data["kind"],
+            )
+        submission = get_submission(submission.pk)
+        return Response(s.SubmissionSerializer(submission).data, status=status.HTTP_201_CREATED)
+
+
+class SubmissionDetailView(APIView):
+    """One of your submissions: status, timeline, result, digests, attempt."""
+
+    @extend_schema(
+        operation_id="submissions_retrieve",
+        tags=["submissions"],
+        responses={200: s.SubmissionSerializer, **NOT_FOUND},
+    )
+    def get(self, request: Request, submission_id: int) -> Response:
+        return Response(s.SubmissionSerializer(own_submission(request, submission_id)).data)
+
+
+class SubmissionBuildLogView(RawAPIView):
+    """The last ``tail`` lines of the submission build (``build.sh``) log (text/plain)."""
+
+    @extend_schema(
+        operation_id="submissions_build_log",
+        tags=["submissions"],
+        parameters=[TAIL_PARAMETER],
+        responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request, submission_id: int) -> HttpResponse:
+        submission = own_submission(request, submission_id)
+        lines = tail_lines(request)
+        log = storage.submission_dir(submission.pk) / "build.log"
+        return text_response(storage.read_tail(log, lines))
+
+
+class SubmissionRunLogView(RawAPIView):
+    """The last ``tail`` lines of your program's stdout and stderr in its latest run."""
+
+    @extend_schema(
+        operation_id="submissions_run_log",
+        tags=["submissions"],
+        parameters=[TAIL_PARAMETER],
+        responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request, submission_id: int) -> HttpResponse:
+        submission = own_submission(request, submission_id)
+        lines = tail_lines(request)
+        run = s.latest_run(submission)
+        if run is None:
+            return text_response("")
+        return text_response(storage.read_tail(storage.run_dir(run.pk) / "run.log", lines))
+
+
+class SubmissionSourceView(RawAPIView):
+    """The source archive as uploaded: to its entrant, or to staff giving a reason (audited)."""
+
+    @extend_schema(
+        operation_id="submissions_source",
+        tags=["submissions"],
+        parameters=[
+            OpenApiParameter(
+                "reason",
+                str,
+                OpenApiParameter.QUERY,
+                description="Staff only, required when reading another entrant's source.",
+            )
+        ],
+        responses={
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            **s.error_responses(400, 401, 404),
+        },
+    )
+    def get(self, request: Request, submission_id: int) -> FileResponse:
+        submission = get_submission(submission_id)
+        if submission.entrant_id == caller_id(request):
+            handle = staff.source_open(submission)
+        elif request.user.is_staff:
+            handle = staff.submission_source_review(
+                submission=submission,
+                actor=request.user,
+                remote_addr=remote_addr(request),
+                reason=request.query_params.get("reason", ""),
+            )
+        else:
+            raise errors.NotFound("No such submission.")
+        return FileResponse(
+            handle,
+            as_attachment=True,
+            filename=submission.source_name,
+            content_type="application/octet-stream",
+        )

@@ -1,0 +1,82 @@
+"""The API's routes, included at ``api/`` (api.md is the contract)."""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from portal.api import environment_views, staff_views, submission_views, views
+
+app_name = "api"
+
+SUBMISSION = "v1/submissions/<int:submission_id>/"
+ENVIRONMENT = "v1/environments/<int:environment_id>/"
+BENCHMARK = "v1/benchmarks/<slug:slug>/"
+
+urlpatterns = [
+    path("v1/tokens/", views.TokenListCreateView.as_view(), name="tokens"),
+    path("v1/tokens/<int:token_id>/", views.TokenDetailView.as_view(), name="token-detail"),
+    path("v1/benchmarks/", views.BenchmarkListView.as_view(), name="benchmarks"),
+    path(BENCHMARK, views.BenchmarkDetailView.as_view(), name="benchmark-detail"),
+    path(f"{BENCHMARK}leaderboard/", views.LeaderboardView.as_view(), name="leaderboard"),
+    path(f"{BENCHMARK}quota/", views.QuotaView.as_view(), name="quota"),
+    path(f"{BENCHMARK}practice/", views.PracticeView.as_view(), name="practice"),
+    path(
+        f"{BENCHMARK}practice/download",
+        views.PracticeDownloadView.as_view(),
+        name="practice-download",
+    ),
+    path(
+        f"{BENCHMARK}environments/",
+        environment_views.BenchmarkEnvironmentsView.as_view(),
+        name="benchmark-environments",
+    ),
+    path(
+        f"{BENCHMARK}submissions/",
+        submission_views.BenchmarkSubmissionsView.as_view(),
+        name="benchmark-submissions",
+    ),
+    path(ENVIRONMENT, environment_views.EnvironmentDetailView.as_view(), name="environment-detail"),
+    path(
+        f"{ENVIRONMENT}rebuild/",
+        environment_views.EnvironmentRebuildView.as_view(),
+        name="environment-rebuild",
+    ),
+    path(
+        f"{ENVIRONMENT}build-log",
+        environment_views.EnvironmentBuildLogView.as_view(),
+        name="environment-build-log",
+    ),
+    path(SUBMISSION, submission_views.SubmissionDetailView.as_view(), name="submission-detail"),
+    path(
+        f"{SUBMISSION}build-log",
+        submission_views.SubmissionBuildLogView.as_view(),
+        name="submission-build-log",
+    ),
+    path(
+        f"{SUBMISSION}run-log",
+        submission_views.SubmissionRunLogView.as_view(),
+        name="submission-run-log",
+    ),
+    path(
+        f"{SUBMISSION}source",
+        submission_views.SubmissionSourceView.as_view(),
+        name="submission-source",
+    ),
+    path(
+        f"{SUBMISSION}cancel/", staff_views.SubmissionCancelView.as_view(), name="submission-cancel"
+    ),
+    path(
+        f"{SUBMISSION}disqualify/",
+        staff_views.SubmissionDisqualifyView.as_view(),
+        name="submission-disqualify",
+    ),
+    path(
+        f"{SUBMISSION}rescore/",
+        staff_views.SubmissionRescoreView.as_view(),
+        name="submission-rescore",
+    ),
+    path("v1/audit/", staff_views.AuditExportView.as_view(), name="audit"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", views.docs, name="docs"),
+]

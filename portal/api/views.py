@@ -1,0 +1,236 @@
+"""The REST API of api.md: tokens, benchmarks, practice cohort, and the docs page.
+
+Views are thin: parse, call one service or selector, render. Refusals come from the
+services as ``PodiumError``s, which ``portal.api.errors`` turns into ``{"code", "detail"}``.
+Anything that belongs to another entrant is ``not_found``. The other endpoints live in
+``environment_views``, ``submission_views`` and ``staff_views``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from django.contrib.auth import authenticate
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, status
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
+from rest_framework.views import APIView
+
+from portal import errors
+from portal.api import downloads
+from portal.api import serializers as s
+from portal.api.common import (
+    NOT_FOUND,
+    RawAPIView,
+    caller_id,
+    get_benchmark,
+)
+from portal.api.models import ApiToken
+from portal.api.services import token_create, token_revoke
+from portal.contests.models import Benchmark, Cohort
+from portal.contests.selectors import leaderboard_rows, quota_for
+from portal.submissions.models import Submission
+
+# Tokens -----------------------------------------------------------------------------
+
+
+class TokenListCreateView(APIView):
+    """POST: exchange username and password for a new token (rate limited). GET: your tokens."""
+
+    throttle_scope = "tokens"
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request.method == "POST":
+            return [AllowAny()]
+        return [IsAuthenticated()]
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [ScopedRateThrottle()] if self.request.method == "POST" else []
+
+    @extend_schema(
+        operation_id="tokens_create",
+        tags=["tokens"],
+        request=s.TokenCreateSerializer,
+        responses={201: s.TokenCreatedSerializer, **s.error_responses(400, 401, 429)},
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = s.TokenCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        user = authenticate(request._request, username=data["username"], password=data["password"])
+        if user is None:
+            raise exceptions.AuthenticationFailed("Wrong username or password.")
+        token = token_create(user=user, label=data["label"])
+        return Response(
+            {"token": token.key, "id": token.pk, "label": token.label},
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(
+        operation_id="tokens_list",
+        tags=["tokens"],
+        responses={200: s.TokenSerializer(many=True), **s.error_responses(401)},
+    )
+    def get(self, request: Request) -> Response:
+        tokens = ApiToken.objects.filter(user_id=caller_id(request)).order_by("-created_at", "-id")
+        return Response(s.TokenSerializer(tokens, many=True).data)
+
+
+class TokenDetailView(APIView):
+    """Revoke one of your tokens."""
+
+    @extend_schema(
+        operation_id="tokens_destroy", tags=["tokens"], responses={204: None, **NOT_FOUND}
+    )
+    def delete(self, request: Request, token_id: int) -> Response:
+        token_revoke(user=request.user, token_id=token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# Benchmarks -------------------------------------------------------------------------
+
+
+class BenchmarkListView(APIView):
+    """Every benchmark with its upload window and status (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_list",
+        tags=["benchmarks"],
+        responses=s.BenchmarkSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        context = {"now": timezone.now()}
+        benchmarks = Benchmark.objects.order_by("-opens_at", "slug")
+        return Response(s.BenchmarkSerializer(benchmarks, many=True, context=context).data)
+
+
+class BenchmarkDetailView(APIView):
+    """One benchmark with every rule setting (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_retrieve",
+        tags=["benchmarks"],
+        responses={200: s.BenchmarkDetailSerializer, **s.error_responses(404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        context = {"now": timezone.now()}
+        return Response(s.BenchmarkDetailSerializer(get_benchmark(slug), context=context).data)
+
+
+class LeaderboardView(APIView):
+    """Best passing official run per entrant, fastest first (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_leaderboard",
+        tags=["benchmarks"],
+        responses={200: s.LeaderboardSerializer, **s.error_responses(404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        rows = leaderboard_rows(get_benchmark(slug))
+        return Response(s.LeaderboardSerializer({"rows": rows}).data)
+
+
+class QuotaView(APIView):
+    """Your official and practice attempts left today, in the attempt timezone's day."""
+
+    @extend_schema(
+        operation_id="benchmarks_quota",
+        tags=["benchmarks"],
+        responses={200: s.QuotaSerializer, **NOT_FOUND},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        benchmark = get_benchmark(slug)
+        now = timezone.now()
+        official = quota_for(request.user, benchmark, Submission.OFFICIAL, now)
+        practice = quota_for(request.user, benchmark, Submission.PRACTICE, now)
+        data = {
+            **asdict(official),
+            "official": official,
+            "practice": practice,
+            "timezone": benchmark.attempt_timezone,
+        }
+        return Response(s.QuotaSerializer(data).data)
+
+
+def practice_cohort(benchmark: Benchmark) -> Cohort:
+    cohort = Cohort.objects.filter(benchmark=benchmark, kind=Cohort.PRACTICE).first()
+    if cohort is None:
+        raise errors.NotFound("This benchmark has no practice cohort yet.")
+    return cohort
+
+
+class PracticeView(APIView):
+    """The practice cohort's published answers and its download link."""
+
+    @extend_schema(
+        operation_id="benchmarks_practice",
+        tags=["benchmarks"],
+        responses={200: s.PracticeSerializer, **NOT_FOUND},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        benchmark = get_benchmark(slug)
+        items = downloads.practice_items(practice_cohort(benchmark))
+        url = reverse("api:practice-download", kwargs={"slug": benchmark.slug})
+        data = {
+            "download_url": request.build_absolute_uri(url),
+            "answers": items,
+            "count": len(items),
+        }
+        return Response(s.PracticeSerializer(data).data)
+
+
+class PracticeDownloadView(RawAPIView):
+    """The practice images and ``answers.tsv`` as one .tar.gz (signed-in users)."""
+
+    @extend_schema(
+        operation_id="benchmarks_practice_download",
+        tags=["benchmarks"],
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY, **NOT_FOUND},
+    )
+    def get(self, request: Request, slug: str) -> FileResponse:
+        benchmark = get_benchmark(slug)
+        archive = downloads.practice_archive_open(practice_cohort(benchmark))
+        return FileResponse(
+            archive,
+            as_attachment=True,
+            filename=f"{benchmark.slug}-practice.tar.gz",
+            content_type="application/gzip",
+        )
+
+
+# OpenAPI ----------------------------------------------------------------------------
+
+
+def docs(request: HttpRequest) -> HttpResponse:
+    """A self-hosted page listing every operation of the schema (no external assets)."""
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    operations = [
+        {
+            "method": method.upper(),
+            "path": path,
+            "id": operation.get("operationId", ""),
+            "summary": operation.get("summary") or operation.get("description", ""),
+            "responses": ", ".join(sorted(operation.get("responses", {}))),
+        }
+        for path, item in schema.get("paths", {}).items()
+        for method, operation in item.items()
+        if isinstance(operation, dict)
+    ]
+    context = {"info": schema.get("info", {}), "operations": operations}
+    return render(request, "api/docs.html", context)

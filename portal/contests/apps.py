@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ContestsConfig(AppConfig):
+    name = "portal.contests"
+    label = "contests"

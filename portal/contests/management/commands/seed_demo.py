@@ -1,0 +1,181 @@
+"""``manage.py seed_demo``: the demo benchmark with generated cohorts, and the flagship.
+
+Idempotent, and fast when there is nothing to do (``make run`` calls it every time):
+
+- ``demo`` is created, or updated to the settings below; its window is moved to "open
+  from a minute ago for 30 days" only when it is not open now. Each cohort is
+  generated (fixed seeds) and imported only when it is missing or has another size;
+  an existing cohort that a run has used is never replaced (a warning says so).
+- ``eva02-imagenet1k-v3`` is created with the rules' defaults when missing and
+  otherwise left alone (staff edit it in the admin, and import its real cohort with
+  ``import_cohort``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import tempfile
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from portal import storage
+from portal.contests import democohort
+from portal.contests.cohorts import cohort_import
+from portal.contests.models import Benchmark, Cohort
+from portal.submissions.models import Run
+
+DEMO_SLUG = "demo"
+DEMO_OFFICIAL_SEED = 20260810
+DEMO_PRACTICE_SEED = 20260811
+DEMO_PASS_RATIO = 0.99
+DEMO_DESCRIPTION = """\
+A practice ground for the whole path: environment, build, timed run, verdict.
+
+Every image is 64x64 pixels and spells its class (0-999) as three gray bands, one per
+decimal digit, with gray level 16 + 24 x digit. The example starter kit reads them back
+in a few lines; a run passes at 99% agreement. Uploads are attempt-limited exactly as in
+a real benchmark, so this is also the place to learn the rules before they count.
+"""
+
+FLAGSHIP_SLUG = "eva02-imagenet1k-v3"
+SEOUL = ZoneInfo("Asia/Seoul")
+FLAGSHIP_OPENS_AT = dt.datetime(2026, 8, 10, 0, 0, tzinfo=SEOUL)
+FLAGSHIP_CLOSES_AT = dt.datetime(2026, 8, 31, 18, 0, tzinfo=SEOUL)
+FLAGSHIP_DESCRIPTION = """\
+Classify 10,000 ImageNet-1k validation images, top-1, as fast as you can.
+
+Passing: at least 9,900 of your 10,000 predictions must equal the reference (99%).
+Passing runs are ranked by one measured wall-clock time, fastest first; an exact tie goes
+to the earlier upload. The leaderboard shows your best passing run and keeps it when a
+later run is slower or fails.
+
+The clock starts just before your /submission/run starts and stops when it and every
+process it started have exited: process start, model loading, JPEG reading and
+decoding, preprocessing, inference and writing the output all count. Queueing, staging
+the images and our own checks do not.
+
+Your code runs as: /submission/run MANIFEST IMAGE_ROOT OUTPUT (also in CONTEST_MANIFEST,
+CONTEST_IMAGE_ROOT and CONTEST_OUTPUT). The manifest has one line per image, a request id,
+a tab and the image's path; write one little-endian int32 class (0-999) per line, in
+manifest order. File names and ids change on every run. The run has no network, a
+read-only root filesystem, a non-root user, capped memory and processes, and a writable
+/tmp; it must finish within 16 minutes.
+
+Environments (your Dockerfile) are free to build and rebuild; keep at most 2, each image
+at most 16 GiB, and build each within 30 minutes. Every FROM must name an allowed
+registry. Bake model weights and compiled artifacts into your images: at run time
+anything compiled or downloaded is on the clock, or impossible.
+
+Official uploads are accepted from 10 August 2026 00:00 to 31 August 2026 18:00 Korea
+time. You have 2 official attempts per day (days run midnight to midnight Korea time,
+15:00 to 15:00 UTC). An attempt is charged when your upload is accepted; your own build
+failure, crash, timeout, invalid output or low agreement still counts. It is refunded
+only when the platform fails or cancels the run. Your build.sh runs inside the attempt.
+
+Practice: a public 1,000-image cohort with published answers, and 10 practice runs a day
+through the same build and timed path; practice never touches the leaderboard.
+
+You see your run's status, time, agreement (matches / total), digests and log tails;
+never the reference answers or which images mismatched. Staff review the apparent
+winners before results are final.
+"""
+
+
+class Command(BaseCommand):
+    help = "Create (or refresh) the demo benchmark with generated cohorts, and the flagship."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--official-count", type=int, default=1000, metavar="N")
+        parser.add_argument("--practice-count", type=int, default=100, metavar="N")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        official_count: int = options["official_count"]
+        practice_count: int = options["practice_count"]
+        if official_count < 1 or practice_count < 1:
+            raise CommandError("cohort counts must be at least 1")
+
+        demo = self._seed_demo_benchmark(official_count)
+        try:
+            self._seed_demo_cohort(demo, Cohort.OFFICIAL, official_count, DEMO_OFFICIAL_SEED)
+            self._seed_demo_cohort(demo, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        self._seed_flagship()
+
+    def _seed_demo_benchmark(self, official_count: int) -> Benchmark:
+        now = timezone.now()
+        settings = {
+            "title": "Demo: read the digits",
+            "description": DEMO_DESCRIPTION,
+            # The pass gate scales with the cohort (1,000 images: 990), so small
+            # test cohorts keep the same 99% rule.
+            "cohort_size": official_count,
+            "pass_min_matches": math.ceil(official_count * DEMO_PASS_RATIO),
+            "allowed_registries": "podium/\n",
+        }
+        demo = Benchmark.objects.filter(slug=DEMO_SLUG).first()
+        if demo is None:
+            demo = Benchmark.objects.create(
+                slug=DEMO_SLUG,
+                opens_at=now - dt.timedelta(minutes=1),
+                closes_at=now + dt.timedelta(days=30),
+                **settings,
+            )
+            self.stdout.write(f"Created benchmark {DEMO_SLUG}.")
+            return demo
+        changed = [name for name, value in settings.items() if getattr(demo, name) != value]
+        for name in changed:
+            setattr(demo, name, settings[name])
+        if demo.status_at(now) != "open":
+            demo.opens_at = now - dt.timedelta(minutes=1)
+            demo.closes_at = now + dt.timedelta(days=30)
+            changed += ["opens_at", "closes_at"]
+        if changed:
+            demo.save(update_fields=changed)
+            self.stdout.write(f"Updated benchmark {DEMO_SLUG}: {', '.join(changed)}.")
+        return demo
+
+    def _seed_demo_cohort(self, demo: Benchmark, kind: str, count: int, seed: int) -> None:
+        existing = Cohort.objects.filter(benchmark=demo, kind=kind).first()
+        if (
+            existing is not None
+            and existing.items.count() == count
+            and storage.cohort_dir(existing.pk).is_dir()
+        ):
+            self.stdout.write(f"The demo's {kind} cohort of {count} images is in place.")
+            return
+        if existing is not None and Run.objects.filter(cohort=existing).exists():
+            self.stderr.write(
+                f"The demo's {kind} cohort has been used by a run; it stays as it is "
+                f"({existing.items.count()} images, not {count})."
+            )
+            return
+        with tempfile.TemporaryDirectory(prefix="podium-demo-") as folder:
+            images_dir = Path(folder)
+            answers = democohort.generate(images_dir, count, seed)
+            cohort_import(benchmark=demo, kind=kind, images_dir=images_dir, answers=answers)
+        self.stdout.write(f"Imported the demo's {kind} cohort: {count} generated images.")
+
+    def _seed_flagship(self) -> None:
+        _, created = Benchmark.objects.get_or_create(
+            slug=FLAGSHIP_SLUG,
+            defaults={
+                "title": "EVA-02 ImageNet-1k inference",
+                "description": FLAGSHIP_DESCRIPTION,
+                "opens_at": FLAGSHIP_OPENS_AT,
+                "closes_at": FLAGSHIP_CLOSES_AT,
+            },
+        )
+        if created:
+            self.stdout.write(
+                f"Created benchmark {FLAGSHIP_SLUG} (no cohort yet: staff import it with "
+                "manage.py import_cohort)."
+            )
+        else:
+            self.stdout.write(f"Benchmark {FLAGSHIP_SLUG} exists; left as it is.")

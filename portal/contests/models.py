@@ -1,0 +1,140 @@
+"""Benchmarks (with every rule setting), their cohorts, and the stored leaderboard."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+GIB = 1024**3
+POSITIVE = MinValueValidator(1)
+
+
+def validate_timezone(name: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValidationError(f"{name!r} is not a known timezone name (like Asia/Seoul).") from exc
+
+
+class Benchmark(models.Model):
+    """A timed contest. Every number of the rules is a field here, with the default of rules.md."""
+
+    slug = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    opens_at = models.DateTimeField(help_text="Official uploads accepted from (inclusive).")
+    closes_at = models.DateTimeField(help_text="Official uploads accepted until (exclusive).")
+    pass_min_matches = models.PositiveIntegerField(default=9900, validators=[POSITIVE])
+    cohort_size = models.PositiveIntegerField(default=10000, validators=[POSITIVE])
+    attempts_per_day = models.PositiveIntegerField(default=2, validators=[POSITIVE])
+    attempt_timezone = models.CharField(
+        max_length=64, default="Asia/Seoul", validators=[validate_timezone]
+    )
+    practice_per_day = models.PositiveIntegerField(default=10, validators=[POSITIVE])
+    max_environments = models.PositiveIntegerField(default=2, validators=[POSITIVE])
+    build_timeout_s = models.PositiveIntegerField(default=30 * 60, validators=[POSITIVE])
+    score_timeout_s = models.PositiveIntegerField(default=16 * 60, validators=[POSITIVE])
+    max_image_bytes = models.PositiveBigIntegerField(default=16 * GIB, validators=[POSITIVE])
+    max_concurrent_builds = models.PositiveIntegerField(default=2, validators=[POSITIVE])
+    max_upload_bytes = models.PositiveBigIntegerField(default=2 * GIB, validators=[POSITIVE])
+    allowed_registries = models.TextField(
+        default="podium/\ndocker.io/library/\n",
+        help_text="One image-name prefix per line that a Dockerfile's FROM may name.",
+    )
+    run_memory_bytes = models.PositiveBigIntegerField(default=8 * GIB, validators=[POSITIVE])
+    run_pids_limit = models.PositiveIntegerField(default=512, validators=[POSITIVE])
+    run_tmpfs_bytes = models.PositiveBigIntegerField(default=1 * GIB, validators=[POSITIVE])
+    run_output_tmpfs_bytes = models.PositiveBigIntegerField(
+        default=64 * 1024 * 1024, validators=[POSITIVE]
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-opens_at", "slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def clean(self) -> None:
+        errors = {}
+        if self.opens_at and self.closes_at and self.opens_at >= self.closes_at:
+            errors["closes_at"] = "The window must close after it opens."
+        gate, size = self.pass_min_matches, self.cohort_size
+        if gate and size and gate > size:
+            errors["pass_min_matches"] = "The pass gate cannot exceed the cohort size."  # noqa: S105
+        if errors:
+            raise ValidationError(errors)
+
+    def status_at(self, now: dt.datetime) -> str:
+        """``upcoming``, ``open`` or ``closed``: opens inclusive, closes exclusive."""
+        if now < self.opens_at:
+            return "upcoming"
+        if now < self.closes_at:
+            return "open"
+        return "closed"
+
+
+class Cohort(models.Model):
+    """A frozen set of images with reference answers; files under ``storage.cohort_dir(id)``."""
+
+    OFFICIAL = "official"
+    PRACTICE = "practice"
+    KINDS = [(OFFICIAL, "official"), (PRACTICE, "practice")]
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="cohorts")
+    kind = models.CharField(max_length=16, choices=KINDS)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["benchmark", "kind"], name="one_cohort_per_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.benchmark.slug}/{self.kind}"
+
+
+class CohortItem(models.Model):
+    """One member, at its fixed position in the cohort's scoring order."""
+
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    canonical_name = models.CharField(max_length=255)
+    sha256 = models.CharField(max_length=64)
+    reference_class = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["cohort", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["cohort", "position"], name="one_item_per_position"),
+            models.UniqueConstraint(fields=["cohort", "canonical_name"], name="unique_item_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cohort_id}#{self.position}"
+
+
+class LeaderboardEntry(models.Model):
+    """An entrant's best passing official run on a benchmark (derived, kept in step by services)."""
+
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="leaderboard")
+    entrant = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    submission = models.ForeignKey("submissions.Submission", on_delete=models.CASCADE)
+    run = models.ForeignKey("submissions.Run", on_delete=models.CASCADE)
+    wall_time_ns = models.BigIntegerField()
+    matches = models.PositiveIntegerField()
+    total = models.PositiveIntegerField()
+    submitted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["benchmark", "entrant"], name="one_row_per_entrant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.benchmark_id}: {self.entrant_id} {self.wall_time_ns} ns"

@@ -1,0 +1,196 @@
+"""The contest rules as pure functions: the upload window, the attempt day, the quota,
+the pass gate and the ranking.
+
+Nothing here touches Django or the database: every function takes plain values and
+returns plain values, so services and selectors call them inside their own transactions
+and the tests check them exhaustively without a database.
+
+Time rules:
+
+* Every datetime passed in must be timezone-aware (a naive one raises ``ValueError``);
+  every datetime returned is aware and in UTC.
+* Day arithmetic goes through :mod:`zoneinfo`, so days are the calendar days of the
+  benchmark's ``attempt_timezone``: in Asia/Seoul a day runs 15:00-15:00 UTC, and in a
+  zone with daylight saving time a day can last 23 or 25 hours.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+WindowState = Literal["upcoming", "open", "closed"]
+
+_ONE_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def _require_aware(**values: dt.datetime) -> None:
+    for name, value in values.items():
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
+
+
+def window_state(now: dt.datetime, opens_at: dt.datetime, closes_at: dt.datetime) -> WindowState:
+    """Where ``now`` falls in the upload window ``[opens_at, closes_at)``.
+
+    ``opens_at`` itself is ``"open"`` and ``closes_at`` itself is ``"closed"``. All three
+    datetimes must be aware (``ValueError`` otherwise); they may be in different zones.
+    """
+    _require_aware(now=now, opens_at=opens_at, closes_at=closes_at)
+    if now < opens_at:
+        return "upcoming"
+    if now < closes_at:
+        return "open"
+    return "closed"
+
+
+def attempt_day(now: dt.datetime, tz_name: str) -> dt.date:
+    """The calendar day of ``now`` in the zone ``tz_name`` (the day its attempts count on).
+
+    In Asia/Seoul the day turns at 15:00 UTC: 14:59:59.999999 UTC is still the earlier day.
+    Raises ``ValueError`` for a naive ``now`` and ``zoneinfo.ZoneInfoNotFoundError`` (a
+    ``KeyError``) for an unknown zone.
+    """
+    _require_aware(now=now)
+    return now.astimezone(ZoneInfo(tz_name)).date()
+
+
+def _local_date_of(instant: dt.datetime, zone: ZoneInfo) -> dt.date:
+    return instant.astimezone(zone).date()
+
+
+def _start_of_day(day: dt.date, zone: ZoneInfo) -> dt.datetime:
+    """The first instant (aware, UTC) whose local date in ``zone`` is ``day`` or later."""
+    naive_midnight = dt.datetime.combine(day, dt.time())
+    # Both readings of local midnight (they differ only when midnight is ambiguous or
+    # skipped); the earlier one is the start of the day when midnight exists.
+    readings = [
+        naive_midnight.replace(tzinfo=zone, fold=fold).astimezone(dt.UTC) for fold in (0, 1)
+    ]
+    start = min(readings)
+    if start.astimezone(zone).replace(tzinfo=None) == naive_midnight:
+        return start
+    # Local midnight does not exist (a daylight-saving jump across 00:00): the day begins
+    # at the transition. Search the microsecond at which the local date reaches `day`.
+    low = start - dt.timedelta(days=2)  # local date before `day`
+    high = start + dt.timedelta(days=2)  # local date at or after `day`
+    while high - low > _ONE_MICROSECOND:
+        middle = low + (high - low) / 2
+        if _local_date_of(middle, zone) >= day:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def day_bounds(day: dt.date, tz_name: str) -> tuple[dt.datetime, dt.datetime]:
+    """``[start, end)`` of the local calendar ``day`` in ``tz_name``, as aware UTC datetimes.
+
+    The length follows the zone's clock changes: in America/New_York 2026-03-08 lasts
+    23 hours and 2026-11-01 lasts 25 hours. ``start`` is local midnight (or, where a
+    daylight-saving jump skips midnight, the first instant of the day).
+    """
+    zone = ZoneInfo(tz_name)
+    return _start_of_day(day, zone), _start_of_day(day + dt.timedelta(days=1), zone)
+
+
+def next_reset(now: dt.datetime, tz_name: str) -> dt.datetime:
+    """The start of the next local day after ``now`` (aware, UTC): when the quota resets.
+
+    Always strictly later than ``now``.
+    """
+    _require_aware(now=now)
+    day = attempt_day(now, tz_name)
+    reset = day_bounds(day, tz_name)[1]
+    while reset <= now:  # only where a zone's clock runs back across midnight
+        day += dt.timedelta(days=1)
+        reset = day_bounds(day, tz_name)[1]
+    return reset
+
+
+def remaining_attempts(per_day: int, net_charged_today: int) -> int:
+    """Attempts left today: ``max(0, per_day - net_charged_today)``.
+
+    ``net_charged_today`` is the day's charges minus the day's refunds. A negative net
+    (more refunds than charges on one day, e.g. refunds of yesterday's attempts) counts
+    as zero, so the result is always within ``[0, per_day]``. ``per_day`` must not be
+    negative (``ValueError``).
+    """
+    if per_day < 0:
+        raise ValueError(f"per_day must not be negative, got {per_day}")
+    return max(0, per_day - max(0, net_charged_today))
+
+
+def next_attempt_at(
+    now: dt.datetime, tz_name: str, per_day: int, net_charged_today: int
+) -> dt.datetime:
+    """When the entrant may next upload: ``now`` while an attempt remains today, else the
+    start of the next local day (see :func:`next_reset`)."""
+    _require_aware(now=now)
+    if remaining_attempts(per_day, net_charged_today) > 0:
+        return now
+    return next_reset(now, tz_name)
+
+
+def pass_threshold(total: int, pass_min_matches: int, cohort_size: int) -> int:
+    """Matches needed on a cohort of ``total`` items to pass.
+
+    The benchmark's gate is ``pass_min_matches`` of ``cohort_size``; a cohort of another
+    size needs the same ratio, rounded up: ``ceil(total * pass_min_matches / cohort_size)``,
+    computed with exact integers (9,900 of 10,000 gives 990 of 1,000 and 1 of 1).
+    Raises ``ValueError`` unless ``cohort_size > 0``, ``0 <= pass_min_matches <=
+    cohort_size`` and ``total >= 0``.
+    """
+    if cohort_size <= 0:
+        raise ValueError(f"cohort_size must be positive, got {cohort_size}")
+    if not 0 <= pass_min_matches <= cohort_size:
+        raise ValueError(
+            f"pass_min_matches must be within [0, {cohort_size}], got {pass_min_matches}"
+        )
+    if total < 0:
+        raise ValueError(f"total must not be negative, got {total}")
+    return -(-(total * pass_min_matches) // cohort_size)
+
+
+def passes(matches: int, total: int, pass_min_matches: int, cohort_size: int) -> bool:
+    """Whether ``matches`` of ``total`` predictions pass the gate (see :func:`pass_threshold`).
+
+    Raises ``ValueError`` when ``matches`` is outside ``[0, total]``.
+    """
+    if not 0 <= matches <= total:
+        raise ValueError(f"matches must be within [0, {total}], got {matches}")
+    return matches >= pass_threshold(total, pass_min_matches, cohort_size)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One passing official run eligible for the leaderboard."""
+
+    entrant_id: int
+    run_id: int
+    submission_id: int
+    wall_time_ns: int
+    submitted_at: dt.datetime  # when the upload was accepted (aware)
+
+
+def rank_key(c: Candidate) -> tuple[int, dt.datetime, int, int]:
+    """Sort key of the leaderboard: fastest first; an exact tie goes to the earlier
+    submission (acceptance time, then submission id), then the lower run id."""
+    return (c.wall_time_ns, c.submitted_at, c.submission_id, c.run_id)
+
+
+def best_per_entrant(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Each entrant's best candidate by :func:`rank_key`, the list sorted by :func:`rank_key`.
+
+    The result does not depend on the order of ``candidates``. (Two entrants can only
+    share a key if they share a run; the entrant id then decides, to stay deterministic.)
+    """
+    best: dict[int, Candidate] = {}
+    for candidate in candidates:
+        held = best.get(candidate.entrant_id)
+        if held is None or rank_key(candidate) < rank_key(held):
+            best[candidate.entrant_id] = candidate
+    return sorted(best.values(), key=lambda c: (rank_key(c), c.entrant_id))

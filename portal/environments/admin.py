@@ -1,0 +1,45 @@
+"""Environments in the admin: read-only, since every transition goes through services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from portal.environments.models import Environment, EnvironmentEvent
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class EnvironmentEventInline(ReadOnlyMixin, admin.TabularInline):
+    model = EnvironmentEvent
+    fields = ["status", "at", "note"]
+    extra = 0
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["id", "name", "owner", "benchmark", "status", "image_bytes", "created_at"]
+    list_filter = ["status", "benchmark"]
+    search_fields = ["name", "owner__username", "image_digest"]
+    list_select_related = ["owner", "benchmark"]
+    date_hierarchy = "created_at"
+    inlines = [EnvironmentEventInline]
+
+
+@admin.register(EnvironmentEvent)
+class EnvironmentEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["environment", "status", "at", "note"]
+    list_filter = ["status"]
+    search_fields = ["environment__name", "environment__owner__username", "note"]
+    list_select_related = ["environment__owner"]

@@ -1,0 +1,207 @@
+"""Environment lifecycle: create, rebuild, remove (web side) and build claims (worker side).
+
+Every transition is a conditional update plus a timeline event, so a redelivered task
+or a double click does nothing twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from portal import errors, jobs, storage
+from portal.contests import rules
+from portal.contests.models import Benchmark
+from portal.environments import dockerfile_policy
+from portal.environments.models import Environment, EnvironmentEvent
+from portal.submissions import archives
+
+MAX_DOCKERFILE_BYTES = 256 * 1024
+
+
+def allowed_prefixes(benchmark: Benchmark) -> list[str]:
+    return [line.strip() for line in benchmark.allowed_registries.splitlines() if line.strip()]
+
+
+def dockerfile_check(*, benchmark: Benchmark, text: str) -> None:
+    """Raise DockerfilePolicy with line numbers when the Dockerfile breaks the policy."""
+    if len(text.encode()) > MAX_DOCKERFILE_BYTES:
+        raise errors.DockerfilePolicy("The Dockerfile is larger than 256 KiB.")
+    violations = dockerfile_policy.check_dockerfile(text, allowed_prefixes(benchmark))
+    if violations:
+        raise errors.DockerfilePolicy(dockerfile_policy.format_violations(violations))
+
+
+def context_check(*, benchmark: Benchmark, path: Path) -> None:
+    """Raise InvalidArchive / ArchiveTooLarge for a build-context archive that is unsafe."""
+    size = path.stat().st_size
+    if size > benchmark.max_upload_bytes:
+        raise errors.ArchiveTooLarge(
+            f"The context archive is {size:,} bytes; at most "
+            f"{benchmark.max_upload_bytes:,} bytes are accepted."
+        )
+    try:
+        archives.inspect_archive(path, archives.detect_format(path), require_entrypoint=False)
+    except archives.ArchiveError as exc:
+        raise errors.InvalidArchive(f"The build context: {exc}") from exc
+
+
+def _event(environment: Environment, status: str, note: str = "") -> None:
+    EnvironmentEvent.objects.create(
+        environment=environment, status=status, at=timezone.now(), note=note
+    )
+
+
+def environment_create(
+    *,
+    owner: Any,
+    benchmark: Benchmark,
+    name: str,
+    dockerfile_text: str,
+    context_path: Path | None = None,
+    now: dt.datetime | None = None,
+) -> Environment:
+    """Accept a new environment and queue its build (attempt-free).
+
+    Refuses after the window closes, past ``max_environments``, or when the Dockerfile
+    breaks the policy; nothing is stored then. The owner's row is locked so two
+    concurrent creations cannot both take the last place.
+    """
+    now = now or timezone.now()
+    if rules.window_state(now, benchmark.opens_at, benchmark.closes_at) == "closed":
+        raise errors.WindowClosed("This benchmark has closed; no new environments are accepted.")
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise errors.InvalidParameter("Give the environment a name of 1 to 100 characters.")
+    dockerfile_check(benchmark=benchmark, text=dockerfile_text)
+    if context_path is not None:
+        context_check(benchmark=benchmark, path=context_path)
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+        kept = (
+            Environment.objects.filter(owner=owner, benchmark=benchmark)
+            .exclude(status=Environment.REMOVED)
+            .count()
+        )
+        if kept >= benchmark.max_environments:
+            raise errors.EnvironmentLimit(
+                f"You already keep {kept} environments, the most this benchmark allows; "
+                "remove an unused one first."
+            )
+        environment = Environment.objects.create(
+            owner=owner,
+            benchmark=benchmark,
+            name=name,
+            dockerfile=dockerfile_text,
+            has_context=context_path is not None,
+        )
+        folder = storage.ensure_dir(storage.environment_dir(environment.pk))
+        (folder / "Dockerfile").write_text(dockerfile_text)
+        if context_path is not None:
+            shutil.copyfile(context_path, folder / "context.archive")
+        _event(environment, Environment.QUEUED)
+        jobs.enqueue(jobs.BUILD_ENVIRONMENT, environment.pk)
+    return environment
+
+
+def environment_rebuild(*, environment: Environment) -> Environment:
+    """Queue a new build of a failed, timed-out or too-large environment."""
+    with transaction.atomic():
+        claimed = Environment.objects.filter(
+            pk=environment.pk, status__in=Environment.RETRYABLE
+        ).update(status=Environment.QUEUED, failure_reason="", image_digest="", image_bytes=None)
+        if not claimed:
+            raise errors.InvalidParameter(
+                f"Only a failed, timed-out or too-large environment can be rebuilt; "
+                f"this one is {environment.status}."
+            )
+        environment.refresh_from_db()
+        _event(environment, Environment.QUEUED, "rebuild requested")
+        jobs.enqueue(jobs.BUILD_ENVIRONMENT, environment.pk)
+    return environment
+
+
+def environment_remove(*, environment: Environment) -> Environment:
+    """Remove an environment no unfinished submission uses; frees a place; drops its image."""
+    from portal.submissions.models import Submission
+
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=environment.owner_id).first()
+        in_use = (
+            Submission.objects.filter(environment=environment)
+            .exclude(status__in=Submission.FINAL)
+            .exists()
+        )
+        if in_use:
+            raise errors.EnvironmentInUse(
+                "An unfinished submission uses this environment; remove it once that is done."
+            )
+        if environment.status in (Environment.QUEUED, Environment.BUILDING):
+            raise errors.EnvironmentInUse(
+                "This environment is still building; remove it once the build ends."
+            )
+        claimed = (
+            Environment.objects.filter(pk=environment.pk)
+            .exclude(status=Environment.REMOVED)
+            .update(status=Environment.REMOVED)
+        )
+        environment.refresh_from_db()
+        if claimed:
+            _event(environment, Environment.REMOVED)
+            if environment.image_tag:
+                jobs.enqueue(jobs.REMOVE_IMAGE, environment.image_tag)
+    return environment
+
+
+# Worker side ----------------------------------------------------------------------
+
+
+def environment_claim_build(environment_id: int) -> Environment | None:
+    """queued -> building, once. None when another delivery already claimed it."""
+    with transaction.atomic():
+        now = timezone.now()
+        claimed = Environment.objects.filter(pk=environment_id, status=Environment.QUEUED).update(
+            status=Environment.BUILDING, build_started_at=now, build_finished_at=None
+        )
+        if not claimed:
+            return None
+        environment = Environment.objects.get(pk=environment_id)
+        _event(environment, Environment.BUILDING)
+        return environment
+
+
+def environment_finish_build(
+    *,
+    environment_id: int,
+    status: str,
+    image_tag: str = "",
+    image_digest: str = "",
+    image_bytes: int | None = None,
+    reason: str = "",
+) -> bool:
+    """building -> ready | failed | timed_out | too_large, once."""
+    if status not in (Environment.READY, *Environment.RETRYABLE):
+        raise ValueError(f"not a build outcome: {status}")
+    with transaction.atomic():
+        done = Environment.objects.filter(pk=environment_id, status=Environment.BUILDING).update(
+            status=status,
+            image_tag=image_tag,
+            image_digest=image_digest,
+            image_bytes=image_bytes,
+            failure_reason=reason,
+            build_finished_at=timezone.now(),
+        )
+        if done:
+            _event(Environment.objects.get(pk=environment_id), status, reason)
+        return bool(done)
+
+
+def environments_building() -> Iterable[Environment]:
+    return Environment.objects.filter(status=Environment.BUILDING)

@@ -1,0 +1,70 @@
+"""Errors a service raises when it refuses a request; the API and the pages show them.
+
+Each carries the machine code of api.md and one sentence telling the entrant what to fix.
+"""
+
+from __future__ import annotations
+
+
+class PodiumError(Exception):
+    code = "invalid_parameter"
+    http_status = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(PodiumError):
+    code = "not_found"
+    http_status = 404
+
+
+class WindowNotOpen(PodiumError):
+    code = "window_not_open"
+    http_status = 409
+
+
+class WindowClosed(PodiumError):
+    code = "window_closed"
+    http_status = 409
+
+
+class QuotaExhausted(PodiumError):
+    code = "quota_exhausted"
+    http_status = 429
+
+
+class EnvironmentLimit(PodiumError):
+    code = "environment_limit"
+    http_status = 409
+
+
+class EnvironmentNotReady(PodiumError):
+    code = "environment_not_ready"
+    http_status = 409
+
+
+class EnvironmentInUse(PodiumError):
+    code = "environment_in_use"
+    http_status = 409
+
+
+class DockerfilePolicy(PodiumError):
+    code = "dockerfile_policy"
+    http_status = 400
+
+
+class InvalidArchive(PodiumError):
+    code = "invalid_archive"
+    http_status = 400
+
+
+class ArchiveTooLarge(PodiumError):
+    code = "archive_too_large"
+    http_status = 413
+
+
+class InvalidParameter(PodiumError):
+    code = "invalid_parameter"
+    http_status = 400

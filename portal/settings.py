@@ -1,0 +1,177 @@
+"""Podium's one settings module.
+
+Every setting comes from an environment variable and falls back to the embedded
+default (SQLite, the filesystem broker, files under ./var), so ``make run`` needs no
+database or broker server. Secrets may also be read from ``NAME_FILE``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def env_secret(name: str, default: str) -> str:
+    """Read a secret from NAME, or from the file named by NAME_FILE."""
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        return Path(path).read_text().strip()
+    return str(env.str(name, default=default))
+
+
+# Where sources, logs, cohorts, staged runs and (by default) the database live.
+PODIUM_DATA_DIR = Path(env.str("PODIUM_DATA_DIR", default=str(BASE_DIR / "var"))).resolve()
+
+SECRET_KEY = env_secret("SECRET_KEY", "podium-insecure-development-key-change-me-in-production")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "allauth",
+    "allauth.account",
+    "rest_framework",
+    "drf_spectacular",
+    "portal.contests",
+    "portal.environments",
+    "portal.submissions",
+    "portal.audit",
+    "portal.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_default_db = f"sqlite:///{PODIUM_DATA_DIR / 'podium.sqlite3'}"
+DATABASES = {"default": env.db("DATABASE_URL", default=_default_db)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE transactions take the write lock up front, so concurrent charges
+    # serialize instead of failing on a lock upgrade.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+    DATABASES["default"]["TEST"] = {"NAME": str(PODIUM_DATA_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "email*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+LOGIN_REDIRECT_URL = "/"
+ACCOUNT_LOGOUT_REDIRECT_URL = "/"
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = PODIUM_DATA_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+
+# Uploads always stream to disk, never into memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 0
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+FILE_UPLOAD_TEMP_DIR = str(PODIUM_DATA_DIR / "uploads")
+Path(FILE_UPLOAD_TEMP_DIR).mkdir(parents=True, exist_ok=True)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.auth.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_RATES": {"tokens": "20/min"},
+}
+SPECTACULAR_SETTINGS = {"TITLE": "Podium API", "VERSION": "1.0.0"}
+
+# Celery: the embedded filesystem broker unless CELERY_BROKER_URL names Redis.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = Path(env.str("PODIUM_BROKER_DIR", default=str(PODIUM_DATA_DIR / "broker")))
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+    for _folder in ("out", "processed"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ROUTES = {
+    "scoring.build_environment": {"queue": "builds"},
+    "scoring.build_submission": {"queue": "builds"},
+    "scoring.score_submission": {"queue": "scoring"},
+    "scoring.remove_image": {"queue": "builds"},
+    "scoring.reap": {"queue": "builds"},
+}
+CELERY_BEAT_SCHEDULE = {"reap": {"task": "scoring.reap", "schedule": 60.0}}
+CELERY_TASK_ALWAYS_EAGER = False
+
+# The worker side.
+PODIUM_DOCKER_PLATFORM = env.str("PODIUM_DOCKER_PLATFORM", default="")
+PODIUM_RUN_UID = env.int("PODIUM_RUN_UID", default=65534)
+PODIUM_SUPERVISOR = Path(
+    env.str("PODIUM_SUPERVISOR", default=str(BASE_DIR / "scoring" / "supervisor" / "supervise"))
+)
+PODIUM_LOG_CAP_BYTES = env.int("PODIUM_LOG_CAP_BYTES", default=4 * 1024 * 1024)
+PODIUM_STARTER_BASE_IMAGE = env.str("PODIUM_STARTER_BASE_IMAGE", default="podium/python:bookworm")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

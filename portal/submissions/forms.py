@@ -1,0 +1,44 @@
+"""The upload form: which ready environment, which kind, and the source archive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from django import forms
+from django.db.models import QuerySet
+
+from portal.environments.forms import upload_path
+from portal.environments.models import Environment
+from portal.submissions.models import Submission
+
+SOURCE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+
+
+class EnvironmentChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Environment) -> str:
+        return obj.name
+
+
+class SubmissionForm(forms.Form):
+    environment = EnvironmentChoiceField(
+        queryset=Environment.objects.none(),
+        empty_label=None,
+        help_text="One of your ready environments on this benchmark.",
+    )
+    kind = forms.ChoiceField(choices=Submission.KINDS, initial=Submission.OFFICIAL)
+    source = forms.FileField(
+        label="Source archive",
+        help_text=".tar.gz, .tar or .zip with build.sh and run.",
+    )
+
+    def __init__(self, *args: Any, environments: QuerySet[Environment], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(EnvironmentChoiceField, self.fields["environment"]).queryset = environments
+
+    def clean_source(self) -> tuple[Path, str]:
+        upload = self.cleaned_data["source"]
+        name = upload.name or ""
+        if not name.lower().endswith(SOURCE_SUFFIXES):
+            raise forms.ValidationError("Upload a .tar.gz, .tar or .zip archive.")
+        return upload_path(upload), name

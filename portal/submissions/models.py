@@ -1,0 +1,167 @@
+"""Submissions (official attempts and practice), the attempt ledger, scored runs, timelines."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Submission(models.Model):
+    ACCEPTED = "accepted"
+    BUILDING = "building"
+    BUILD_FAILED = "build_failed"
+    QUEUED = "queued"
+    STAGING = "staging"
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    ERRORED = "errored"
+    INFRA_FAILED = "infra_failed"
+    CANCELLED = "cancelled"
+    STATUSES = [
+        (s, s)
+        for s in (
+            ACCEPTED,
+            BUILDING,
+            BUILD_FAILED,
+            QUEUED,
+            STAGING,
+            RUNNING,
+            PASSED,
+            FAILED,
+            ERRORED,
+            INFRA_FAILED,
+            CANCELLED,
+        )
+    ]
+    FINAL = (BUILD_FAILED, PASSED, FAILED, ERRORED, INFRA_FAILED, CANCELLED)
+
+    OFFICIAL = "official"
+    PRACTICE = "practice"
+    KINDS = [(OFFICIAL, "official"), (PRACTICE, "practice")]
+
+    entrant = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="submissions"
+    )
+    benchmark = models.ForeignKey(
+        "contests.Benchmark", on_delete=models.CASCADE, related_name="submissions"
+    )
+    environment = models.ForeignKey(
+        "environments.Environment", on_delete=models.PROTECT, related_name="submissions"
+    )
+    kind = models.CharField(max_length=16, choices=KINDS, default=OFFICIAL)
+    status = models.CharField(max_length=16, choices=STATUSES, default=ACCEPTED)
+    submitted_at = models.DateTimeField(db_index=True)
+    source_name = models.CharField(max_length=255)
+    source_format = models.CharField(max_length=8)  # "tar.gz", "tar" or "zip"
+    source_sha256 = models.CharField(max_length=64)
+    source_bytes = models.PositiveBigIntegerField()
+    environment_image_digest = models.CharField(max_length=100, blank=True)
+    image_tag = models.CharField(max_length=200, blank=True)
+    image_digest = models.CharField(max_length=100, blank=True)
+    image_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    disqualified_at = models.DateTimeField(null=True, blank=True)
+    disqualified_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    disqualification_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} by {self.entrant}"
+
+
+class SubmissionEvent(models.Model):
+    """One status change of a submission: its timeline."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="events")
+    status = models.CharField(max_length=16)
+    at = models.DateTimeField()
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.submission_id} {self.status} at {self.at}"
+
+
+class AttemptLedger(models.Model):
+    """Every charge (+1) and refund (-1) of an attempt, on the attempt day it belongs to."""
+
+    CHARGE = 1
+    REFUND = -1
+
+    entrant = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    benchmark = models.ForeignKey("contests.Benchmark", on_delete=models.CASCADE)
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="ledger")
+    kind = models.CharField(max_length=16, choices=Submission.KINDS)
+    attempt_day = models.DateField(help_text="Calendar day in the benchmark's attempt timezone.")
+    delta = models.SmallIntegerField()
+    reason = models.CharField(max_length=200)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            # One charge and at most one refund per submission.
+            models.UniqueConstraint(fields=["submission", "delta"], name="one_entry_per_delta")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.submission_id} {self.delta:+d} ({self.reason})"
+
+
+class Run(models.Model):
+    """One scored run of a submission on a cohort. A platform failure retries as try 2."""
+
+    QUEUED = "queued"
+    STAGING = "staging"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INFRA_FAILED = "infra_failed"
+    STATUSES = [(s, s) for s in (QUEUED, STAGING, RUNNING, FINISHED, INFRA_FAILED)]
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="runs")
+    cohort = models.ForeignKey("contests.Cohort", on_delete=models.PROTECT)
+    try_number = models.PositiveSmallIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=STATUSES, default=QUEUED)
+    verdict = models.CharField(max_length=16, blank=True)  # passed / failed / errored
+    verdict_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    container_id = models.CharField(max_length=100, blank=True)
+    host_start_ns = models.BigIntegerField(null=True, blank=True)
+    host_end_ns = models.BigIntegerField(null=True, blank=True)
+    trusted_start_ns = models.BigIntegerField(null=True, blank=True)
+    trusted_end_ns = models.BigIntegerField(null=True, blank=True)
+    wall_time_ns = models.BigIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    exit_signal = models.IntegerField(null=True, blank=True)
+    killed = models.BooleanField(default=False)
+    rusage = models.JSONField(default=dict, blank=True)
+    matches = models.PositiveIntegerField(null=True, blank=True)
+    total = models.PositiveIntegerField(null=True, blank=True)
+    passed = models.BooleanField(null=True)
+    output_sha256 = models.CharField(max_length=64, blank=True)
+    supervisor_sha256 = models.CharField(max_length=64, blank=True)
+    readings = models.JSONField(default=dict, blank=True)  # health gates
+    overhead_ms = models.JSONField(default=dict, blank=True)  # staging, create, compare
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["submission", "try_number"], name="one_run_per_try")
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of submission {self.submission_id} (try {self.try_number})"

@@ -1,0 +1,383 @@
+"""Submission lifecycle: accepting uploads (web side) and every later transition (worker side).
+
+Rules of the road:
+- An attempt is charged in the same transaction that accepts the upload, and refunded
+  only for platform failures and staff cancellations.
+- Every transition is a conditional update plus a timeline event, so running a step
+  twice (a redelivered task) changes nothing the second time.
+- A verdict is written at most once per run, in the same transaction as the leaderboard.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal import errors, jobs, storage
+from portal.contests import rules, selectors
+from portal.contests.models import Benchmark, Cohort
+from portal.contests.services import leaderboard_refresh_entrant
+from portal.environments.models import Environment
+from portal.submissions import archives
+from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
+
+SOURCE_FILE = "source.archive"
+PLATFORM_RETRY_NOTE = "platform error, build will be retried"
+PLATFORM_RETRY_DELAY_S = 60.0
+
+
+def source_path(submission: Submission) -> Path:
+    return storage.submission_dir(submission.pk) / SOURCE_FILE
+
+
+def _event(submission_id: int, status: str, note: str = "") -> None:
+    SubmissionEvent.objects.create(
+        submission_id=submission_id, status=status, at=timezone.now(), note=note
+    )
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _place_file(src: Path, dest: Path) -> None:
+    """Put the uploaded file in its final place without holding it in memory."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
+    """Validate an uploaded archive before anything is charged; return its format."""
+    if size > benchmark.max_upload_bytes:
+        raise errors.ArchiveTooLarge(
+            f"The archive is {size:,} bytes; this benchmark accepts at most "
+            f"{benchmark.max_upload_bytes:,} bytes."
+        )
+    try:
+        fmt = archives.detect_format(path)
+        archives.inspect_archive(path, fmt)
+    except archives.ArchiveError as exc:
+        raise errors.InvalidArchive(str(exc)) from exc
+    return fmt
+
+
+def submission_accept(
+    *,
+    entrant: Any,
+    benchmark: Benchmark,
+    environment: Environment,
+    source_file: Path,
+    source_name: str,
+    kind: str = Submission.OFFICIAL,
+    now: dt.datetime | None = None,
+) -> Submission:
+    """Accept an upload as an official attempt (or a practice run) and charge it.
+
+    The archive is validated first (nothing charged when it is bad). Then, holding a
+    lock on the entrant's row so concurrent uploads serialize, the window and the
+    day's allowance are checked, the submission and its ledger charge are written,
+    and the file is put in place; a refusal leaves no file and no ledger row.
+    """
+    now = now or timezone.now()
+    if kind not in (Submission.OFFICIAL, Submission.PRACTICE):
+        raise errors.InvalidParameter("kind must be 'official' or 'practice'.")
+    if environment.owner_id != entrant.pk or environment.benchmark_id != benchmark.pk:
+        raise errors.NotFound("No such environment.")
+    if environment.status != Environment.READY:
+        raise errors.EnvironmentNotReady(
+            f"Environment '{environment.name}' is {environment.status}; "
+            "submit once its build is ready."
+        )
+    fmt = submission_check_upload(
+        benchmark=benchmark, path=source_file, size=source_file.stat().st_size
+    )
+    sha256 = _sha256_file(source_file)
+    dest: Path | None = None
+    try:
+        with transaction.atomic():
+            get_user_model().objects.select_for_update().filter(pk=entrant.pk).first()
+            window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
+            if window == "upcoming":
+                raise errors.WindowNotOpen(
+                    f"Uploads open at {benchmark.opens_at.isoformat()}; try again then."
+                )
+            if window == "closed":
+                raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")
+            quota = selectors.quota_for(entrant, benchmark, kind, now)
+            if quota.remaining_today <= 0:
+                raise errors.QuotaExhausted(
+                    f"You have used all {quota.per_day} {kind} attempts of today "
+                    f"({benchmark.attempt_timezone}); the next one is available at "
+                    f"{quota.resets_at.isoformat()}."
+                )
+            submission = Submission.objects.create(
+                entrant=entrant,
+                benchmark=benchmark,
+                environment=environment,
+                kind=kind,
+                status=Submission.ACCEPTED,
+                submitted_at=now,
+                source_name=Path(source_name).name[:255] or "source",
+                source_format=fmt,
+                source_sha256=sha256,
+                source_bytes=source_file.stat().st_size,
+                environment_image_digest=environment.image_digest,
+            )
+            AttemptLedger.objects.create(
+                entrant=entrant,
+                benchmark=benchmark,
+                submission=submission,
+                kind=kind,
+                attempt_day=rules.attempt_day(now, benchmark.attempt_timezone),
+                delta=AttemptLedger.CHARGE,
+                reason="upload accepted",
+                at=now,
+            )
+            _event(submission.pk, Submission.ACCEPTED)
+            dest = source_path(submission)
+            _place_file(source_file, dest)
+            jobs.enqueue(jobs.BUILD_SUBMISSION, submission.pk)
+    except BaseException:
+        if dest is not None:
+            dest.unlink(missing_ok=True)
+        raise
+    return submission
+
+
+# Worker side ----------------------------------------------------------------------
+
+
+def submission_transition(
+    submission_id: int, *, frm: Iterable[str], to: str, note: str = "", **fields: Any
+) -> bool:
+    """Move a submission from one of ``frm`` to ``to`` (once) and record the event."""
+    with transaction.atomic():
+        done = Submission.objects.filter(pk=submission_id, status__in=list(frm)).update(
+            status=to, **fields
+        )
+        if done:
+            _event(submission_id, to, note)
+        return bool(done)
+
+
+def attempt_refund(*, submission: Submission, reason: str) -> bool:
+    """Refund the submission's attempt once (platform failure or staff cancellation)."""
+    charge = submission.ledger.filter(delta=AttemptLedger.CHARGE).first()
+    if charge is None:
+        return False
+    try:
+        with transaction.atomic():
+            AttemptLedger.objects.create(
+                entrant_id=submission.entrant_id,
+                benchmark_id=submission.benchmark_id,
+                submission=submission,
+                kind=submission.kind,
+                attempt_day=charge.attempt_day,
+                delta=AttemptLedger.REFUND,
+                reason=reason,
+                at=timezone.now(),
+            )
+    except IntegrityError:
+        return False  # already refunded
+    return True
+
+
+def submission_build_finished(
+    *,
+    submission_id: int,
+    ok: bool,
+    image_tag: str = "",
+    image_digest: str = "",
+    image_bytes: int | None = None,
+    reason: str = "",
+) -> bool:
+    """building -> queued (and the score enqueued) or -> build_failed (the attempt counts)."""
+    with transaction.atomic():
+        if not ok:
+            return submission_transition(
+                submission_id,
+                frm=[Submission.BUILDING],
+                to=Submission.BUILD_FAILED,
+                note=reason,
+                failure_reason=reason,
+            )
+        done = submission_transition(
+            submission_id,
+            frm=[Submission.BUILDING],
+            to=Submission.QUEUED,
+            image_tag=image_tag,
+            image_digest=image_digest,
+            image_bytes=image_bytes,
+        )
+        if done:
+            jobs.enqueue(jobs.SCORE_SUBMISSION, submission_id)
+        return done
+
+
+def submission_build_platform_failure(submission_id: int, *, reason: str) -> bool:
+    """A platform fault during a submission build: requeue once, then refund.
+
+    The first fault moves building -> accepted (with a timeline note) and enqueues the
+    build again after a short delay; a second fault ends the submission
+    ``infra_failed`` and refunds its attempt, as a platform failure of a scored run
+    does. Safe to call twice: each step is a conditional transition.
+    """
+    with transaction.atomic():
+        earlier_faults = SubmissionEvent.objects.filter(
+            submission_id=submission_id,
+            status=Submission.ACCEPTED,
+            note__startswith=PLATFORM_RETRY_NOTE,
+        ).count()
+        if earlier_faults == 0:
+            done = submission_transition(
+                submission_id,
+                frm=[Submission.BUILDING],
+                to=Submission.ACCEPTED,
+                note=f"{PLATFORM_RETRY_NOTE}: {reason}",
+            )
+            if done:
+                jobs.enqueue(jobs.BUILD_SUBMISSION, submission_id, countdown=PLATFORM_RETRY_DELAY_S)
+            return done
+        done = submission_transition(
+            submission_id,
+            frm=[Submission.BUILDING],
+            to=Submission.INFRA_FAILED,
+            note=f"platform failure during the build, attempt refunded: {reason}",
+            failure_reason=(
+                f"The platform failed twice while building ({reason}); the attempt was refunded."
+            ),
+        )
+        if done:
+            attempt_refund(
+                submission=Submission.objects.get(pk=submission_id),
+                reason=f"platform failure during the build: {reason}",
+            )
+        return done
+
+
+def run_claim(submission_id: int, *, lease_s: int) -> Run | None:
+    """queued -> staging for the submission, creating its next Run. None if already claimed."""
+    with transaction.atomic():
+        submission = Submission.objects.select_for_update().filter(pk=submission_id).first()
+        if submission is None or submission.status != Submission.QUEUED:
+            return None
+        kind = Cohort.PRACTICE if submission.kind == Submission.PRACTICE else Cohort.OFFICIAL
+        cohort = Cohort.objects.filter(benchmark_id=submission.benchmark_id, kind=kind).first()
+        if cohort is None:
+            raise errors.InvalidParameter(f"The benchmark has no {kind} cohort yet.")
+        try_number = submission.runs.count() + 1
+        run = Run.objects.create(
+            submission=submission,
+            cohort=cohort,
+            try_number=try_number,
+            status=Run.STAGING,
+            started_at=timezone.now(),
+            lease_expires_at=timezone.now() + dt.timedelta(seconds=lease_s),
+        )
+        submission_transition(submission_id, frm=[Submission.QUEUED], to=Submission.STAGING)
+        return run
+
+
+def run_mark_running(*, run_id: int, lease_s: int, **fields: Any) -> bool:
+    """staging -> running, just before the container starts."""
+    with transaction.atomic():
+        done = Run.objects.filter(pk=run_id, status=Run.STAGING).update(
+            status=Run.RUNNING,
+            lease_expires_at=timezone.now() + dt.timedelta(seconds=lease_s),
+            **fields,
+        )
+        if done:
+            run = Run.objects.get(pk=run_id)
+            submission_transition(
+                run.submission_id, frm=[Submission.STAGING], to=Submission.RUNNING
+            )
+        return bool(done)
+
+
+def run_record_verdict(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
+    """Write the run's verdict once, the submission's final status and the leaderboard.
+
+    ``status`` is passed, failed or errored. All in one transaction.
+    """
+    if status not in (Submission.PASSED, Submission.FAILED, Submission.ERRORED):
+        raise ValueError(f"not a verdict: {status}")
+    with transaction.atomic():
+        done = Run.objects.filter(
+            pk=run_id,
+            status__in=[Run.STAGING, Run.RUNNING],
+            submission__status__in=[Submission.STAGING, Submission.RUNNING],
+        ).update(
+            status=Run.FINISHED,
+            verdict=status,
+            verdict_reason=reason,
+            passed=status == Submission.PASSED,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+            **fields,
+        )
+        if not done:
+            return False
+        run = Run.objects.select_related("submission").get(pk=run_id)
+        submission = run.submission
+        submission_transition(
+            submission.pk,
+            frm=[Submission.STAGING, Submission.RUNNING],
+            to=status,
+            note=reason,
+            failure_reason="" if status == Submission.PASSED else reason,
+        )
+        if submission.kind == Submission.OFFICIAL:
+            leaderboard_refresh_entrant(
+                benchmark=submission.benchmark, entrant_id=submission.entrant_id
+            )
+        return True
+
+
+def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool:
+    """A platform fault: requeue once (try 2); a second fault refunds the attempt."""
+    with transaction.atomic():
+        done = Run.objects.filter(pk=run_id, status__in=[Run.STAGING, Run.RUNNING]).update(
+            status=Run.INFRA_FAILED,
+            verdict_reason=reason,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+            **fields,
+        )
+        if not done:
+            return False
+        run = Run.objects.select_related("submission").get(pk=run_id)
+        submission = run.submission
+        active = [Submission.STAGING, Submission.RUNNING]
+        if run.try_number < 2:
+            submission_transition(
+                submission.pk,
+                frm=active,
+                to=Submission.QUEUED,
+                note=f"platform failure, requeued: {reason}",
+            )
+            jobs.enqueue(jobs.SCORE_SUBMISSION, submission.pk)
+        elif submission_transition(
+            submission.pk,
+            frm=active,
+            to=Submission.INFRA_FAILED,
+            note=f"platform failure, attempt refunded: {reason}",
+            failure_reason=f"The platform failed twice ({reason}); the attempt was refunded.",
+        ):
+            attempt_refund(submission=submission, reason=f"platform failure: {reason}")
+        return True

@@ -1,0 +1,11 @@
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/", include("allauth.urls")),
+    path("api/", include("portal.api.urls")),
+    path("", include("portal.contests.urls")),
+    path("", include("portal.environments.urls")),
+    path("", include("portal.submissions.urls")),
+]

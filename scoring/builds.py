@@ -1,0 +1,436 @@
+"""The two builds: an environment's Dockerfile (attempt-free) and a submission's build.sh.
+
+Both are called by thin Celery tasks (``scoring/tasks.py``) with an id, on the
+``builds`` queue. Each claims its row with a conditional update first, so a
+redelivered message does nothing the second time.
+
+Who pays for what:
+- Environment builds are attempt-free. Every bad outcome, a platform fault included,
+  ends the build as ``failed``, ``timed_out`` or ``too_large`` with one sentence, and
+  the entrant may rebuild.
+- A submission build runs inside the charged attempt: build.sh failing, running past
+  the cap, leaving no executable ``/submission/run`` or an oversized image is the
+  entrant's ``build_failed`` (the attempt counts). A Docker Engine error is never the
+  entrant's fault: the build is requeued once and, if the platform fails again, the
+  submission ends ``infra_failed`` with its attempt refunded (see
+  :func:`submission_build_platform_failure`).
+
+Neither build ever sees a cohort file: the environment build gets its Dockerfile and
+its own context archive, the submission build gets its source archive, nothing else.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import posixpath
+import re
+import secrets
+import tarfile
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, cast
+
+from django.conf import settings
+
+from portal import storage
+from portal.environments.models import Environment
+from portal.environments.services import environment_claim_build, environment_finish_build
+from portal.submissions import archives
+from portal.submissions.models import Submission
+from portal.submissions.services import (
+    source_path,
+    submission_build_finished,
+    submission_build_platform_failure,
+    submission_transition,
+)
+from scoring import engine
+from scoring.logfile import CappedLog
+
+log = logging.getLogger(__name__)
+
+BUILD_LOG = "build.log"
+CONTEXT_ARCHIVE = "context.archive"
+SHELL = "/bin/sh"
+RUN_PATH = "/submission/run"
+BUILD_PIDS_LIMIT = 1024
+LOG_THREAD_GRACE_S = 10.0
+
+# build.sh is optional: without one the source is committed as it is.
+BUILD_SCRIPT = (
+    "if [ -f /submission/build.sh ]; then exec /bin/sh /submission/build.sh 2>&1; "
+    "else echo 'No /submission/build.sh; nothing to build.'; fi"
+)
+
+# Go's os.FileMode bits, as the engine reports them in a path stat.
+MODE_DIR = 1 << 31
+MODE_SYMLINK = 1 << 27
+MODE_TYPE = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
+EXEC_BITS = 0o111
+OTHERS_EXEC = 0o001
+
+_CLIENT_ERROR = re.compile(r"^engine: 4\d\d Client Error.*?\(\"(?P<message>.*)\"\)\s*$", re.S)
+
+
+def _short_tag() -> str:
+    """A fresh tag per build, so a rebuild never reuses (or untags) an earlier image."""
+    return secrets.token_hex(6)
+
+
+def _discard_image(ref: str) -> None:
+    """Remove an image we made; a failure to clean up must not change the verdict."""
+    try:
+        engine.remove_image(ref)
+    except engine.EngineError:
+        log.exception("could not remove image %s", ref)
+
+
+# Environment builds ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvironmentResult:
+    status: str
+    reason: str = ""
+    image_tag: str = ""
+    image_digest: str = ""
+    image_bytes: int | None = None
+
+
+def build_environment(environment_id: int) -> None:
+    """Build a queued environment's image and record ready, failed, timed_out or too_large.
+
+    Claims queued -> building first; a second delivery of the same task finds the row
+    already claimed and returns. The build log (``environment_dir/build.log``) is
+    capped and flushed as it grows. Whatever the outcome, no image is left tagged
+    unless the environment ends ``ready``.
+    """
+    environment = environment_claim_build(environment_id)
+    if environment is None:
+        return
+    cap_s = environment.benchmark.build_timeout_s
+    folder = storage.ensure_dir(storage.environment_dir(environment.pk))
+    tag = f"podium/env-{environment.pk}:{_short_tag()}"
+    try:
+        with CappedLog(folder / BUILD_LOG) as build_log:
+            build_log.write(f"Building environment {environment.name} (cap {cap_s} s)\n")
+            try:
+                result = _build_environment_image(environment, tag, folder, build_log)
+            except engine.EngineError as exc:
+                _discard_image(tag)
+                result = EnvironmentResult(Environment.FAILED, f"platform error: {exc}")
+            build_log.write(_environment_outcome_line(result))
+    except Exception as exc:
+        # Our own bug or a broken data folder: still a platform fault, and still free.
+        _discard_image(tag)
+        environment_finish_build(
+            environment_id=environment.pk,
+            status=Environment.FAILED,
+            reason=f"platform error: {type(exc).__name__}; rebuild it.",
+        )
+        raise
+    recorded = environment_finish_build(
+        environment_id=environment.pk,
+        status=result.status,
+        image_tag=result.image_tag,
+        image_digest=result.image_digest,
+        image_bytes=result.image_bytes,
+        reason=result.reason,
+    )
+    if not recorded and result.image_tag:
+        # Someone (the reaper) settled the build meanwhile: leave nothing behind.
+        _discard_image(result.image_tag)
+
+
+def _build_environment_image(
+    environment: Environment, tag: str, folder: Path, build_log: CappedLog
+) -> EnvironmentResult:
+    benchmark = environment.benchmark
+    cap_s = benchmark.build_timeout_s
+    with tempfile.TemporaryFile(dir=folder) as context:
+        try:
+            _write_environment_context(environment, folder, context, build_log)
+        except archives.ArchiveError as exc:
+            return EnvironmentResult(
+                Environment.FAILED, f"The build context archive cannot be used: {exc}"
+            )
+        context.seek(0)
+        outcome = engine.build_image(
+            context=context,
+            tag=tag,
+            on_log=build_log.write,
+            timeout_s=cap_s,
+            platform=settings.PODIUM_DOCKER_PLATFORM,
+        )
+    if outcome.timed_out:
+        _discard_image(tag)
+        return EnvironmentResult(
+            Environment.TIMED_OUT, f"The build ran past the {cap_s}-second cap."
+        )
+    if not outcome.ok:
+        _discard_image(tag)
+        reason = _build_failure_reason(outcome.error)
+        if outcome.error.startswith("engine: "):
+            build_log.write(outcome.error + "\n")  # the engine did not stream this one
+        return EnvironmentResult(Environment.FAILED, reason)
+    info = engine.image_info(tag)
+    if info.size > benchmark.max_image_bytes:
+        _discard_image(tag)
+        return EnvironmentResult(
+            Environment.TOO_LARGE,
+            f"The image is {info.size:,} bytes; the cap is {benchmark.max_image_bytes:,} bytes.",
+        )
+    if not engine.image_has_path(tag, SHELL):
+        _discard_image(tag)
+        return EnvironmentResult(
+            Environment.FAILED, "The image has no /bin/sh, which build.sh needs."
+        )
+    return EnvironmentResult(
+        Environment.READY, image_tag=tag, image_digest=info.id, image_bytes=info.size
+    )
+
+
+def _build_failure_reason(error: str) -> str:
+    """The entrant's sentence for a failed build; engine faults read as platform errors."""
+    client_error = _CLIENT_ERROR.match(error)
+    if client_error:  # the engine refused the Dockerfile itself (a parse error)
+        return f"The Dockerfile build failed: {client_error.group('message')}"
+    if error.startswith("engine: "):
+        return f"platform error: {error.removeprefix('engine: ')}"
+    return f"The Dockerfile build failed: {error}"
+
+
+def _environment_outcome_line(result: EnvironmentResult) -> str:
+    if result.status == Environment.READY:
+        return (
+            f"Environment ready: {result.image_tag} ({result.image_digest}, "
+            f"{result.image_bytes or 0:,} bytes)\n"
+        )
+    return f"Environment {result.status}: {result.reason}\n"
+
+
+def _write_environment_context(
+    environment: Environment, folder: Path, dest: IO[bytes], build_log: CappedLog
+) -> None:
+    """Write the build context tar: the environment's Dockerfile at the root, then the
+    members of its context archive (validated and normalized by ``archives``).
+
+    The Dockerfile is always the policy-checked text stored on the row; a ``Dockerfile``
+    at the root of the context archive is skipped (and the log says so). Nothing is held
+    in memory: the normalized context goes through a temporary file.
+    """
+    dockerfile = environment.dockerfile.encode()
+    with tarfile.open(fileobj=dest, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(dockerfile))
+        if not environment.has_context:
+            return
+        archive = folder / CONTEXT_ARCHIVE
+        fmt = archives.detect_format(archive)
+        archives.inspect_archive(archive, fmt, require_entrypoint=False)
+        with tempfile.TemporaryFile(dir=folder) as normalized:
+            archives.write_normalized_tar(archive, fmt, normalized, prefix="context")
+            normalized.seek(0)
+            with tarfile.open(fileobj=normalized, mode="r|") as members:
+                for member in members:
+                    name = _strip_prefix(member.name, "context")
+                    if not name:
+                        continue
+                    if name == "Dockerfile":
+                        build_log.write(
+                            "The context archive's own Dockerfile is ignored; "
+                            "the environment's Dockerfile is used.\n"
+                        )
+                        continue
+                    member.name = name  # symlink targets are relative: they stay as they are
+                    tar.addfile(member, members.extractfile(member) if member.isfile() else None)
+
+
+def _strip_prefix(name: str, prefix: str) -> str:
+    name = name.rstrip("/")
+    if name == prefix:
+        return ""
+    if not name.startswith(prefix + "/"):
+        raise archives.ArchiveError(f"unexpected member {name!r} in the normalized archive")
+    return name[len(prefix) + 1 :]
+
+
+# Submission builds -------------------------------------------------------------------
+
+
+class _EntrantFailure(Exception):
+    """The entrant's own build failure: build_failed, the attempt counts."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def build_submission(submission_id: int) -> None:
+    """Run build.sh in the environment image and commit the submission image.
+
+    Claims accepted -> building first (a redelivered task returns at once). On success
+    the submission goes to ``queued`` and its score is enqueued. The entrant's own
+    failures end in ``build_failed`` (the attempt stays charged). A Docker Engine error
+    is handled here, not raised: see :func:`submission_build_platform_failure`. The
+    build container is always removed; the build log (``submission_dir/build.log``)
+    holds build.sh's stdout and stderr, capped.
+    """
+    if not submission_transition(submission_id, frm=[Submission.ACCEPTED], to=Submission.BUILDING):
+        return
+    submission = Submission.objects.select_related("environment", "benchmark").get(pk=submission_id)
+    folder = storage.ensure_dir(storage.submission_dir(submission_id))
+    try:
+        with CappedLog(folder / BUILD_LOG) as build_log:
+            try:
+                image = _build_submission_image(submission, folder, build_log)
+            except _EntrantFailure as failure:
+                build_log.write(f"Build failed: {failure.reason}\n")
+                submission_build_finished(
+                    submission_id=submission_id, ok=False, reason=failure.reason
+                )
+                return
+            build_log.write(f"Submission image ready: {image.tag} ({image.digest})\n")
+    except Exception as exc:
+        # Engine errors, and anything else that is not the entrant's doing: the archive
+        # passed validation at upload, so failing to unpack it now is ours too.
+        log.exception("platform error while building submission %s", submission_id)
+        reason = (
+            f"Docker Engine: {exc}"
+            if isinstance(exc, engine.EngineError)
+            else f"internal error ({type(exc).__name__})"  # no host paths in entrant text
+        )
+        submission_build_platform_failure(submission_id, reason=reason)
+        return
+    if not submission_build_finished(
+        submission_id=submission_id,
+        ok=True,
+        image_tag=image.tag,
+        image_digest=image.digest,
+        image_bytes=image.size,
+    ):
+        _discard_image(image.tag)  # settled elsewhere meanwhile (cancelled): leave nothing
+
+
+@dataclass(frozen=True)
+class SubmissionImage:
+    tag: str
+    digest: str
+    size: int
+
+
+def _build_submission_image(
+    submission: Submission, folder: Path, build_log: CappedLog
+) -> SubmissionImage:
+    benchmark = submission.benchmark
+    cap_s = benchmark.build_timeout_s
+    environment_tag = submission.environment.image_tag
+    build_log.write(f"Building submission #{submission.pk} on {environment_tag} (cap {cap_s} s)\n")
+    container_id = engine.create_container(
+        image=environment_tag,
+        command=[SHELL, "-c", BUILD_SCRIPT],
+        entrypoint=[],  # the environment's ENTRYPOINT must not wrap build.sh
+        working_dir="/submission",
+        user="0",
+        network_mode="bridge",  # the build may fetch from the internet (host firewall applies)
+        labels={"podium.submission": str(submission.pk)},
+        mem_limit=benchmark.run_memory_bytes,
+        memswap_limit=benchmark.run_memory_bytes,
+        pids_limit=BUILD_PIDS_LIMIT,
+        log_config={"type": "json-file", "config": {"max-size": "10m"}},
+    )
+    try:
+        with tempfile.TemporaryFile(dir=folder) as source_tar:
+            archives.write_normalized_tar(
+                source_path(submission),
+                cast(archives.ArchiveFormat, submission.source_format),
+                source_tar,
+                prefix="submission",
+            )
+            source_tar.seek(0)
+            engine.put_archive(container_id, "/", source_tar)
+        engine.start(container_id)
+        follower = _LogFollower(container_id, build_log)
+        follower.start()
+        exit_code = engine.wait(container_id, timeout_s=cap_s)
+        if exit_code is None:
+            engine.kill(container_id)
+            follower.join(LOG_THREAD_GRACE_S)
+            raise _EntrantFailure(f"build.sh ran past the {cap_s}-second cap.")
+        follower.join(LOG_THREAD_GRACE_S)
+        if exit_code != 0:
+            raise _EntrantFailure(f"build.sh exited with status {exit_code}; see the build log.")
+        _check_run_entrypoint(container_id, build_log)
+        repository = f"podium/sub-{submission.pk}"
+        tag = _short_tag()
+        info = engine.commit(container_id, repository=repository, tag=tag)
+        image_tag = f"{repository}:{tag}"
+        if info.size > benchmark.max_image_bytes:
+            _discard_image(image_tag)
+            raise _EntrantFailure(
+                f"The submission image is {info.size:,} bytes; "
+                f"the cap is {benchmark.max_image_bytes:,} bytes."
+            )
+        return SubmissionImage(tag=image_tag, digest=info.id, size=info.size)
+    finally:
+        try:
+            engine.remove_container(container_id)
+        except engine.EngineError:
+            log.exception("could not remove build container %s", container_id)
+
+
+def _check_run_entrypoint(container_id: str, build_log: CappedLog) -> None:
+    """``/submission/run`` must be an executable regular file after build.sh.
+
+    A symlink is accepted when it resolves (inside the image) to an executable regular
+    file under ``/submission/``; a link leading elsewhere is refused, because the scored
+    run mounts its own folders over parts of the image and only ``/submission`` is the
+    entrant's to rely on.
+    """
+    stat = engine.path_stat(container_id, RUN_PATH)
+    if stat is None:
+        raise _EntrantFailure("/submission/run is missing after build.sh.")
+    mode = int(stat.get("mode", 0))
+    shown = RUN_PATH
+    if mode & MODE_SYMLINK:
+        target = posixpath.normpath(str(stat.get("linkTarget") or ""))
+        if not target.startswith("/submission/"):
+            raise _EntrantFailure(
+                f"/submission/run is a symlink to {target or 'nothing'}, outside /submission; "
+                "make it a file, or a link to a file inside /submission."
+            )
+        stat = engine.path_stat(container_id, target)
+        if stat is None:
+            raise _EntrantFailure(f"/submission/run is a symlink to {target}, which is missing.")
+        mode = int(stat.get("mode", 0))
+        shown = f"/submission/run (a link to {target})"
+    if mode & MODE_TYPE:
+        kind = "a directory" if mode & MODE_DIR else "not a regular file"
+        raise _EntrantFailure(f"{shown} is {kind}; it must be an executable file.")
+    if not mode & EXEC_BITS:
+        raise _EntrantFailure(f"{shown} is not executable (mode {mode & 0o777:o}); chmod +x it.")
+    if not mode & OTHERS_EXEC:
+        build_log.write(
+            f"warning: {shown} has mode {mode & 0o777:o}; the scored run uses a non-root "
+            "user, which needs the 'others' execute bit (chmod 755).\n"
+        )
+
+
+class _LogFollower(threading.Thread):
+    """Copies a container's stdout and stderr into the build log until it stops."""
+
+    def __init__(self, container_id: str, build_log: CappedLog) -> None:
+        super().__init__(daemon=True, name=f"build-log-{container_id[:12]}")
+        self.container_id = container_id
+        self.build_log = build_log
+
+    def run(self) -> None:
+        try:
+            for chunk in engine.follow_logs(self.container_id):
+                self.build_log.write_bytes(chunk)
+        except engine.EngineError:
+            log.warning("log stream of %s ended early", self.container_id, exc_info=True)

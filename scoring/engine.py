@@ -1,0 +1,314 @@
+"""The one module that talks to the Docker Engine.
+
+Everything else in Podium calls these functions (or a fake with the same shape in
+unit tests). Any error the engine raises comes out as :class:`EngineError`, which
+callers treat as a platform failure, never as the entrant's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import IO, Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+LABEL = "podium"  # every container and image Podium makes carries this label
+
+
+class EngineError(Exception):
+    """The Docker Engine failed or could not be reached (a platform fault)."""
+
+
+class NoSuchObject(EngineError):
+    """The image or container does not exist."""
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    ok: bool
+    timed_out: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str  # "sha256:..." content digest of the image config
+    size: int  # bytes
+
+
+def _wrap(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except docker.errors.NotFound as exc:
+        raise NoSuchObject(str(exc)) from exc
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineError(str(exc)) from exc
+
+
+@cache
+def client() -> docker.DockerClient:
+    return _wrap(lambda: docker.from_env(version="auto", timeout=120))
+
+
+def available() -> bool:
+    """Whether a Docker Engine answers here."""
+    try:
+        return bool(client().ping())
+    except EngineError:
+        return False
+
+
+def version() -> str:
+    return str(_wrap(lambda: client().version()).get("Version", ""))
+
+
+# Images ---------------------------------------------------------------------------
+
+
+def build_image(
+    *,
+    context: IO[bytes],
+    tag: str,
+    on_log: Callable[[str], None],
+    timeout_s: float,
+    buildargs: dict[str, str] | None = None,
+    platform: str = "",
+    should_pause: Callable[[], bool] | None = None,
+) -> BuildOutcome:
+    """Build ``context`` (a tar with a Dockerfile at its root) as ``tag``.
+
+    Streams the build output to ``on_log``. Stops the build when ``timeout_s`` passes:
+    closing the connection makes the engine cancel it, and no image is tagged.
+    """
+    result: dict[str, BuildOutcome] = {}
+    holder: dict[str, Any] = {}
+
+    def consume() -> None:
+        try:
+            stream = client().api.build(
+                fileobj=context,
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                buildargs=buildargs or {},
+                platform=platform or None,
+                labels={LABEL: "1"},
+                pull=False,
+            )
+            holder["stream"] = stream
+            for chunk in stream:
+                if "stream" in chunk:
+                    on_log(str(chunk["stream"]))
+                if "error" in chunk:
+                    on_log(str(chunk["error"]) + "\n")
+                    result["outcome"] = BuildOutcome(ok=False, error=str(chunk["error"]).strip())
+                    return
+            result["outcome"] = BuildOutcome(ok=True)
+        except Exception as exc:
+            result.setdefault("outcome", BuildOutcome(ok=False, error=f"engine: {exc}"))
+
+    worker = threading.Thread(target=consume, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        result["outcome"] = BuildOutcome(ok=False, timed_out=True, error="build timed out")
+        _close_stream(holder.get("stream"))
+        worker.join(30)
+    return result["outcome"]
+
+
+def _close_stream(stream: Any) -> None:
+    """Close a streaming API response so the engine cancels the request.
+
+    Closing alone is not enough: the reader thread stays blocked in ``recv`` on the
+    socket, which keeps the connection open, so the engine goes on building (a silent
+    ``RUN sleep`` runs to its end, past the cap). Shutting the socket down wakes the
+    reader and lets the engine see the client leave; it then kills the build container.
+    """
+    response = getattr(getattr(stream, "gi_frame", None), "f_locals", {}).get("response")
+    raw = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    sock = getattr(getattr(raw, "raw", None), "_sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):  # already closed by the engine: fine
+            sock.shutdown(socket.SHUT_RDWR)
+    for obj in (response, stream):
+        close = getattr(obj, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+
+
+def image_info(ref: str) -> ImageInfo:
+    data = _wrap(lambda: client().api.inspect_image(ref))
+    return ImageInfo(id=str(data["Id"]), size=int(data["Size"]))
+
+
+def image_exists(ref: str) -> bool:
+    try:
+        image_info(ref)
+    except NoSuchObject:
+        return False
+    return True
+
+
+def remove_image(ref: str) -> None:
+    """Remove an image; a missing one is already removed."""
+    with contextlib.suppress(NoSuchObject):
+        _wrap(lambda: client().api.remove_image(ref, force=True, noprune=False))
+
+
+def image_has_path(ref: str, path: str) -> bool:
+    """Whether ``path`` exists in the image (checked without running anything)."""
+    container_id = create_container(image=ref, command=["/nonexistent"], entrypoint=[])
+    try:
+        return path_stat(container_id, path) is not None
+    finally:
+        remove_container(container_id)
+
+
+# Containers -----------------------------------------------------------------------
+
+
+def create_container(**spec: Any) -> str:
+    """Create (not start) a container; ``spec`` is the docker SDK's ``create_host_config`` mix.
+
+    Keys understood: image, command, entrypoint, user, working_dir, environment,
+    network_mode, labels, and any host-config keyword (read_only, mounts, binds,
+    tmpfs, cap_drop, security_opt, pids_limit, mem_limit, memswap_limit, log_config,
+    device_requests, nano_cpus, init).
+    """
+    container_kw = {
+        key: spec.pop(key)
+        for key in (
+            "image",
+            "command",
+            "entrypoint",
+            "user",
+            "working_dir",
+            "environment",
+            "labels",
+            "network_disabled",
+            "stop_signal",
+        )
+        if key in spec
+    }
+    container_kw["labels"] = {LABEL: "1", **container_kw.get("labels", {})}
+    api = client().api
+    host_config = _wrap(lambda: api.create_host_config(**spec))
+    created = _wrap(lambda: api.create_container(host_config=host_config, **container_kw))
+    return str(created["Id"])
+
+
+def start(container_id: str) -> None:
+    _wrap(lambda: client().api.start(container_id))
+
+
+def wait(container_id: str, timeout_s: float) -> int | None:
+    """Wait for the container to stop; its exit code, or None when ``timeout_s`` passed."""
+    try:
+        result = client().api.wait(container_id, timeout=timeout_s)
+    except requests.exceptions.ConnectionError as exc:  # read timeout surfaces as this
+        if "timed out" in str(exc).lower():
+            return None
+        raise EngineError(str(exc)) from exc
+    except requests.exceptions.ReadTimeout:
+        return None
+    except docker.errors.DockerException as exc:
+        raise EngineError(str(exc)) from exc
+    return int(result.get("StatusCode", -1))
+
+
+def kill(container_id: str) -> None:
+    """SIGKILL a running container; one already stopped or gone is fine."""
+    with contextlib.suppress(EngineError):
+        _wrap(lambda: client().api.kill(container_id))
+
+
+def pause(container_id: str) -> None:
+    _wrap(lambda: client().api.pause(container_id))
+
+
+def unpause(container_id: str) -> None:
+    _wrap(lambda: client().api.unpause(container_id))
+
+
+def remove_container(container_id: str) -> None:
+    with contextlib.suppress(NoSuchObject):
+        _wrap(lambda: client().api.remove_container(container_id, force=True, v=True))
+
+
+def state(container_id: str) -> dict[str, Any]:
+    return dict(_wrap(lambda: client().api.inspect_container(container_id))["State"])
+
+
+def logs(container_id: str, *, stdout: bool = True, stderr: bool = False) -> bytes:
+    return bytes(
+        _wrap(lambda: client().api.logs(container_id, stdout=stdout, stderr=stderr, stream=False))
+    )
+
+
+def follow_logs(container_id: str) -> Iterator[bytes]:
+    """Stream the container's stdout and stderr until it stops."""
+    stream = _wrap(
+        lambda: client().api.logs(container_id, stdout=True, stderr=True, stream=True, follow=True)
+    )
+    try:
+        yield from stream
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineError(str(exc)) from exc
+
+
+def put_archive(container_id: str, path: str, data: IO[bytes] | bytes) -> None:
+    """Unpack a tar stream at ``path`` inside a (created or stopped) container."""
+    ok = _wrap(lambda: client().api.put_archive(container_id, path, data))
+    if not ok:
+        raise EngineError(f"could not copy files into the container at {path}")
+
+
+def path_stat(container_id: str, path: str) -> dict[str, Any] | None:
+    """The engine's stat of ``path`` in a container (mode, size, linkTarget), or None."""
+    try:
+        _stream, stat = _wrap(lambda: client().api.get_archive(container_id, path))
+    except NoSuchObject:
+        return None
+    return dict(stat)
+
+
+def read_file(container_id: str, path: str, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of a regular file in a container, or None if absent."""
+    try:
+        stream, _stat = _wrap(lambda: client().api.get_archive(container_id, path))
+    except NoSuchObject:
+        return None
+    raw = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            return None
+        extracted = tar.extractfile(member)
+        return extracted.read(limit) if extracted else None
+
+
+def commit(container_id: str, *, repository: str, tag: str) -> ImageInfo:
+    """Commit a stopped container as ``repository:tag``."""
+    _wrap(
+        lambda: client().api.commit(
+            container_id, repository=repository, tag=tag, conf={"Labels": {LABEL: "1"}}
+        )
+    )
+    return image_info(f"{repository}:{tag}")
+
+
+def list_containers(label: str = LABEL) -> list[dict[str, Any]]:
+    return list(_wrap(lambda: client().api.containers(all=True, filters={"label": label})))

@@ -1,0 +1,485 @@
+"""One timed, scored run of a submission (architecture "The scored run", steps 3 to 7).
+
+:func:`score_submission` is what the Celery task ``scoring.score_submission`` calls. It
+claims the submission (a redelivered task finds nothing to claim and does nothing),
+stages the cohort, creates the sandboxed container off the clock, starts it under the
+host's outer timer, reads the trusted supervisor's one result line, checks that the
+host interval contains the trusted one, and decides the verdict off the clock.
+
+Who is blamed:
+
+- Anything the entrant's code can cause (a crash, a timeout, invalid or wrong output)
+  is a verdict (``errored`` / ``failed``): the attempt counts.
+- Anything it cannot cause is a platform fault, recorded with
+  ``run_record_infra_failure`` (requeued once, refunded the second time): a Docker
+  Engine error, a cohort file that no longer matches its frozen hash, a missing or
+  malformed supervisor line, a supervisor that did not exit cleanly, or host and
+  trusted clocks that disagree.
+
+Reasons written to the run are shown to the entrant, so they never carry cohort
+member names or host paths; the details go to the worker's log.
+
+The machine lock and the health gates (steps 1 and 2) come later; :func:`machine` is
+their seam.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from portal.contests import rules
+from portal.contests.models import Benchmark
+from portal.submissions.models import Run, Submission
+from portal.submissions.services import (
+    run_claim,
+    run_mark_running,
+    run_record_infra_failure,
+    run_record_verdict,
+)
+from scoring import engine, staging, verdict
+from scoring.staging import StagedRun
+
+log = logging.getLogger(__name__)
+
+# Paths inside the scoring container (rules "The runtime ABI").
+SUPERVISOR_PATH = "/podium/supervise"
+INPUT_DIR = "/contest/input"
+MANIFEST_PATH = f"{INPUT_DIR}/{staging.MANIFEST}"
+IMAGE_ROOT = f"{INPUT_DIR}/{staging.IMAGES}"
+# The entrant's scratch space: a tmpfs inside the container, not the worker's /tmp.
+SCRATCH_DIR = "/tmp"  # noqa: S108 - a path inside the container
+OUTPUT_DIR = "/contest/output"
+OUTPUT_PATH = f"{OUTPUT_DIR}/predictions.i32"
+LOG_DIR = "/contest/logs"
+ENTRYPOINT = "/submission/run"
+
+# The entrant's stdout/stderr files live on their own tmpfs: a log flood fills it and
+# gets ENOSPC instead of eating the entrant's /tmp or the host's disk.
+LOG_TMPFS_BYTES = 64 * 1024 * 1024
+# How much of each log's end the supervisor carries back on its result line; keeps
+# the line far below the json-file log cap below.
+TAIL_BYTES = 64 * 1024
+LOG_MAX_SIZE = "16m"
+# A run's lease outlives its timeout by this much before the reaper settles it.
+LEASE_GRACE_S = 300
+# The supervisor stops the entrant this long before the host's outer timer fires, so
+# it can kill, reap and report before the host gives up on it: a tenth of the limit,
+# between 1 and 10 seconds.
+MIN_MARGIN_MS = 1_000
+MAX_MARGIN_MS = 10_000
+RUN_LOG = "run.log"
+
+
+class SupervisorError(Exception):
+    """The supervisor gave no valid result (a platform fault; the message is entrant-safe)."""
+
+
+@dataclass(frozen=True)
+class SupervisorResult:
+    """The supervisor's result line, decoded. All times are CLOCK_MONOTONIC nanoseconds."""
+
+    start_ns: int
+    end_ns: int
+    wall_ns: int
+    exit_code: int | None
+    signal: int | None
+    killed: bool
+    rusage: dict[str, int]
+    output_bytes: int  # the output file's size, -1 when there was none
+    output_error: str  # "" when the output file could be read
+    output: bytes | None  # at most expect_bytes + 1 bytes of it; None with output_error
+    stdout_tail: bytes
+    stderr_tail: bytes
+
+
+# The container ------------------------------------------------------------------
+
+
+def supervisor_deadline_ms(score_timeout_s: int) -> int:
+    """When the supervisor kills the entrant: the score timeout less a safety margin."""
+    limit_ms = score_timeout_s * 1000
+    margin_ms = min(MAX_MARGIN_MS, max(MIN_MARGIN_MS, limit_ms // 10))
+    return max(1, limit_ms - margin_ms)
+
+
+def container_spec(
+    *,
+    image: str,
+    staged: StagedRun,
+    benchmark: Benchmark,
+    supervisor: Path,
+    expect_bytes: int,
+    uid: int | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``engine.create_container`` for one scored run (pure).
+
+    The sandbox of rules "The runtime ABI": no network, read-only root filesystem and
+    inputs, a non-root ``uid`` (``settings.PODIUM_RUN_UID`` by default) with no
+    capabilities and no privilege gain, bounded memory (no swap beyond it), PIDs and
+    tmpfs sizes, no Docker socket, no host environment, a capped container log. The
+    trusted supervisor (a static binary, mounted read-only; not Docker's ``--init``) is
+    PID 1 and runs ``/submission/run MANIFEST IMAGE_ROOT OUTPUT``.
+    """
+    run_uid = int(settings.PODIUM_RUN_UID if uid is None else uid)
+    # Docker ignores tmpfs ``mode=`` where the image already has the folder (the copy-up
+    # keeps the image's owner and mode), so ownership is given explicitly too.
+    owned = f"uid={run_uid},gid={run_uid},mode=0700"
+    no_exec = "rw,noexec,nosuid,nodev"
+    return {
+        "image": image,
+        "entrypoint": [
+            SUPERVISOR_PATH,
+            "--deadline-ms",
+            str(supervisor_deadline_ms(benchmark.score_timeout_s)),
+            "--log-dir",
+            LOG_DIR,
+            "--output",
+            OUTPUT_PATH,
+            "--expect-bytes",
+            str(expect_bytes),
+            "--tail-bytes",
+            str(TAIL_BYTES),
+            "--",
+            ENTRYPOINT,
+            MANIFEST_PATH,
+            IMAGE_ROOT,
+            OUTPUT_PATH,
+        ],
+        "command": [],
+        "user": f"{run_uid}:{run_uid}",
+        # The only writable scratch space, so relative writes of the entrant work.
+        "working_dir": SCRATCH_DIR,
+        "environment": [],
+        "labels": {"podium.run": str(staged.run_id)},
+        "network_mode": "none",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": benchmark.run_pids_limit,
+        "mem_limit": benchmark.run_memory_bytes,
+        "memswap_limit": benchmark.run_memory_bytes,
+        "tmpfs": {
+            SCRATCH_DIR: f"rw,exec,nosuid,nodev,size={benchmark.run_tmpfs_bytes},{owned}",
+            OUTPUT_DIR: f"{no_exec},size={benchmark.run_output_tmpfs_bytes},{owned}",
+            LOG_DIR: f"{no_exec},size={LOG_TMPFS_BYTES},{owned}",
+        },
+        # ``mounts`` (not ``binds``): a missing source is an error instead of a new,
+        # empty folder created by the engine.
+        "mounts": [
+            {
+                "Type": "bind",
+                "Source": str(supervisor),
+                "Target": SUPERVISOR_PATH,
+                "ReadOnly": True,
+            },
+            {
+                "Type": "bind",
+                "Source": str(staged.input_dir),
+                "Target": INPUT_DIR,
+                "ReadOnly": True,
+            },
+        ],
+        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE}},
+        "init": False,
+    }
+
+
+# The supervisor's result line ------------------------------------------------------
+
+
+def _field(data: dict[str, Any], key: str, kind: type, *, nullable: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and nullable and key in data:
+        return None
+    # ``type(...) is``: JSON true is not an integer here.
+    if type(value) is not kind:
+        raise SupervisorError(f"the supervisor's result has no valid {key!r}")
+    return value
+
+
+def _b64(data: dict[str, Any], key: str) -> bytes:
+    try:
+        return base64.b64decode(_field(data, key, str), validate=True)
+    except binascii.Error:
+        raise SupervisorError(f"the supervisor's result has no valid {key!r}") from None
+
+
+def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
+    """Decode the supervisor's result: the LAST non-empty line of the container's stdout.
+
+    Raises :class:`SupervisorError` (a platform fault) when there is no such line, it
+    is not the supervisor's JSON object, or a field is missing, mistyped or
+    inconsistent (``wall_ns`` must equal ``end_ns - start_ns``).
+    """
+    lines = [line for line in stdout.split(b"\n") if line.strip()]
+    if not lines:
+        raise SupervisorError("the supervisor wrote no result line")
+    try:
+        data = json.loads(lines[-1])
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        raise SupervisorError("the supervisor's result line is not JSON") from None
+    if not isinstance(data, dict) or type(data.get("podium_supervisor")) is not int:
+        raise SupervisorError("the last line of the container's output is not the supervisor's")
+    if data["podium_supervisor"] != 1:
+        raise SupervisorError("the supervisor's result has an unknown version")
+    start_ns = _field(data, "start_ns", int)
+    end_ns = _field(data, "end_ns", int)
+    wall_ns = _field(data, "wall_ns", int)
+    if not 0 <= start_ns <= end_ns or wall_ns != end_ns - start_ns:
+        raise SupervisorError("the supervisor's times are inconsistent")
+    raw_rusage = _field(data, "rusage", dict)
+    rusage = {key: _field(raw_rusage, key, int) for key in ("utime_us", "stime_us", "maxrss_kb")}
+    output_error = _field(data, "output_error", str)
+    output_bytes = _field(data, "output_bytes", int)
+    output = _b64(data, "output_b64")
+    if output_error == "" and output_bytes < 0:
+        raise SupervisorError("the supervisor's output fields are inconsistent")
+    return SupervisorResult(
+        start_ns=start_ns,
+        end_ns=end_ns,
+        wall_ns=wall_ns,
+        exit_code=_field(data, "exit_code", int, nullable=True),
+        signal=_field(data, "signal", int, nullable=True),
+        killed=_field(data, "killed", bool),
+        rusage=rusage,
+        output_bytes=output_bytes,
+        output_error=output_error,
+        output=None if output_error else output,
+        stdout_tail=_b64(data, "stdout_tail_b64"),
+        stderr_tail=_b64(data, "stderr_tail_b64"),
+    )
+
+
+# The run ----------------------------------------------------------------------------
+
+
+@contextmanager
+def machine(submission: Submission) -> Iterator[dict[str, Any]]:
+    """Seam for the machine lock and the health gates (architecture steps 1 and 2).
+
+    The later implementation takes the scoring host's exclusive lock (pausing builds),
+    runs the gates and yields their readings (stored on the run), and releases the lock
+    on exit; a failing gate reschedules the submission instead of entering the block.
+    For now: no lock, no gates, no readings.
+    """
+    yield {}
+
+
+def _elapsed_ms(since_ns: int) -> float:
+    return round((time.perf_counter_ns() - since_ns) / 1e6, 3)
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_run_log(root: Path, result: SupervisorResult | None, note: str = "") -> None:
+    """The entrant's stdout and stderr tails, for the web to show (bounded by TAIL_BYTES)."""
+    root.mkdir(parents=True, exist_ok=True)
+    parts = [note.encode() + b"\n"] if note else []
+    if result is not None:
+        parts += [b"== stdout ==\n", result.stdout_tail, b"\n== stderr ==\n", result.stderr_tail]
+    (root / RUN_LOG).write_bytes(b"".join(parts))
+
+
+def _log_supervisor_stderr(run_id: int, container_id: str) -> None:
+    """For staff: the end of the supervisor's own stderr (the entrant never writes there)."""
+    try:
+        stderr = engine.logs(container_id, stdout=False, stderr=True)
+    except engine.EngineError:
+        return
+    if stderr:
+        log.error("run %s: supervisor stderr: %s", run_id, stderr[-2000:].decode(errors="replace"))
+
+
+def score_submission(submission_id: int) -> None:
+    """Score a queued submission once: claim it, run it in the sandbox, record the result.
+
+    Idempotent: a submission that is not ``queued`` (already claimed, a redelivered
+    task) is left alone. Exactly one of ``run_record_verdict`` (passed / failed /
+    errored) or ``run_record_infra_failure`` settles the claimed run, unless someone
+    else (the reaper, staff) settled it first. The container and the staged input are
+    removed in every case.
+    """
+    submission = Submission.objects.select_related("benchmark").filter(pk=submission_id).first()
+    if submission is None or submission.status != Submission.QUEUED:
+        return
+    benchmark = submission.benchmark
+    lease_s = benchmark.score_timeout_s + LEASE_GRACE_S
+    with machine(submission) as readings:
+        run = run_claim(submission_id, lease_s=lease_s)
+        if run is None:
+            return
+        _score(run, submission, benchmark, lease_s=lease_s, readings=readings)
+
+
+def _score(
+    run: Run,
+    submission: Submission,
+    benchmark: Benchmark,
+    *,
+    lease_s: int,
+    readings: dict[str, Any],
+) -> None:
+    run_id = int(run.pk)
+    overhead: dict[str, float] = {}
+    known: dict[str, Any] = {}  # fields measured so far, kept with a platform fault too
+    staged: StagedRun | None = None
+    container_id = ""
+    step = "staging the cohort"
+    try:
+        started = time.perf_counter_ns()
+        staged = staging.stage(run)
+        overhead["staging"] = _elapsed_ms(started)
+        known["total"] = staged.rows
+
+        step = "reading the supervisor"
+        supervisor = Path(settings.PODIUM_SUPERVISOR)
+        try:
+            supervisor_sha256 = _sha256_file(supervisor)
+        except OSError as exc:
+            log.error("run %s: cannot read the supervisor %s: %s", run_id, supervisor, exc)
+            raise SupervisorError("the supervisor binary is missing") from exc
+
+        step = "creating the container"
+        spec = container_spec(
+            image=submission.image_tag,
+            staged=staged,
+            benchmark=benchmark,
+            supervisor=supervisor,
+            expect_bytes=4 * staged.rows,
+        )
+        started = time.perf_counter_ns()
+        container_id = engine.create_container(**spec)
+        overhead["create"] = _elapsed_ms(started)
+        known["container_id"] = container_id
+
+        if not run_mark_running(
+            run_id=run_id,
+            lease_s=lease_s,
+            container_id=container_id,
+            supervisor_sha256=supervisor_sha256,
+            readings=readings,
+        ):
+            log.warning("run %s was settled by someone else before it started", run_id)
+            return
+
+        # The host's outer timer: it must contain the supervisor's trusted interval.
+        step = "running the container"
+        host_start = time.monotonic_ns()
+        engine.start(container_id)
+        left_s = benchmark.score_timeout_s - (time.monotonic_ns() - host_start) / 1e9
+        status_code = engine.wait(container_id, timeout_s=max(left_s, 1.0))
+        host_end = time.monotonic_ns()
+        known.update(host_start_ns=host_start, host_end_ns=host_end)
+
+        if status_code is None:
+            # The supervisor should have stopped everything before this; whatever held
+            # the container past the limit was the entrant's, so the attempt counts.
+            engine.kill(container_id)
+            reason = f"The run did not finish within the {benchmark.score_timeout_s}-second limit."
+            _write_run_log(staged.root, None, note=reason)
+            run_record_verdict(
+                run_id=run_id,
+                status=Submission.ERRORED,
+                reason=reason,
+                killed=True,
+                overhead_ms=overhead,
+                **known,
+            )
+            return
+
+        step = "reading the supervisor's result"
+        started = time.perf_counter_ns()
+        # The supervisor exits 0 right after its line; anything else means it failed
+        # (its own stderr, logged below, says why), never the entrant's doing.
+        if status_code != 0:
+            raise SupervisorError(f"the supervisor exited with status {status_code}")
+        result = parse_supervisor_line(engine.logs(container_id, stdout=True, stderr=False))
+        _write_run_log(staged.root, result)
+        overhead["collect"] = _elapsed_ms(started)
+        if not host_start <= result.start_ns <= result.end_ns <= host_end:
+            log.error(
+                "run %s: host interval [%s, %s] does not contain the trusted [%s, %s]",
+                run_id,
+                host_start,
+                host_end,
+                result.start_ns,
+                result.end_ns,
+            )
+            raise SupervisorError("the host clock did not contain the trusted interval")
+
+        # Off the clock: validate, compare, decide.
+        step = "deciding the verdict"
+        started = time.perf_counter_ns()
+        needed = rules.pass_threshold(
+            staged.rows, benchmark.pass_min_matches, benchmark.cohort_size
+        )
+        decision = verdict.decide(
+            output=result.output,
+            output_error=result.output_error,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            killed=result.killed,
+            references=staged.references,
+            needed=needed,
+        )
+        output_sha256 = "" if result.output is None else hashlib.sha256(result.output).hexdigest()
+        overhead["compare"] = _elapsed_ms(started)
+        run_record_verdict(
+            run_id=run_id,
+            status=decision.status,
+            reason=decision.reason,
+            wall_time_ns=result.wall_ns,
+            trusted_start_ns=result.start_ns,
+            trusted_end_ns=result.end_ns,
+            exit_code=result.exit_code,
+            exit_signal=result.signal,
+            killed=result.killed,
+            rusage=result.rusage,
+            matches=decision.matches,
+            output_sha256=output_sha256,
+            overhead_ms=overhead,
+            **known,
+        )
+    except (engine.EngineError, staging.StagingError, SupervisorError) as exc:
+        if isinstance(exc, engine.EngineError):
+            log.error("run %s: container engine error while %s: %s", run_id, step, exc)
+            reason = f"platform error: the container engine failed while {step}"
+        else:
+            log.error("run %s: platform fault while %s: %s", run_id, step, exc)
+            text = str(exc).rstrip(".")
+            reason = f"platform error: {text[:1].lower()}{text[1:]}"
+        if isinstance(exc, SupervisorError) and container_id:
+            _log_supervisor_stderr(run_id, container_id)
+        run_record_infra_failure(run_id=run_id, reason=reason, overhead_ms=overhead, **known)
+    except Exception:
+        # A bug of ours is never the entrant's fault either; re-raised for the worker log.
+        log.exception("run %s: internal error while %s", run_id, step)
+        run_record_infra_failure(
+            run_id=run_id,
+            reason=f"platform error: internal error while {step}",
+            overhead_ms=overhead,
+            **known,
+        )
+        raise
+    finally:
+        if container_id:
+            try:
+                engine.remove_container(container_id)
+            except engine.EngineError as exc:
+                log.error("run %s: could not remove container %s: %s", run_id, container_id, exc)
+        if staged is not None:
+            staging.unstage(staged)

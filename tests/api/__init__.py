@@ -1,0 +1,1 @@
+VALID_DOCKERFILE = "FROM podium/busybox:1\nRUN true\n"

@@ -1,0 +1,68 @@
+"""Shared fixtures: named users (alice, bob the rival, staff), an open benchmark, the data folder.
+
+Docker tests carry ``@pytest.mark.docker``: they skip when no engine answers, unless
+``REQUIRE_DOCKER=1`` (set by CI), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from tests import factories
+
+
+@cache
+def docker_available() -> bool:
+    if shutil.which("docker") is None and not Path("/var/run/docker.sock").exists():
+        return False
+    from scoring import engine
+
+    return engine.available()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    needs_docker = item.get_closest_marker("docker") or item.get_closest_marker("e2e")
+    if needs_docker and not docker_available():
+        if os.environ.get("REQUIRE_DOCKER") == "1":
+            pytest.fail("REQUIRE_DOCKER=1 but no Docker Engine answers here")
+        pytest.skip("no Docker Engine here")
+
+
+@pytest.fixture(autouse=True)
+def data_dir(settings, tmp_path: Path) -> Path:
+    """Every test gets its own storage root."""
+    path = tmp_path / "data"
+    path.mkdir()
+    settings.PODIUM_DATA_DIR = path
+    return path
+
+
+@pytest.fixture
+def alice(db):
+    return factories.UserFactory(username="alice")
+
+
+@pytest.fixture
+def bob(db):
+    return factories.UserFactory(username="bob")
+
+
+@pytest.fixture
+def staff(db):
+    return factories.UserFactory(username="staff", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def benchmark(db):
+    """An open benchmark with the default rules."""
+    now = timezone.now()
+    return factories.BenchmarkFactory(
+        opens_at=now - dt.timedelta(days=1), closes_at=now + dt.timedelta(days=10)
+    )

@@ -1,0 +1,47 @@
+"""factory_boy factories for rows the tests need."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import factory
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from portal.contests.models import Benchmark
+from portal.environments.models import Environment
+
+
+class UserFactory(factory.django.DjangoModelFactory[User]):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"entrant{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.django.Password("correct horse battery")
+
+
+class BenchmarkFactory(factory.django.DjangoModelFactory[Benchmark]):
+    class Meta:
+        model = Benchmark
+
+    slug = factory.Sequence(lambda n: f"bench-{n}")
+    title = factory.LazyAttribute(lambda b: f"Benchmark {b.slug}")
+    opens_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(days=1))
+    closes_at = factory.LazyFunction(lambda: timezone.now() + dt.timedelta(days=10))
+    allowed_registries = "podium/\n"
+
+
+class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):
+    class Meta:
+        model = Environment
+
+    owner = factory.SubFactory(UserFactory)
+    benchmark = factory.SubFactory(BenchmarkFactory)
+    name = factory.Sequence(lambda n: f"env-{n}")
+    status = Environment.READY
+    dockerfile = "FROM podium/busybox:1\n"
+    image_tag = "podium/busybox:1"

@@ -1,0 +1,621 @@
+"""The scored run: the sandbox spec, the supervisor's line, who is blamed, and real runs."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from portal import storage
+from portal.contests.models import Benchmark, LeaderboardEntry
+from portal.submissions.models import AttemptLedger, Run, Submission
+from scoring import engine, runner
+from scoring.staging import StagedRun
+from tests.scoring.test_staging import make_cohort, make_submission
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def supervisor_line(**overrides: Any) -> bytes:
+    fields: dict[str, Any] = {
+        "podium_supervisor": 1,
+        "start_ns": 1_000,
+        "end_ns": 5_000,
+        "wall_ns": 4_000,
+        "exit_code": 0,
+        "signal": None,
+        "killed": False,
+        "rusage": {"utime_us": 10, "stime_us": 20, "maxrss_kb": 1344},
+        "output_bytes": 8,
+        "output_error": "",
+        "output_b64": b64(b"\x07\0\0\0\x07\0\0\0"),
+        "stdout_tail_b64": b64(b"hello\n"),
+        "stderr_tail_b64": b64(b"oops\n"),
+    }
+    fields.update(overrides)
+    return json.dumps(fields).encode() + b"\n"
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[tuple[str, tuple[Any, ...]]]:
+    """Every task sent to the broker, as (name, args)."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    monkeypatch.setattr(
+        "portal.jobs.app.send_task",
+        lambda name, args=(), countdown=None: sent.append((name, tuple(args))),
+    )
+    return sent
+
+
+# The container spec --------------------------------------------------------------
+
+
+@pytest.fixture
+def staged(tmp_path: Path) -> StagedRun:
+    input_dir = tmp_path / "runs" / "41" / "input"
+    return StagedRun(
+        run_id=41,
+        root=input_dir.parent,
+        input_dir=input_dir,
+        manifest=input_dir / "manifest.tsv",
+        rows=10,
+        references=[7] * 10,
+        request_ids=[f"r{i}" for i in range(10)],
+        staged_names=[f"n{i}.jpg" for i in range(10)],
+    )
+
+
+def spec_for(staged: StagedRun, **rules: Any) -> tuple[dict[str, Any], Benchmark]:
+    benchmark = Benchmark(
+        score_timeout_s=960,
+        run_memory_bytes=3 << 30,
+        run_pids_limit=77,
+        run_tmpfs_bytes=123 << 20,
+        run_output_tmpfs_bytes=5 << 20,
+        **rules,
+    )
+    spec = runner.container_spec(
+        image="podium/sub:1",
+        staged=staged,
+        benchmark=benchmark,
+        supervisor=Path("/opt/podium/supervise"),
+        expect_bytes=40,
+    )
+    return spec, benchmark
+
+
+def test_the_container_is_sandboxed(staged):
+    spec, benchmark = spec_for(staged)
+
+    assert spec["image"] == "podium/sub:1"
+    assert spec["network_mode"] == "none"
+    assert spec["read_only"] is True
+    assert spec["cap_drop"] == ["ALL"]
+    assert "no-new-privileges" in spec["security_opt"]
+    assert spec["user"] == f"{settings.PODIUM_RUN_UID}:{settings.PODIUM_RUN_UID}"
+    assert settings.PODIUM_RUN_UID != 0 and not spec["user"].startswith(("0:", "root"))
+    assert spec["mem_limit"] == spec["memswap_limit"] == benchmark.run_memory_bytes
+    assert spec["pids_limit"] == 77
+    assert spec["environment"] == []  # nothing of the worker's environment leaks in
+    assert spec["init"] is False  # our supervisor is PID 1, not Docker's init
+    assert spec["labels"] == {"podium.run": "41"}
+    assert spec["log_config"] == {"type": "json-file", "config": {"max-size": "16m"}}
+    for forbidden in (
+        "privileged",
+        "binds",
+        "volumes",
+        "volumes_from",
+        "devices",
+        "device_requests",
+        "cap_add",
+        "pid_mode",
+        "ipc_mode",
+        "userns_mode",
+    ):
+        assert forbidden not in spec
+    assert "docker.sock" not in json.dumps(spec)
+
+
+def test_the_only_writable_places_are_sized_tmpfs_owned_by_the_run_uid(staged):
+    spec, _benchmark = spec_for(staged)
+    uid = settings.PODIUM_RUN_UID
+
+    tmpfs = spec["tmpfs"]
+    assert set(tmpfs) == {"/tmp", "/contest/output", "/contest/logs"}
+    for options in tmpfs.values():
+        assert f"uid={uid}" in options.split(",") and f"gid={uid}" in options.split(",")
+        assert "mode=0700" in options.split(",")
+        assert any(option.startswith("size=") for option in options.split(","))
+    assert f"size={123 << 20}" in tmpfs["/tmp"].split(",")
+    assert "exec" in tmpfs["/tmp"].split(",")  # JIT and compiled caches may live here
+    assert f"size={5 << 20}" in tmpfs["/contest/output"].split(",")
+    assert "noexec" in tmpfs["/contest/output"].split(",")
+
+
+def test_inputs_and_the_supervisor_are_mounted_read_only(staged):
+    spec, _benchmark = spec_for(staged)
+
+    mounts = {mount["Target"]: mount for mount in spec["mounts"]}
+    assert set(mounts) == {"/contest/input", "/podium/supervise"}
+    assert mounts["/contest/input"]["Source"] == str(staged.input_dir)
+    assert mounts["/podium/supervise"]["Source"] == "/opt/podium/supervise"
+    assert all(mount["ReadOnly"] is True and mount["Type"] == "bind" for mount in mounts.values())
+
+
+def test_the_supervisor_runs_the_entrypoint_with_the_abi_paths_and_an_earlier_deadline(staged):
+    spec, _benchmark = spec_for(staged)
+
+    entry = spec["entrypoint"]
+    assert spec["command"] == []
+    assert entry[0] == "/podium/supervise"
+    options = dict(
+        zip(entry[1 : entry.index("--") : 2], entry[2 : entry.index("--") : 2], strict=True)
+    )
+    assert options["--expect-bytes"] == "40"
+    assert options["--output"] == "/contest/output/predictions.i32"
+    assert options["--log-dir"] == "/contest/logs"
+    # The supervisor must kill and report before the host's own 960 s timer fires.
+    assert 900_000 <= int(options["--deadline-ms"]) < 960_000
+    assert entry[entry.index("--") + 1 :] == [
+        "/submission/run",
+        "/contest/input/manifest.tsv",
+        "/contest/input/images",
+        "/contest/output/predictions.i32",
+    ]
+
+
+def test_short_limits_still_leave_the_supervisor_a_margin():
+    assert runner.supervisor_deadline_ms(10) == 9_000
+    assert runner.supervisor_deadline_ms(960) == 950_000
+    assert runner.supervisor_deadline_ms(1) == 1  # never zero: the supervisor refuses it
+
+
+# The supervisor's line -------------------------------------------------------------
+
+
+def test_the_supervisor_line_is_decoded():
+    result = runner.parse_supervisor_line(supervisor_line())
+
+    assert (result.start_ns, result.end_ns, result.wall_ns) == (1_000, 5_000, 4_000)
+    assert result.exit_code == 0 and result.signal is None and result.killed is False
+    assert result.rusage == {"utime_us": 10, "stime_us": 20, "maxrss_kb": 1344}
+    assert result.output == b"\x07\0\0\0\x07\0\0\0"
+    assert (result.stdout_tail, result.stderr_tail) == (b"hello\n", b"oops\n")
+
+
+def test_a_missing_output_is_reported_as_none():
+    result = runner.parse_supervisor_line(
+        supervisor_line(output_bytes=-1, output_error="missing", output_b64="")
+    )
+    assert result.output is None and result.output_error == "missing"
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        b"",
+        b"\n\n",
+        b"Segmentation fault\n",
+        b'{"podium_supervisor": 1, "start_ns": 1',  # cut short
+        b"[1, 2]\n",
+        supervisor_line(podium_supervisor=True),
+        supervisor_line(podium_supervisor=2),
+        supervisor_line(start_ns="1000"),
+        supervisor_line(wall_ns=1),  # not end - start
+        supervisor_line(start_ns=6_000, wall_ns=-1_000),
+        supervisor_line(killed=0),
+        supervisor_line(exit_code=True),
+        supervisor_line(output_b64="not base64!"),
+        supervisor_line(rusage={"utime_us": 1}),
+        supervisor_line() + b"garbage after the line\n",
+    ],
+)
+def test_anything_but_a_valid_last_line_is_a_platform_fault(stdout):
+    with pytest.raises(runner.SupervisorError):
+        runner.parse_supervisor_line(stdout)
+
+
+def test_only_the_last_line_counts():
+    # The entrant's processes never share the supervisor's stdout (their stdout and
+    # stderr are files under /contest/logs, they cannot open a non-dumpable PID 1's
+    # /proc/1/fd/1, and the supervisor prints only after every one of them is dead),
+    # so nothing of theirs can reach the container's stdout at all. Taking the last
+    # line is defence in depth: an earlier forged line could never win over it.
+    forged = supervisor_line(start_ns=0, end_ns=1, wall_ns=1, output_b64=b64(b"\0" * 8))
+    result = runner.parse_supervisor_line(forged + supervisor_line())
+
+    assert (result.start_ns, result.wall_ns) == (1_000, 4_000)
+    assert result.output == b"\x07\0\0\0\x07\0\0\0"
+
+
+# Who is blamed: the runner's decisions with a fake engine --------------------------
+
+
+class FakeEngine:
+    """Stands in for ``scoring.engine``; writes its own supervisor line on demand."""
+
+    def __init__(self, *, wait_result: int | None = 0, answer: bytes = b"\x07\0\0\0") -> None:
+        self.wait_result = wait_result
+        self.answer = answer
+        self.stdout: bytes | None = None  # fixed container stdout, or None for a good line
+        self.create_error: Exception | None = None
+        self.calls: list[str] = []
+        self.spec: dict[str, Any] = {}
+        self.started_ns = 0
+        self.ended_ns = 0
+        self.rows = 0
+
+    def install(self, monkeypatch) -> FakeEngine:
+        for name in ("create_container", "start", "wait", "kill", "remove_container", "logs"):
+            monkeypatch.setattr(engine, name, getattr(self, name))
+        return self
+
+    def create_container(self, **spec: Any) -> str:
+        self.calls.append("create")
+        if self.create_error:
+            raise self.create_error
+        self.spec = spec
+        self.rows = int(spec["entrypoint"][spec["entrypoint"].index("--expect-bytes") + 1]) // 4
+        return "c0ffee"
+
+    def start(self, container_id: str) -> None:
+        self.calls.append("start")
+        self.started_ns = time.monotonic_ns()
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        self.calls.append("wait")
+        self.ended_ns = time.monotonic_ns()
+        return self.wait_result
+
+    def kill(self, container_id: str) -> None:
+        self.calls.append("kill")
+
+    def remove_container(self, container_id: str) -> None:
+        self.calls.append("remove")
+
+    def logs(self, container_id: str, *, stdout: bool = True, stderr: bool = False) -> bytes:
+        if stderr:  # the supervisor's own stderr, read only for the staff log
+            assert not stdout
+            self.calls.append("stderr")
+            return b"supervise: cannot set up the run\n"
+        self.calls.append("logs")
+        if self.stdout is not None:
+            return self.stdout
+        output = self.answer * self.rows
+        start, end = self.started_ns + 1, self.ended_ns
+        return supervisor_line(
+            start_ns=start,
+            end_ns=end,
+            wall_ns=end - start,
+            output_bytes=len(output),
+            output_b64=b64(output),
+        )
+
+
+@pytest.fixture
+def queued(alice, benchmark) -> Submission:
+    """Alice's submission, queued for scoring on a 10-image cohort of class 7."""
+    benchmark.cohort_size = 10
+    benchmark.pass_min_matches = 10
+    benchmark.save()
+    make_cohort(benchmark, [7] * 10)
+    return make_submission(alice, benchmark)
+
+
+def the_run(submission: Submission) -> Run:
+    return Run.objects.filter(submission=submission).latest("try_number")
+
+
+def clock_readings(run: Run) -> list[int]:
+    """host start, trusted start, trusted end, host end: all recorded."""
+    readings = [run.host_start_ns, run.trusted_start_ns, run.trusted_end_ns, run.host_end_ns]
+    recorded = [reading for reading in readings if reading is not None]
+    assert len(recorded) == 4, readings
+    return recorded
+
+
+def refunded(submission: Submission) -> bool:
+    return AttemptLedger.objects.filter(submission=submission, delta=AttemptLedger.REFUND).exists()
+
+
+def test_a_correct_run_passes_with_its_trusted_time(queued, monkeypatch, enqueued):
+    fake = FakeEngine().install(monkeypatch)
+
+    runner.score_submission(queued.pk)
+
+    run = the_run(queued)
+    queued.refresh_from_db()
+    assert queued.status == Submission.PASSED
+    assert (run.verdict, run.matches, run.total, run.passed) == ("passed", 10, 10, True)
+    host_start, trusted_start, trusted_end, host_end = clock_readings(run)
+    assert host_start <= trusted_start <= trusted_end <= host_end
+    assert run.wall_time_ns == trusted_end - trusted_start
+    assert run.container_id == "c0ffee"
+    assert len(run.supervisor_sha256) == 64
+    assert len(run.output_sha256) == 64
+    assert {"staging", "create", "compare"} <= set(run.overhead_ms)
+    assert fake.calls == ["create", "start", "wait", "logs", "remove"]
+    log_text = (storage.run_dir(run.pk) / "run.log").read_text()
+    assert "hello" in log_text and "oops" in log_text
+    assert not (storage.run_dir(run.pk) / "input").exists()
+    assert LeaderboardEntry.objects.filter(run=run).exists()
+
+
+def test_a_redelivered_task_does_nothing(queued, monkeypatch, enqueued):
+    fake = FakeEngine().install(monkeypatch)
+    runner.score_submission(queued.pk)
+    fake.calls.clear()
+
+    runner.score_submission(queued.pk)
+
+    assert fake.calls == []
+    assert queued.runs.count() == 1
+
+
+def test_a_run_the_host_timer_stops_is_errored_and_counts(queued, monkeypatch, enqueued):
+    fake = FakeEngine(wait_result=None).install(monkeypatch)
+
+    runner.score_submission(queued.pk)
+
+    run = the_run(queued)
+    queued.refresh_from_db()
+    assert queued.status == Submission.ERRORED
+    assert run.verdict == "errored" and run.killed is True
+    assert run.verdict_reason == "The run did not finish within the 960-second limit."
+    assert "kill" in fake.calls and fake.calls[-1] == "remove"
+    assert not refunded(queued)
+    assert not (storage.run_dir(run.pk) / "input").exists()
+
+
+def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
+    queued, monkeypatch, enqueued, django_capture_on_commit_callbacks
+):
+    fake = FakeEngine().install(monkeypatch)
+    fake.stdout = supervisor_line(start_ns=0, end_ns=10, wall_ns=10)  # before the host start
+
+    with django_capture_on_commit_callbacks(execute=True):
+        runner.score_submission(queued.pk)
+
+    first = the_run(queued)
+    queued.refresh_from_db()
+    assert first.status == Run.INFRA_FAILED
+    assert "host clock" in first.verdict_reason
+    assert queued.status == Submission.QUEUED  # requeued for try 2
+    assert enqueued == [("scoring.score_submission", (queued.pk,))]
+    assert not refunded(queued)
+    assert fake.calls[-1] == "remove"
+
+    # Try 2 fails the same way: the platform gives up and refunds the attempt.
+    with django_capture_on_commit_callbacks(execute=True):
+        runner.score_submission(queued.pk)
+
+    second = the_run(queued)
+    queued.refresh_from_db()
+    assert second.try_number == 2 and second.status == Run.INFRA_FAILED
+    assert queued.status == Submission.INFRA_FAILED
+    assert refunded(queued)
+    assert len(enqueued) == 1
+    assert not LeaderboardEntry.objects.filter(submission=queued).exists()
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        (lambda fake: setattr(fake, "stdout", b"nothing useful\n"), "not JSON"),
+        (lambda fake: setattr(fake, "wait_result", 1), "exited with status 1"),
+        (
+            lambda fake: setattr(fake, "create_error", engine.EngineError("no space left")),
+            "container engine failed while creating the container",
+        ),
+    ],
+)
+def test_engine_and_supervisor_failures_are_the_platforms(
+    queued, monkeypatch, enqueued, setup, reason
+):
+    fake = FakeEngine().install(monkeypatch)
+    setup(fake)
+
+    runner.score_submission(queued.pk)
+
+    run = the_run(queued)
+    queued.refresh_from_db()
+    assert run.status == Run.INFRA_FAILED and reason in run.verdict_reason
+    assert queued.status == Submission.QUEUED
+    assert not (storage.run_dir(run.pk) / "input").exists()
+
+
+def test_a_tampered_cohort_is_the_platforms_fault_and_nothing_starts(queued, monkeypatch, enqueued):
+    fake = FakeEngine().install(monkeypatch)
+    item = queued.benchmark.cohorts.get().items.get(position=4)
+    (storage.cohort_dir(item.cohort_id) / item.canonical_name).write_bytes(b"changed")
+
+    runner.score_submission(queued.pk)
+
+    run = the_run(queued)
+    assert run.status == Run.INFRA_FAILED
+    assert "frozen sha256" in run.verdict_reason
+    assert item.canonical_name not in run.verdict_reason
+    assert fake.calls == []
+
+
+# Real runs in Docker -----------------------------------------------------------------
+
+RIGHT = r"""#!/bin/sh
+while read -r request_id path; do
+  [ -r "$2/$path" ] || { echo "cannot read $path" >&2; exit 3; }
+  printf '\007\000\000\000'
+done < "$1" > "$3"
+echo "scored $(wc -l < "$1") rows"
+"""
+
+FORGED_LINE = json.dumps(
+    {
+        "podium_supervisor": 1,
+        "start_ns": 0,
+        "end_ns": 1,
+        "wall_ns": 1,
+        "exit_code": 0,
+        "signal": None,
+        "killed": False,
+        "rusage": {"utime_us": 0, "stime_us": 0, "maxrss_kb": 0},
+        "output_bytes": 40,
+        "output_error": "",
+        "output_b64": b64(b"\x07\0\0\0" * 10),
+        "stdout_tail_b64": "",
+        "stderr_tail_b64": "",
+    }
+)
+
+# Writes 3 rows where 10 are due.
+SHORT = r"""#!/bin/sh
+printf '\007\000\000\000\007\000\000\000\007\000\000\000' > "$3"
+"""
+
+# Forges a result line on every stream it has, probes the sandbox, answers right.
+FORGER_PROBES = r"""
+echo "$line"; echo "$line" >&2
+echo "$line" > /proc/1/fd/1 2>/dev/null && echo "pid1 stdout writable"
+touch /contest/input/planted 2>/dev/null && echo "input writable" || echo "input read-only"
+touch /planted 2>/dev/null && echo "root writable" || echo "root read-only"
+echo "uid=$(id -u)"
+"""
+
+SCRIPTS = {
+    "right": RIGHT,
+    "short": SHORT,
+    "wrong": RIGHT.replace(r"\007", r"\010"),
+    # The entrypoint exits at once; its double-forked grandchild works on for 2 s.
+    "daemon": RIGHT + "( (sleep 2; echo grandchild done) & )\nexit 0\n",
+    "forger": RIGHT + f"line='{FORGED_LINE}'\n" + FORGER_PROBES,
+}
+
+
+@pytest.fixture(scope="module")
+def supervisor_binary() -> Path:
+    subprocess.run(
+        ["make", "scoring/supervisor/supervise"], cwd=REPO, check=True, capture_output=True
+    )
+    return REPO / "scoring" / "supervisor" / "supervise"
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[dict[str, str]]:
+    """One submission image per script: podium/busybox:1 plus /submission/run."""
+    repository = f"podium-test/runner-{uuid.uuid4().hex[:12]}"
+    built: dict[str, str] = {}
+    try:
+        for name, script in SCRIPTS.items():
+            context = io.BytesIO()
+            with tarfile.open(fileobj=context, mode="w") as tar:
+                for member, data, mode in (
+                    ("Dockerfile", b"FROM podium/busybox:1\nCOPY run /submission/run\n", 0o644),
+                    ("run", script.encode(), 0o755),
+                ):
+                    info = tarfile.TarInfo(member)
+                    info.size, info.mode = len(data), mode
+                    tar.addfile(info, io.BytesIO(data))
+            context.seek(0)
+            tag = f"{repository}:{name}"
+            outcome = engine.build_image(
+                context=context, tag=tag, on_log=lambda _: None, timeout_s=120
+            )
+            assert outcome.ok, outcome.error
+            built[name] = tag
+        yield built
+    finally:
+        for tag in built.values():
+            engine.remove_image(tag)
+
+
+@pytest.fixture
+def score(queued, supervisor_binary, images, settings, enqueued):
+    """Score Alice's queued submission with one of the scripts; return its run."""
+    settings.PODIUM_SUPERVISOR = supervisor_binary
+    benchmark = queued.benchmark
+    benchmark.score_timeout_s = 30
+    benchmark.run_memory_bytes = 256 << 20
+    benchmark.run_pids_limit = 64
+    benchmark.run_tmpfs_bytes = 16 << 20
+    benchmark.run_output_tmpfs_bytes = 1 << 20
+    benchmark.save()
+
+    def run_script(name: str) -> Run:
+        Submission.objects.filter(pk=queued.pk).update(image_tag=images[name])
+        runner.score_submission(queued.pk)
+        run = the_run(queued)
+        assert run.status == Run.FINISHED, run.verdict_reason
+        assert not engine.list_containers(label=f"podium.run={run.pk}")
+        assert not (storage.run_dir(run.pk) / "input").exists()
+        return run
+
+    return run_script
+
+
+def run_log(run: Run) -> str:
+    return (storage.run_dir(run.pk) / "run.log").read_text()
+
+
+@pytest.mark.docker
+def test_a_right_answer_passes_and_reaches_the_leaderboard(score, queued):
+    run = score("right")
+
+    assert (run.verdict, run.matches, run.total) == ("passed", 10, 10)
+    assert run.wall_time_ns > 0
+    host_start, trusted_start, trusted_end, host_end = clock_readings(run)
+    assert host_start <= trusted_start <= trusted_end <= host_end
+    assert run.exit_code == 0 and run.killed is False
+    assert "scored 10 rows" in run_log(run)
+    entry = LeaderboardEntry.objects.get(benchmark=queued.benchmark, entrant=queued.entrant)
+    assert (entry.run_id, entry.wall_time_ns, entry.matches) == (run.pk, run.wall_time_ns, 10)
+
+
+@pytest.mark.docker
+def test_too_few_rows_is_invalid_output(score):
+    run = score("short")
+
+    assert run.verdict == "errored" and run.matches is None
+    assert not LeaderboardEntry.objects.filter(run=run).exists()
+
+
+@pytest.mark.docker
+def test_wrong_classes_fail(score):
+    run = score("wrong")
+
+    assert (run.verdict, run.matches, run.total) == ("failed", 0, 10)
+
+
+@pytest.mark.docker
+def test_a_daemonized_grandchild_stays_on_the_clock(score):
+    run = score("daemon")
+
+    assert run.verdict == "passed"
+    assert run.wall_time_ns >= 2_000_000_000
+    assert "grandchild done" in run_log(run)
+
+
+@pytest.mark.docker
+def test_a_forged_result_line_changes_nothing(score):
+    run = score("forger")
+
+    assert run.verdict == "passed"
+    assert run.trusted_start_ns >= run.host_start_ns > 0
+    assert run.trusted_end_ns - run.trusted_start_ns == run.wall_time_ns > 1
+    log_text = run_log(run)
+    assert '"start_ns": 0' in log_text  # the forgery ended up in the entrant's own log
+    assert "pid1 stdout writable" not in log_text
+    assert "input read-only" in log_text and "root read-only" in log_text
+    assert f"uid={settings.PODIUM_RUN_UID}" in log_text

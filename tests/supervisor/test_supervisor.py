@@ -1,0 +1,477 @@
+"""The trusted timer (scoring/supervisor/supervise.c), run natively and as PID 1 in Docker.
+
+Every test drives the real static binary and checks what the runner relies on: the one
+JSON result line, the measured interval (it must cover every descendant and sit inside
+the caller's own monotonic interval), the deadline kill, the output and log tails.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = "scoring/supervisor/supervise"
+IMAGE = "podium/busybox:1"
+SECOND = 1_000_000_000
+VALID = bytes([1, 0, 0, 0, 231, 3, 0, 0])  # two int32 predictions: 1 and 999
+KEYS = """podium_supervisor start_ns end_ns wall_ns exit_code signal killed rusage
+output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64"""
+
+
+@pytest.fixture(scope="session")
+def supervise() -> Path:
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler to build the supervisor")
+    build = subprocess.run(["make", TARGET], cwd=REPO, capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+    return REPO / TARGET
+
+
+def sh_bytes(data: bytes) -> str:
+    """A printf format that writes exactly `data` (octal escapes, POSIX sh)."""
+    return "".join(f"\\{b:03o}" for b in data)
+
+
+@dataclass
+class Run:
+    result: dict[str, Any]
+    host_start: int
+    host_end: int
+    elapsed: float  # seconds the caller waited
+
+    def b64(self, key: str) -> bytes:
+        return base64.b64decode(self.result[key], validate=True)
+
+    @property
+    def output(self) -> bytes:
+        return self.b64("output_b64")
+
+    @property
+    def stdout_tail(self) -> bytes:
+        return self.b64("stdout_tail_b64")
+
+    @property
+    def stderr_tail(self) -> bytes:
+        return self.b64("stderr_tail_b64")
+
+    def assert_inside_host_interval(self) -> None:
+        r = self.result
+        assert self.host_start <= r["start_ns"] <= r["end_ns"] <= self.host_end
+        assert r["wall_ns"] == r["end_ns"] - r["start_ns"] > 0
+
+
+def parse_result(proc: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split(b"\n")
+    assert len(lines) == 2 and lines[1] == b"", proc.stdout  # exactly one line
+    result: dict[str, Any] = json.loads(lines[0])
+    assert result["podium_supervisor"] == 1
+    assert set(result) == set(KEYS.split())
+    assert set(result["rusage"]) == {"utime_us", "stime_us", "maxrss_kb"}
+    return result
+
+
+def timed(args: Sequence[str | os.PathLike[str]], **kw: Any) -> Run:
+    t0 = time.monotonic_ns()
+    proc = subprocess.run(args, capture_output=True, timeout=60, check=False, **kw)
+    t1 = time.monotonic_ns()
+    return Run(parse_result(proc), t0, t1, (t1 - t0) / SECOND)
+
+
+def write_program(path: Path, script: str) -> Path:
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
+# Native ------------------------------------------------------------------------------
+
+
+@dataclass
+class Native:
+    supervise: Path
+    root: Path
+
+    @property
+    def output(self) -> Path:
+        return self.root / "out" / "predictions.i32"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def args(
+        self, program: Sequence[str], *, deadline_ms: int, expect: int, tail: int | None
+    ) -> list[str]:
+        args = [str(self.supervise), "--deadline-ms", str(deadline_ms)]
+        args += ["--log-dir", str(self.logs), "--output", str(self.output)]
+        args += ["--expect-bytes", str(expect)]
+        if tail is not None:
+            args += ["--tail-bytes", str(tail)]
+        return [*args, "--", *program]
+
+    def run(
+        self,
+        script: str,
+        *,
+        deadline_ms: int = 10_000,
+        expect: int = len(VALID),
+        tail: int | None = None,
+        **kw: Any,
+    ) -> Run:
+        """Run `script` as /submission/run would be: PROGRAM MANIFEST IMAGE_ROOT OUTPUT."""
+        program = write_program(self.root / "run", script)
+        argv = [
+            str(program),
+            str(self.root / "manifest.tsv"),
+            str(self.root / "images"),
+            str(self.output),
+        ]
+        return timed(self.args(argv, deadline_ms=deadline_ms, expect=expect, tail=tail), **kw)
+
+
+@pytest.fixture
+def native(supervise: Path, tmp_path: Path) -> Native:
+    n = Native(supervise, tmp_path)
+    n.logs.mkdir()
+    n.output.parent.mkdir()
+    return n
+
+
+def test_valid_output_comes_back_with_a_trusted_interval(native: Native) -> None:
+    run = native.run(
+        f"""[ "$CONTEST_MANIFEST" = "$1" ] && [ "$CONTEST_IMAGE_ROOT" = "$2" ] || exit 9
+        [ "$CONTEST_OUTPUT" = "$3" ] && [ "$KEPT" = yes ] || exit 9
+        printf '{sh_bytes(VALID)}' > "$CONTEST_OUTPUT"
+        """,
+        env={**os.environ, "KEPT": "yes"},
+    )
+    r = run.result
+    assert (r["exit_code"], r["signal"], r["killed"]) == (0, None, False)
+    assert run.output == VALID
+    assert (r["output_bytes"], r["output_error"]) == (len(VALID), "")
+    run.assert_inside_host_interval()
+    assert r["rusage"]["maxrss_kb"] > 0
+
+
+def test_oversized_output_reports_its_size_but_only_expect_plus_one_bytes(
+    native: Native,
+) -> None:
+    run = native.run(f"printf '{sh_bytes(bytes(range(20)))}' > \"$3\"")
+    assert run.result["output_bytes"] == 20
+    assert run.output == bytes(range(9))
+
+
+def test_a_detached_grandchild_stays_on_the_clock(native: Native) -> None:
+    # The direct child exits at once; its grandchild leaves the session and writes
+    # the output one second later. The clock must stop only after it is reaped.
+    run = native.run(
+        f"""setsid sh -c 'sleep 1; printf "{sh_bytes(VALID)}" > "$1"' sh "$3" &
+        exit 0
+        """
+    )
+    r = run.result
+    assert (r["exit_code"], r["killed"]) == (0, False)
+    assert SECOND <= r["wall_ns"] < 10 * SECOND
+    assert run.output == VALID
+    run.assert_inside_host_interval()
+
+
+def test_an_inherited_ignored_sigchld_does_not_stop_the_reaping(native: Native) -> None:
+    run = native.run(
+        "( sleep 0.5 & ) ; exit 4",
+        preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN),
+    )
+    assert run.result["exit_code"] == 4
+    assert run.result["wall_ns"] >= SECOND // 2
+
+
+def test_the_deadline_kills_the_entrant(native: Native) -> None:
+    run = native.run("exec sleep 30", deadline_ms=500)
+    r = run.result
+    assert (r["killed"], r["signal"], r["exit_code"]) == (True, signal.SIGKILL, None)
+    assert SECOND // 2 <= r["wall_ns"] < 5 * SECOND
+    assert run.elapsed < 5
+    assert r["output_error"] == "missing"
+
+
+def test_the_deadline_kills_daemons_that_left_the_process_group(native: Native) -> None:
+    pidfile = native.root / "daemon.pid"
+    run = native.run(
+        f"""setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' &
+        ( ( exec sleep 30 ) & )
+        exit 0
+        """,
+        deadline_ms=500,
+    )
+    r = run.result
+    assert (r["killed"], r["exit_code"]) == (True, 0)
+    assert SECOND // 2 <= r["wall_ns"] < 5 * SECOND
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
+
+
+def test_logs_come_back_and_never_reach_the_result_stream(native: Native) -> None:
+    forged = '{"podium_supervisor": 1, "start_ns": 0, "end_ns": 1, "wall_ns": 1}'
+    run = native.run(
+        f"""echo to-stdout
+        echo to-stderr >&2
+        echo '{forged}'
+        echo '{forged}' >&2
+        exit 0
+        """
+    )
+    assert run.result["wall_ns"] != 1  # parse_result already saw exactly one line
+    assert run.stdout_tail == f"to-stdout\n{forged}\n".encode()
+    assert run.stderr_tail == f"to-stderr\n{forged}\n".encode()
+    for name in ("stdout.log", "stderr.log"):
+        assert stat.S_IMODE((native.logs / name).stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("tail", [None, 1000])
+def test_only_the_tail_of_a_long_log_comes_back(native: Native, tail: int | None) -> None:
+    run = native.run(
+        "i=0; while [ $i -lt 1000 ]; do printf '%099d\\n' $i; i=$((i+1)); done",
+        tail=tail,
+    )
+    whole = (native.logs / "stdout.log").read_bytes()
+    assert len(whole) == 100_000
+    assert run.stdout_tail == whole[-(tail or 65536) :]
+
+
+def test_the_entrant_gets_no_inherited_stdin_or_descriptors(native: Native) -> None:
+    read_end, write_end = os.pipe()  # the write end stays open: a shared stdin would block
+    extra = os.open(os.devnull, os.O_RDONLY)
+    try:
+        run = native.run(
+            "cat; echo cat=$?; ls /proc/self/fd",
+            deadline_ms=5000,
+            stdin=read_end,
+            pass_fds=(extra,),
+        )
+    finally:
+        for fd in (read_end, write_end, extra):
+            os.close(fd)
+    assert run.result["killed"] is False
+    cat, *fds = run.stdout_tail.decode().split()
+    assert cat == "cat=0"
+    assert set(fds) <= {"0", "1", "2", "3"}  # 3 is ls's own directory handle
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda out: out.symlink_to(out.with_name("real")), "not a regular file"),
+        (lambda out: os.mkfifo(out), "not a regular file"),
+        (lambda out: out.mkdir(), "not a regular file"),
+        (lambda out: None, "missing"),
+    ],
+    ids=["symlink", "fifo", "directory", "missing"],
+)
+def test_an_output_that_is_not_a_regular_file_is_refused(
+    native: Native, make: Callable[[Path], None], error: str
+) -> None:
+    real = native.output.with_name("real")
+    real.write_bytes(VALID)
+    make(native.output)
+    run = native.run("exit 0")
+    assert run.result["output_error"] == error
+    assert run.result["output_bytes"] == -1
+    assert run.output == b""
+
+
+@pytest.mark.parametrize(
+    ("script", "exit_code", "sig"),
+    [("exit 3", 3, None), ("kill -9 $$", None, 9), ("kill -TERM $$", None, 15)],
+)
+def test_exit_status_is_reported(
+    native: Native, script: str, exit_code: int | None, sig: int | None
+) -> None:
+    r = native.run(script).result
+    assert (r["exit_code"], r["signal"], r["killed"]) == (exit_code, sig, False)
+
+
+def test_a_program_that_cannot_be_executed_exits_127(native: Native) -> None:
+    program = str(native.root / "no-such-program")
+    run = timed(native.args([program], deadline_ms=5000, expect=8, tail=None))
+    assert run.result["exit_code"] == 127
+    assert b"supervise: exec " + program.encode() in run.stderr_tail
+
+
+COMMON = ["--log-dir", "/tmp", "--output", "/tmp/o"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--deadline-ms", "x", *COMMON, "--expect-bytes", "8", "--", "/bin/true"],
+        ["--deadline-ms", "10", *COMMON, "--expect-bytes", "8"],
+        ["--deadline-ms", "10", *COMMON, "--", "/bin/true"],
+    ],
+    ids=["nothing", "bad-number", "no-program", "no-expect-bytes"],
+)
+def test_usage_errors_exit_2_without_a_result_line(supervise: Path, args: list[str]) -> None:
+    proc = subprocess.run([supervise, *args], capture_output=True, timeout=10, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert b"usage:" in proc.stderr
+
+
+# Inside Docker, as PID 1 --------------------------------------------------------------
+
+CONTAINER_OUTPUT = "/contest/output/predictions.i32"
+
+
+def _no_docker(why: str) -> None:
+    if os.environ.get("REQUIRE_DOCKER") == "1":
+        pytest.fail(f"REQUIRE_DOCKER=1 but {why}")
+    pytest.skip(why)
+
+
+def _import_busybox_image() -> bool:
+    """Recreate the tiny test image from the host's static busybox, if there is one."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        return False
+    listing = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=False)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, mode in (("bin", 0o755), ("tmp", 0o1777)):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, mode
+            tar.addfile(info)
+        tar.add(busybox, "bin/busybox")
+        for applet in listing.stdout.split():
+            if applet != "busybox":
+                info = tarfile.TarInfo(f"bin/{applet}")
+                info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(info)
+    done = subprocess.run(
+        ["docker", "import", "-", IMAGE], input=buf.getvalue(), capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def container_supervise(supervise: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("docker") is None:
+        _no_docker("the docker CLI is not installed")
+    if subprocess.run(["docker", "version"], capture_output=True, check=False).returncode:
+        _no_docker("no Docker Engine answers")
+    inspect = ["docker", "image", "inspect", IMAGE]
+    missing = subprocess.run(inspect, capture_output=True, check=False).returncode != 0
+    if missing and not _import_busybox_image():
+        _no_docker(f"image {IMAGE} is missing and cannot be recreated")
+    # A copy the container's uid 65534 can certainly execute, whatever the umask was.
+    copy = tmp_path_factory.mktemp("container") / "supervise"
+    shutil.copyfile(supervise, copy)
+    copy.chmod(0o755)
+    return copy
+
+
+def run_in_container(
+    binary: Path, program: Path, *, deadline_ms: int = 10_000, env: Sequence[str] = ()
+) -> Run:
+    sandbox = """--rm --network none --read-only --user 65534:65534 --cap-drop ALL
+        --security-opt no-new-privileges --pids-limit 64
+        --tmpfs /contest/output:rw,size=1m,uid=65534,gid=65534,mode=0700
+        --tmpfs /contest/logs:rw,size=8m,uid=65534,gid=65534,mode=0700
+        --tmpfs /tmp:rw,exec,size=16m,uid=65534,gid=65534"""
+    args = ["docker", "run", *sandbox.split()]
+    args += ["-v", f"{binary}:/podium/supervise:ro", "-v", f"{program}:/submission/run:ro"]
+    args += [a for e in env for a in ("-e", e)]
+    args += ["--entrypoint", "/podium/supervise", IMAGE, "--deadline-ms", str(deadline_ms)]
+    args += ["--log-dir", "/contest/logs", "--output", CONTAINER_OUTPUT]
+    args += ["--expect-bytes", str(len(VALID)), "--", "/submission/run"]
+    args += ["/contest/input/manifest.tsv", "/contest/input/images", CONTAINER_OUTPUT]
+    return timed(args)
+
+
+@pytest.mark.docker
+def test_container_grandchild_outliving_its_parent_is_timed(
+    container_supervise: Path, tmp_path: Path
+) -> None:
+    program = write_program(
+        tmp_path / "run",
+        f"""setsid sh -c 'sleep 1; printf "{sh_bytes(VALID)}" > "$1"' sh "$3" &
+        exit 0
+        """,
+    )
+    run = run_in_container(container_supervise, program)
+    r = run.result
+    assert (r["exit_code"], r["killed"], r["output_error"]) == (0, False, "")
+    assert run.output == VALID
+    assert SECOND <= r["wall_ns"] < 10 * SECOND
+    run.assert_inside_host_interval()
+
+
+@pytest.mark.docker
+def test_container_pid1_survives_kill_and_stop_from_the_entrant(
+    container_supervise: Path, tmp_path: Path
+) -> None:
+    program = write_program(
+        tmp_path / "run",
+        f"""echo "pid1=$(cat /proc/1/comm) uid=$(id -u)"
+        kill -9 1
+        kill -STOP 1
+        kill -TERM 1
+        sleep 0.3
+        printf '{sh_bytes(VALID)}' > "$CONTEST_OUTPUT"
+        """,
+    )
+    run = run_in_container(container_supervise, program)
+    r = run.result
+    assert run.stdout_tail.startswith(b"pid1=supervise uid=65534\n")
+    assert (r["exit_code"], r["signal"], r["killed"]) == (0, None, False)
+    assert run.output == VALID
+    assert SECOND * 3 // 10 <= r["wall_ns"] < 5 * SECOND
+    run.assert_inside_host_interval()
+
+
+@pytest.mark.docker
+def test_container_pid1_environment_and_fds_are_unreadable(
+    container_supervise: Path, tmp_path: Path
+) -> None:
+    program = write_program(
+        tmp_path / "run",
+        """cat /proc/1/environ > "$3"; echo environ=$?
+        ls /proc/1/fd; echo fd=$?
+        """,
+    )
+    run = run_in_container(container_supervise, program, env=["PODIUM_PROBE=hunter2"])
+    assert run.output == b""
+    assert run.result["output_bytes"] == 0
+    lines = run.stdout_tail.decode().splitlines()
+    assert "environ=0" not in lines and "fd=0" not in lines
+    assert any(line.startswith("environ=") for line in lines)
+    assert b"hunter2" not in run.stdout_tail + run.stderr_tail
+    assert b"Permission denied" in run.stderr_tail
+
+
+@pytest.mark.docker
+def test_container_deadline_kills_everything_left(
+    container_supervise: Path, tmp_path: Path
+) -> None:
+    program = write_program(tmp_path / "run", "setsid sh -c 'exec sleep 30' &\nexec sleep 30\n")
+    run = run_in_container(container_supervise, program, deadline_ms=1000)
+    r = run.result
+    assert (r["killed"], r["signal"]) == (True, signal.SIGKILL)
+    assert SECOND <= r["wall_ns"] < 5 * SECOND
+    assert run.elapsed < 15
+    run.assert_inside_host_interval()
