@@ -24,6 +24,7 @@ typecheck: install
 
 pytest: install supervisor
 	$(BIN)/pytest
+	env -u DATABASE_URL $(BIN)/pytest tests/submissions/test_concurrent_charging.py
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)

@@ -112,6 +112,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = PODIUM_DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 
 # Uploads always stream to disk, never into memory.
@@ -143,9 +144,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
-    for _folder in ("out", "processed"):
+    for _folder in ("out", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -167,7 +169,44 @@ PODIUM_SUPERVISOR = Path(
     env.str("PODIUM_SUPERVISOR", default=str(BASE_DIR / "scoring" / "supervisor" / "supervise"))
 )
 PODIUM_LOG_CAP_BYTES = env.int("PODIUM_LOG_CAP_BYTES", default=4 * 1024 * 1024)
+# -1000 on engines that may set it (rootful): the OOM killer then never picks the supervisor.
+PODIUM_RUN_OOM_SCORE_ADJ = env.int("PODIUM_RUN_OOM_SCORE_ADJ", default=None)
 PODIUM_STARTER_BASE_IMAGE = env.str("PODIUM_STARTER_BASE_IMAGE", default="podium/python:bookworm")
+
+# The machine lock and the health gates (scoring/machine.py, scoring/gates.py).
+# The lock is per scoring host; "" means the Docker Engine's own name, which every
+# worker talking to that engine sees alike (in compose, the builds and scoring services
+# have different container hostnames but share the host's engine).
+PODIUM_SCORING_HOST = env.str("PODIUM_SCORING_HOST", default="")
+# A dead scoring worker's lock and run are taken back this long after its last heartbeat.
+PODIUM_LEASE_S = env.int("PODIUM_LEASE_S", default=60)
+# How long a score waits for another score's lock before rescheduling itself.
+PODIUM_LOCK_WAIT_S = env.int("PODIUM_LOCK_WAIT_S", default=1200)
+# A failing gate retries after 5 minutes, doubling up to an hour.
+PODIUM_GATE_RETRY_S = env.int("PODIUM_GATE_RETRY_S", default=300)
+PODIUM_GATE_RETRY_MAX_S = env.int("PODIUM_GATE_RETRY_MAX_S", default=3600)
+# Pinned software: "" records the version without requiring one.
+PODIUM_PIN_ENGINE_VERSION = env.str("PODIUM_PIN_ENGINE_VERSION", default="")
+PODIUM_PIN_KERNEL = env.str("PODIUM_PIN_KERNEL", default="")
+PODIUM_PIN_SUPERVISOR_SHA256 = env.str("PODIUM_PIN_SUPERVISOR_SHA256", default="")
+PODIUM_PIN_GPU_DRIVER = env.str("PODIUM_PIN_GPU_DRIVER", default="")
+PODIUM_GATE_MIN_MEMORY_BYTES = env.int("PODIUM_GATE_MIN_MEMORY_BYTES", default=2 << 30)
+PODIUM_GATE_MIN_DISK_BYTES = env.int("PODIUM_GATE_MIN_DISK_BYTES", default=5 << 30)
+# CPUs' worth of busy time allowed over a short sample, taken after builds are frozen.
+PODIUM_GATE_CPU_BUSY_MAX = env.float("PODIUM_GATE_CPU_BUSY_MAX", default=1.5)
+PODIUM_GATE_CPU_SAMPLE_S = env.float("PODIUM_GATE_CPU_SAMPLE_S", default=0.5)
+# GPU gates (idle, memory, temperature, driver pin) only where a GPU is configured.
+PODIUM_GPU_GATES = env.bool("PODIUM_GPU_GATES", default=False)
+PODIUM_GPU_QUERY_COMMAND = env.str("PODIUM_GPU_QUERY_COMMAND", default="nvidia-smi")
+PODIUM_GPU_MAX_UTIL_PERCENT = env.int("PODIUM_GPU_MAX_UTIL_PERCENT", default=5)
+PODIUM_GPU_MAX_MEMORY_MIB = env.int("PODIUM_GPU_MAX_MEMORY_MIB", default=1024)
+PODIUM_GPU_MAX_TEMP_C = env.int("PODIUM_GPU_MAX_TEMP_C", default=60)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Redis redelivers a message not acknowledged within this time; a gate retry waits
+    # up to PODIUM_GATE_RETRY_MAX_S, so this must be longer or the retry is duplicated.
+    CELERY_BROKER_TRANSPORT_OPTIONS.setdefault(
+        "visibility_timeout", env.int("PODIUM_BROKER_VISIBILITY_S", default=3 * 3600)
+    )
 
 LOGGING = {
     "version": 1,

@@ -17,6 +17,12 @@ Who pays for what:
 
 Neither build ever sees a cohort file: the environment build gets its Dockerfile and
 its own context archive, the submission build gets its source archive, nothing else.
+
+Builds give way to scores (``scoring.machine``): every build container carries the
+label ``podium.build=<scoring host>`` (the environment build's RUN steps through a
+``LABEL`` added after each ``FROM``), so a score holding the machine can pause them. A
+build starts no step while a score holds the machine, and its cap counts only time when
+none did.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import secrets
 import tarfile
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
@@ -36,6 +43,7 @@ from typing import IO, cast
 from django.conf import settings
 
 from portal import storage
+from portal.environments import dockerfile_policy
 from portal.environments.models import Environment
 from portal.environments.services import environment_claim_build, environment_finish_build
 from portal.submissions import archives
@@ -46,7 +54,7 @@ from portal.submissions.services import (
     submission_build_platform_failure,
     submission_transition,
 )
-from scoring import engine
+from scoring import engine, machine
 from scoring.logfile import CappedLog
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,11 @@ SHELL = "/bin/sh"
 RUN_PATH = "/submission/run"
 BUILD_PIDS_LIMIT = 1024
 LOG_THREAD_GRACE_S = 10.0
+# How often build.sh's cap is re-checked (and the machine lock consulted).
+WAIT_SLICE_S = 1.0
+# A build.sh container found paused this long while no score holds the machine was
+# left paused by a holder that died: the build unpauses it itself.
+STRAY_PAUSE_S = 3.0
 
 # build.sh is optional: without one the source is committed as it is.
 BUILD_SCRIPT = (
@@ -77,6 +90,38 @@ _CLIENT_ERROR = re.compile(r"^engine: 4\d\d Client Error.*?\(\"(?P<message>.*)\"
 def _short_tag() -> str:
     """A fresh tag per build, so a rebuild never reuses (or untags) an earlier image."""
     return secrets.token_hex(6)
+
+
+def label_stages(dockerfile: str, labels: dict[str, str]) -> str:
+    """``dockerfile`` with a ``LABEL`` instruction right after each ``FROM`` (pure).
+
+    The classic builder creates each RUN step's container from the stage's config so
+    far, labels included, so this labels every RUN container of the build. The LABEL
+    goes in front of the instruction that follows the FROM (or at the end), which
+    keeps line continuations, comments and parser directives intact; instructions are
+    found with the Dockerfile policy's parser, the same one the policy checked.
+    """
+    assignments = " ".join(f'{key}="{value}"' for key, value in labels.items())
+    instructions, _directives = dockerfile_policy._parse(dockerfile)
+    lines = dockerfile.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    after: set[int] = set()  # 0-based line indexes that get a LABEL in front
+    for index, instruction in enumerate(instructions):
+        if instruction.keyword == "FROM":
+            following = instructions[index + 1].line - 1 if index + 1 < len(instructions) else -1
+            after.add(following if following >= 0 else len(lines))
+    out: list[str] = []
+    for number, line in enumerate([*lines, None]):
+        if number in after:
+            out.append(f"LABEL {assignments}")
+        if line is not None:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _frozen(host: str) -> bool:
+    return machine.builds_frozen(host)
 
 
 def _discard_image(ref: str) -> None:
@@ -157,12 +202,18 @@ def _build_environment_image(
                 Environment.FAILED, f"The build context archive cannot be used: {exc}"
             )
         context.seek(0)
+        host = machine.scoring_host()
+        machine.wait_while_frozen(host)
         outcome = engine.build_image(
             context=context,
             tag=tag,
             on_log=build_log.write,
             timeout_s=cap_s,
             platform=settings.PODIUM_DOCKER_PLATFORM,
+            # The final image must not carry the build label: containers made from it
+            # later (a scored run) are not builds.
+            labels={machine.BUILD_LABEL: ""},
+            frozen=lambda: _frozen(host),
         )
     if outcome.timed_out:
         _discard_image(tag)
@@ -221,7 +272,7 @@ def _write_environment_context(
     at the root of the context archive is skipped (and the log says so). Nothing is held
     in memory: the normalized context goes through a temporary file.
     """
-    dockerfile = environment.dockerfile.encode()
+    dockerfile = label_stages(environment.dockerfile, machine.build_labels()).encode()
     with tarfile.open(fileobj=dest, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
@@ -330,6 +381,7 @@ def _build_submission_image(
     cap_s = benchmark.build_timeout_s
     environment_tag = submission.environment.image_tag
     build_log.write(f"Building submission #{submission.pk} on {environment_tag} (cap {cap_s} s)\n")
+    host = machine.scoring_host()
     container_id = engine.create_container(
         image=environment_tag,
         command=[SHELL, "-c", BUILD_SCRIPT],
@@ -337,7 +389,7 @@ def _build_submission_image(
         working_dir="/submission",
         user="0",
         network_mode="bridge",  # the build may fetch from the internet (host firewall applies)
-        labels={"podium.submission": str(submission.pk)},
+        labels={"podium.submission": str(submission.pk), machine.BUILD_LABEL: host},
         mem_limit=benchmark.run_memory_bytes,
         memswap_limit=benchmark.run_memory_bytes,
         pids_limit=BUILD_PIDS_LIMIT,
@@ -353,10 +405,11 @@ def _build_submission_image(
             )
             source_tar.seek(0)
             engine.put_archive(container_id, "/", source_tar)
+        machine.wait_while_frozen(host)
         engine.start(container_id)
         follower = _LogFollower(container_id, build_log)
         follower.start()
-        exit_code = engine.wait(container_id, timeout_s=cap_s)
+        exit_code = _wait_unfrozen(container_id, cap_s, host)
         if exit_code is None:
             engine.kill(container_id)
             follower.join(LOG_THREAD_GRACE_S)
@@ -367,7 +420,11 @@ def _build_submission_image(
         _check_run_entrypoint(container_id, build_log)
         repository = f"podium/sub-{submission.pk}"
         tag = _short_tag()
-        info = engine.commit(container_id, repository=repository, tag=tag)
+        machine.wait_while_frozen(host)  # committing is heavy disk work: not during a score
+        # The image must not carry the build label on: its scored runs are not builds.
+        info = engine.commit(
+            container_id, repository=repository, tag=tag, labels={machine.BUILD_LABEL: ""}
+        )
         image_tag = f"{repository}:{tag}"
         if info.size > benchmark.max_image_bytes:
             _discard_image(image_tag)
@@ -381,6 +438,40 @@ def _build_submission_image(
             engine.remove_container(container_id)
         except engine.EngineError:
             log.exception("could not remove build container %s", container_id)
+
+
+def _wait_unfrozen(container_id: str, cap_s: float, host: str) -> int | None:
+    """Wait for the build container; its exit code, or None once ``cap_s`` of time
+    when no score held the machine has passed (paused time does not count).
+
+    A container still paused after the machine was released for ``STRAY_PAUSE_S``
+    (its freezer died with its worker) is unpaused here rather than waiting for the
+    reaper.
+    """
+    counted = 0.0
+    stray_since: float | None = None
+    last = time.monotonic()
+    while True:
+        exit_code = engine.wait(
+            container_id, timeout_s=max(0.05, min(WAIT_SLICE_S, cap_s - counted))
+        )
+        now = time.monotonic()
+        if exit_code is not None:
+            return exit_code
+        if _frozen(host):
+            stray_since = None
+        elif engine.state(container_id).get("Paused"):
+            stray_since = stray_since or now
+            if now - stray_since >= STRAY_PAUSE_S:
+                log.warning("unpausing build container %s left paused", container_id[:12])
+                engine.unpause(container_id)
+                stray_since = None
+        else:
+            stray_since = None
+            counted += now - last
+        last = now
+        if counted >= cap_s:
+            return None
 
 
 def _check_run_entrypoint(container_id: str, build_log: CappedLog) -> None:

@@ -12,6 +12,7 @@ import io
 import socket
 import tarfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -22,6 +23,8 @@ import docker.errors
 import requests.exceptions
 
 LABEL = "podium"  # every container and image Podium makes carries this label
+# How often a build's cap is re-checked (and the machine lock consulted).
+BUILD_POLL_S = 1.0
 
 
 class EngineError(Exception):
@@ -71,6 +74,11 @@ def version() -> str:
     return str(_wrap(lambda: client().version()).get("Version", ""))
 
 
+def host_name() -> str:
+    """The engine's own name (its host's hostname), the same for every client of it."""
+    return str(_wrap(lambda: client().info()).get("Name", ""))
+
+
 # Images ---------------------------------------------------------------------------
 
 
@@ -82,12 +90,16 @@ def build_image(
     timeout_s: float,
     buildargs: dict[str, str] | None = None,
     platform: str = "",
-    should_pause: Callable[[], bool] | None = None,
+    labels: dict[str, str] | None = None,
+    frozen: Callable[[], bool] | None = None,
 ) -> BuildOutcome:
     """Build ``context`` (a tar with a Dockerfile at its root) as ``tag``.
 
     Streams the build output to ``on_log``. Stops the build when ``timeout_s`` passes:
-    closing the connection makes the engine cancel it, and no image is tagged.
+    closing the connection makes the engine cancel it, and no image is tagged. Only
+    time when ``frozen()`` is false counts towards ``timeout_s`` (checked every
+    ``BUILD_POLL_S``): a build paused while a score holds the machine keeps its cap.
+    ``labels`` are set on the final image (the engine adds them as a last LABEL step).
     """
     result: dict[str, BuildOutcome] = {}
     holder: dict[str, Any] = {}
@@ -103,7 +115,7 @@ def build_image(
                 decode=True,
                 buildargs=buildargs or {},
                 platform=platform or None,
-                labels={LABEL: "1"},
+                labels={LABEL: "1", **(labels or {})},
                 pull=False,
             )
             holder["stream"] = stream
@@ -120,12 +132,32 @@ def build_image(
 
     worker = threading.Thread(target=consume, daemon=True)
     worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
+    if not _join_within(worker, timeout_s, frozen):
         result["outcome"] = BuildOutcome(ok=False, timed_out=True, error="build timed out")
         _close_stream(holder.get("stream"))
         worker.join(30)
     return result["outcome"]
+
+
+def _join_within(
+    worker: threading.Thread, timeout_s: float, frozen: Callable[[], bool] | None
+) -> bool:
+    """Join ``worker``; False once ``timeout_s`` of unfrozen time passed first."""
+    if frozen is None:
+        worker.join(timeout_s)
+        return not worker.is_alive()
+    counted = 0.0
+    last = time.monotonic()
+    while True:
+        worker.join(max(0.01, min(BUILD_POLL_S, timeout_s - counted)))
+        now = time.monotonic()
+        if not worker.is_alive():
+            return True
+        if not frozen():
+            counted += now - last
+        last = now
+        if counted >= timeout_s:
+            return False
 
 
 def _close_stream(stream: Any) -> None:
@@ -300,15 +332,55 @@ def read_file(container_id: str, path: str, limit: int) -> bytes | None:
         return extracted.read(limit) if extracted else None
 
 
-def commit(container_id: str, *, repository: str, tag: str) -> ImageInfo:
-    """Commit a stopped container as ``repository:tag``."""
-    _wrap(
-        lambda: client().api.commit(
-            container_id, repository=repository, tag=tag, conf={"Labels": {LABEL: "1"}}
-        )
-    )
+def commit(
+    container_id: str, *, repository: str, tag: str, labels: dict[str, str] | None = None
+) -> ImageInfo:
+    """Commit a stopped container as ``repository:tag``.
+
+    The engine merges the container's labels into the image's; ``labels`` override
+    them (an empty value blanks one the image must not carry on).
+    """
+    conf = {"Labels": {LABEL: "1", **(labels or {})}}
+    _wrap(lambda: client().api.commit(container_id, repository=repository, tag=tag, conf=conf))
     return image_info(f"{repository}:{tag}")
 
 
-def list_containers(label: str = LABEL) -> list[dict[str, Any]]:
-    return list(_wrap(lambda: client().api.containers(all=True, filters={"label": label})))
+def list_containers(label: str | list[str] = LABEL, *, status: str = "") -> list[dict[str, Any]]:
+    """Containers carrying ``label`` (``key`` or ``key=value``; a list: every one of them),
+    optionally in ``status`` (created, running, paused, exited...)."""
+    filters: dict[str, Any] = {"label": label}
+    if status:
+        filters["status"] = status
+    return list(_wrap(lambda: client().api.containers(all=True, filters=filters)))
+
+
+class EventStream:
+    """The engine's event stream (``docker events``), as decoded dicts.
+
+    Iterating ends when the stream ends or :meth:`close` is called (from any thread);
+    an engine failure ends it too, silently: the caller resubscribes or gives up.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for event in self._stream:
+                if isinstance(event, dict):
+                    yield event
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+            return
+        except ValueError:  # a half-read chunk after close(): the stream is over
+            return
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stream.close()
+
+
+def container_events(*, labels: list[str], actions: list[str]) -> EventStream:
+    """Subscribe to container events (``actions`` such as start, unpause) of containers
+    carrying every one of ``labels``. Events are delivered from the moment this returns."""
+    filters = {"type": ["container"], "event": actions, "label": labels}
+    return EventStream(_wrap(lambda: client().api.events(decode=True, filters=filters)))

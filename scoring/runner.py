@@ -19,8 +19,12 @@ Who is blamed:
 Reasons written to the run are shown to the entrant, so they never carry cohort
 member names or host paths; the details go to the worker's log.
 
-The machine lock and the health gates (steps 1 and 2) come later; :func:`machine` is
-their seam.
+Steps 1 and 2 (the machine lock, frozen builds, the health gates) are
+``scoring.machine``'s; :func:`machine` is their seam. The order is lock, gates, then
+claim and stage; a machine that is not ready reschedules the score before anything is
+claimed. While the lock is held its heartbeat renews the run's lease every
+``PODIUM_LEASE_S / 3`` seconds, so the reaper settles the run of a dead worker within
+``PODIUM_LEASE_S`` plus its own period.
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ from portal.submissions.services import (
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
+    submission_machine_waits,
 )
 from scoring import engine, staging, verdict
+from scoring import machine as machine_lock
 from scoring.staging import StagedRun
 
 log = logging.getLogger(__name__)
@@ -72,14 +78,26 @@ LOG_TMPFS_BYTES = 64 * 1024 * 1024
 # the line far below the json-file log cap below.
 TAIL_BYTES = 64 * 1024
 LOG_MAX_SIZE = "16m"
-# A run's lease outlives its timeout by this much before the reaper settles it.
-LEASE_GRACE_S = 300
 # The supervisor stops the entrant this long before the host's outer timer fires, so
 # it can kill, reap and report before the host gives up on it: a tenth of the limit,
 # between 1 and 10 seconds.
 MIN_MARGIN_MS = 1_000
 MAX_MARGIN_MS = 10_000
+# Before its clock starts, the supervisor waits this long for the engine to finish
+# starting the container (runc, containerd, dockerd answering the start and our wait):
+# on a small host that work otherwise competes with the entrant's first milliseconds.
+SETTLE_MS = 20
 RUN_LOG = "run.log"
+# The memory limit covers the container's tmpfs mounts, so an entrant can fill it with
+# files that outlive its processes; if the OOM killer then picked the supervisor, the
+# run would end without a result line (a platform fault: a free retry). The supervisor
+# raises the entrant's oom_score_adj to 1000, but the entrant may lower it again, down
+# to the minimum set by the engine's privileged write of this value (-1000: the OOM
+# killer never picks PID 1). Lowering a score needs CAP_SYS_RESOURCE in the engine:
+# a rootful engine has it; a rootless or nested one fails every start with it. So it is
+# the setting ``PODIUM_RUN_OOM_SCORE_ADJ`` (None: not asked for), to be -1000 wherever
+# the engine allows it.
+RUN_OOM_SCORE_ADJ_SETTING = "PODIUM_RUN_OOM_SCORE_ADJ"
 
 
 class SupervisorError(Exception):
@@ -131,13 +149,21 @@ def container_spec(
     tmpfs sizes, no Docker socket, no host environment, a capped container log. The
     trusted supervisor (a static binary, mounted read-only; not Docker's ``--init``) is
     PID 1 and runs ``/submission/run MANIFEST IMAGE_ROOT OUTPUT``.
+
+    Seccomp: no ``seccomp=`` option, on purpose. One would replace Docker's default
+    profile; instead the container keeps it and the supervisor stacks its own filter
+    (the denials of ptrace, process_vm_*, kcmp, pidfd_getfd, and prlimit64, setpriority
+    and sched_set* aimed at PID 1) on the entrant's process tree; see supervise.c.
+    The supervisor's oom_score_adj comes from ``PODIUM_RUN_OOM_SCORE_ADJ`` (see
+    ``RUN_OOM_SCORE_ADJ_SETTING``).
     """
     run_uid = int(settings.PODIUM_RUN_UID if uid is None else uid)
+    oom_score_adj = getattr(settings, RUN_OOM_SCORE_ADJ_SETTING, None)
     # Docker ignores tmpfs ``mode=`` where the image already has the folder (the copy-up
     # keeps the image's owner and mode), so ownership is given explicitly too.
     owned = f"uid={run_uid},gid={run_uid},mode=0700"
     no_exec = "rw,noexec,nosuid,nodev"
-    return {
+    spec: dict[str, Any] = {
         "image": image,
         "entrypoint": [
             SUPERVISOR_PATH,
@@ -151,6 +177,8 @@ def container_spec(
             str(expect_bytes),
             "--tail-bytes",
             str(TAIL_BYTES),
+            "--settle-ms",
+            str(SETTLE_MS),
             "--",
             ENTRYPOINT,
             MANIFEST_PATH,
@@ -194,6 +222,9 @@ def container_spec(
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE}},
         "init": False,
     }
+    if oom_score_adj is not None:
+        spec["oom_score_adj"] = int(oom_score_adj)
+    return spec
 
 
 # The supervisor's result line ------------------------------------------------------
@@ -266,15 +297,17 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
 
 
 @contextmanager
-def machine(submission: Submission) -> Iterator[dict[str, Any]]:
-    """Seam for the machine lock and the health gates (architecture steps 1 and 2).
+def machine(submission: Submission, *, waits: int = 0) -> Iterator[machine_lock.Session]:
+    """The machine lock and the health gates (architecture steps 1 and 2).
 
-    The later implementation takes the scoring host's exclusive lock (pausing builds),
-    runs the gates and yields their readings (stored on the run), and releases the lock
-    on exit; a failing gate reschedules the submission instead of entering the block.
-    For now: no lock, no gates, no readings.
+    Takes the scoring host's exclusive lock (pausing builds), passes the gates and
+    yields a session whose ``readings`` are stored on the run; releases the lock (and
+    unpauses the builds) on exit. A machine that is not ready reschedules the
+    submission and raises :class:`machine_lock.MachineWaiting` instead of entering
+    the block. See ``scoring.machine.hold``.
     """
-    yield {}
+    with machine_lock.hold(submission_id=int(submission.pk), waits=waits) as session:
+        yield session
 
 
 def _elapsed_ms(since_ns: int) -> float:
@@ -304,25 +337,41 @@ def _log_supervisor_stderr(run_id: int, container_id: str) -> None:
         log.error("run %s: supervisor stderr: %s", run_id, stderr[-2000:].decode(errors="replace"))
 
 
-def score_submission(submission_id: int) -> None:
+def score_submission(submission_id: int, waits: int = 0) -> None:
     """Score a queued submission once: claim it, run it in the sandbox, record the result.
 
     Idempotent: a submission that is not ``queued`` (already claimed, a redelivered
-    task) is left alone. Exactly one of ``run_record_verdict`` (passed / failed /
-    errored) or ``run_record_infra_failure`` settles the claimed run, unless someone
-    else (the reaper, staff) settled it first. The container and the staged input are
-    removed in every case.
+    task) is left alone, and so is a message whose ``waits`` (how many times the
+    submission had waited for the machine when it was sent) is not the current count:
+    a stale duplicate of a rescheduled score. Exactly one of ``run_record_verdict``
+    (passed / failed / errored) or ``run_record_infra_failure`` settles the claimed
+    run, unless someone else (the reaper, staff) settled it first. The container and
+    the staged input are removed in every case.
     """
     submission = Submission.objects.select_related("benchmark").filter(pk=submission_id).first()
     if submission is None or submission.status != Submission.QUEUED:
         return
+    if waits != submission_machine_waits(submission_id):
+        log.info("submission %s: stale score message (waits=%s) ignored", submission_id, waits)
+        return
     benchmark = submission.benchmark
-    lease_s = benchmark.score_timeout_s + LEASE_GRACE_S
-    with machine(submission) as readings:
-        run = run_claim(submission_id, lease_s=lease_s)
-        if run is None:
-            return
-        _score(run, submission, benchmark, lease_s=lease_s, readings=readings)
+    lease_s = int(settings.PODIUM_LEASE_S)
+    try:
+        with machine(submission, waits=waits) as session:
+            run = run_claim(submission_id, lease_s=lease_s)
+            if run is None:
+                return
+            session.attach(int(run.pk))
+            _score(
+                run,
+                submission,
+                benchmark,
+                lease_s=lease_s,
+                readings=session.readings,
+                host=session.host,
+            )
+    except machine_lock.MachineWaiting as waiting:
+        log.info("submission %s waits for the scoring machine: %s", submission_id, waiting)
 
 
 def _score(
@@ -332,6 +381,7 @@ def _score(
     *,
     lease_s: int,
     readings: dict[str, Any],
+    host: str = "",
 ) -> None:
     run_id = int(run.pk)
     overhead: dict[str, float] = {}
@@ -361,6 +411,8 @@ def _score(
             supervisor=supervisor,
             expect_bytes=4 * staged.rows,
         )
+        if host:  # whose machine it runs on: the reaper finds it by run and host
+            spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}
         started = time.perf_counter_ns()
         container_id = engine.create_container(**spec)
         overhead["create"] = _elapsed_ms(started)
@@ -405,6 +457,22 @@ def _score(
         started = time.perf_counter_ns()
         # The supervisor exits 0 right after its line; anything else means it failed
         # (its own stderr, logged below, says why), never the entrant's doing.
+        if status_code != 0 and engine.state(container_id).get("OOMKilled"):
+            # The container hit its memory limit and the kernel took the supervisor: only
+            # the entrant's processes can have used that memory, so the attempt counts.
+            reason = (
+                f"The run used more than its {benchmark.run_memory_bytes:,}-byte memory "
+                "limit and was stopped."
+            )
+            _write_run_log(staged.root, None, note=reason)
+            run_record_verdict(
+                run_id=run_id,
+                status=Submission.ERRORED,
+                reason=reason,
+                overhead_ms=overhead,
+                **known,
+            )
+            return
         if status_code != 0:
             raise SupervisorError(f"the supervisor exited with status {status_code}")
         result = parse_supervisor_line(engine.logs(container_id, stdout=True, stderr=False))

@@ -22,8 +22,9 @@ def build_submission(submission_id: int) -> None:
 
 
 @shared_task(name="scoring.score_submission")
-def score_submission(submission_id: int) -> None:
-    runner.score_submission(submission_id)
+def score_submission(submission_id: int, waits: int = 0) -> None:
+    """``waits``: how often the submission had waited for the machine when this was sent."""
+    runner.score_submission(submission_id, waits)
 
 
 @shared_task(name="scoring.remove_image")

@@ -44,6 +44,16 @@ def data_dir(settings, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine_gates(settings) -> None:
+    """Scores in tests run on a busy test machine: the CPU gate's decisions are tested with
+    fakes (tests/scoring/test_gates.py), not by waiting for this machine to be idle. Each
+    test process holds its own machine lock, apart from any other suite on this engine."""
+    settings.PODIUM_GATE_CPU_BUSY_MAX = 1024.0
+    settings.PODIUM_GATE_CPU_SAMPLE_S = 0.1
+    settings.PODIUM_SCORING_HOST = f"test-{os.getpid()}"
+
+
 @pytest.fixture
 def alice(db):
     return factories.UserFactory(username="alice")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import Count, Max, Q, Sum
 
 from portal.contests import rules
-from portal.contests.models import Benchmark, LeaderboardEntry
+from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,161 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
         resets_at=rules.next_reset(now, tz_name),
         next_available_at=rules.next_attempt_at(now, tz_name, per_day, used),
     )
+
+
+# Pages of the board ----------------------------------------------------------------
+
+RANK_ORDER = ("wall_time_ns", "submitted_at", "submission_id")
+
+
+@dataclass(frozen=True)
+class BoardVersion:
+    """How many entrants the stored board holds, and a fingerprint of its rows.
+
+    Every change of a row changes its run (a new best, or an older run after a
+    disqualification) or the number of rows, so the count, the sum of run ids, the sum
+    of wall times and the newest row id together move with any change. Caches of what
+    is drawn from the board (its rendered pages, the progress chart) key on ``key``.
+    """
+
+    entrants: int
+    key: str
+
+
+def leaderboard_version(benchmark: Benchmark) -> BoardVersion:
+    """The board's size and fingerprint. One query (an aggregate over the board's rows)."""
+    board = LeaderboardEntry.objects.filter(benchmark=benchmark).aggregate(
+        rows=Count("id"), runs=Sum("run_id"), times=Sum("wall_time_ns"), last=Max("id")
+    )
+    return BoardVersion(
+        entrants=board["rows"],
+        key="{rows}-{runs}-{times}-{last}".format(**board),
+    )
+
+
+class LeaderboardPage:
+    """One page of the ranked board. Its rows are read (one query) only when first used,
+    so a page whose rendering is cached costs only the version query."""
+
+    def __init__(
+        self, benchmark: Benchmark, *, page: int, per_page: int, version: BoardVersion
+    ) -> None:
+        self.benchmark = benchmark
+        self.version = version
+        self.entrants = version.entrants
+        self.per_page = per_page
+        self.pages = max(1, -(-version.entrants // per_page))
+        self.page = min(max(1, page), self.pages)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.pages
+
+    @property
+    def cache_key(self) -> str:
+        """Names this page of this version of the board (for ``{% cache %}``)."""
+        return f"{self.benchmark.pk}:{self.version.key}:{self.page}:{self.per_page}"
+
+    @cached_property
+    def rows(self) -> list[LeaderboardRow]:
+        offset = (self.page - 1) * self.per_page
+        entries = (
+            LeaderboardEntry.objects.filter(benchmark=self.benchmark)
+            .select_related("entrant")
+            .order_by(*RANK_ORDER)[offset : offset + self.per_page]
+        )
+        return [_row(entry, rank) for rank, entry in enumerate(entries, start=offset + 1)]
+
+
+def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
+    return LeaderboardRow(
+        rank=rank,
+        entrant=entry.entrant.get_username(),
+        wall_time_ns=entry.wall_time_ns,
+        matches=entry.matches,
+        total=entry.total,
+        submission_id=entry.submission_id,
+        submitted_at=entry.submitted_at,
+    )
+
+
+def leaderboard_page(
+    benchmark: Benchmark, *, page: int, per_page: int, version: BoardVersion | None = None
+) -> LeaderboardPage:
+    """Page ``page`` (from 1; clamped to the pages there are) of the ranked board.
+
+    One query for the board's version (none when given), one more when the rows are used.
+    """
+    version = version or leaderboard_version(benchmark)
+    return LeaderboardPage(benchmark, page=page, per_page=per_page, version=version)
+
+
+def leaderboard_standing(benchmark: Benchmark, entrant: Any) -> LeaderboardRow | None:
+    """The entrant's own row with its rank, or None when they have no passing official run.
+
+    Two queries whatever the size of the board: the row, then how many rank ahead of it.
+    """
+    entry = (
+        LeaderboardEntry.objects.filter(benchmark=benchmark, entrant_id=entrant.pk)
+        .select_related("entrant")
+        .first()
+    )
+    if entry is None:
+        return None
+    ahead = (
+        LeaderboardEntry.objects.filter(benchmark=benchmark)
+        .filter(
+            Q(wall_time_ns__lt=entry.wall_time_ns)
+            | Q(wall_time_ns=entry.wall_time_ns, submitted_at__lt=entry.submitted_at)
+            | Q(
+                wall_time_ns=entry.wall_time_ns,
+                submitted_at=entry.submitted_at,
+                submission_id__lt=entry.submission_id,
+            )
+        )
+        .count()
+    )
+    return _row(entry, ahead + 1)
+
+
+# The schedule as the pages tell it ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Where a benchmark stands at ``now`` and the next moment that changes it."""
+
+    status: str  # upcoming / open / closed
+    next_event: str  # "opens" / "closes" / "" once closed
+    next_at: dt.datetime | None
+
+
+def schedule_at(benchmark: Benchmark, now: dt.datetime) -> Schedule:
+    status = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
+    if status == "upcoming":
+        return Schedule(status, "opens", benchmark.opens_at)
+    if status == "open":
+        return Schedule(status, "closes", benchmark.closes_at)
+    return Schedule(status, "", None)
+
+
+def benchmark_schedules(now: dt.datetime) -> list[tuple[Benchmark, Schedule]]:
+    """Every benchmark with its schedule, open ones first, then upcoming, then closed. One query."""
+    order = {"open": 0, "upcoming": 1, "closed": 2}
+    pairs = [(benchmark, schedule_at(benchmark, now)) for benchmark in Benchmark.objects.all()]
+    return sorted(pairs, key=lambda pair: order[pair[1].status])
+
+
+def practice_cohort_size(benchmark: Benchmark) -> int | None:
+    """How many images the published practice cohort holds; None before one is imported."""
+    row = (
+        Cohort.objects.filter(benchmark=benchmark, kind=Cohort.PRACTICE)
+        .annotate(size=Count("items"))
+        .values_list("size", flat=True)
+        .first()
+    )
+    return None if row is None else int(row)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from portal.contests import rules
@@ -45,12 +46,26 @@ def leaderboard_candidates(
 def leaderboard_refresh_entrant(*, benchmark: Benchmark, entrant_id: int) -> None:
     """Recompute one entrant's row from all their runs.
 
-    Call inside the transaction that records a verdict or a disqualification, so the
-    board never disagrees with the runs.
+    Call inside the transaction that records a verdict, a disqualification or a
+    cancellation, so the board never disagrees with the runs.
+
+    Locking: the entrant's user row is locked first, so two such transactions for one
+    entrant (a verdict while staff disqualify another of their runs) recompute one after
+    the other; the later one then reads what the earlier one committed. Without it each
+    would compute from a snapshot missing the other's change, and the last writer could
+    put a disqualified run back on the board. ``FOR NO KEY UPDATE``: rows that merely
+    reference the entrant (a ledger row written earlier in the same transaction) take
+    key-share locks, which it does not wait for.
     """
     from portal.submissions.models import Run
 
     with transaction.atomic():
+        list(
+            get_user_model()
+            .objects.select_for_update(no_key=True)
+            .filter(pk=entrant_id)
+            .values_list("pk", flat=True)
+        )
         best = rules.best_per_entrant(leaderboard_candidates(benchmark, entrant_id))
         if not best:
             LeaderboardEntry.objects.filter(benchmark=benchmark, entrant_id=entrant_id).delete()

@@ -1,10 +1,14 @@
 from django.urls import path
 
-from portal.contests import views
+from portal.contests import account_views, views
 
 app_name = "contests"
 
 urlpatterns = [
     path("", views.benchmark_list, name="benchmark_list"),
     path("b/<slug:slug>/", views.benchmark_detail, name="benchmark_detail"),
+    path("b/<slug:slug>/leaderboard/", views.leaderboard, name="leaderboard"),
+    path("account/", account_views.account, name="account"),
+    path("account/tokens/", account_views.token_create, name="token_create"),
+    path("account/tokens/<int:pk>/revoke/", account_views.token_revoke, name="token_revoke"),
 ]

@@ -1,4 +1,4 @@
-"""Public pages: the benchmark list and one benchmark's rules, leaderboard and quota."""
+"""Public pages: the benchmark list, one benchmark (rules, board, chart) and the full board."""
 
 from __future__ import annotations
 
@@ -7,35 +7,83 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from portal.contests import rules
+from portal.contests.chart import progress_chart
 from portal.contests.models import Benchmark
-from portal.contests.selectors import leaderboard_rows, quota_for
+from portal.contests.selectors import (
+    LeaderboardRow,
+    benchmark_schedules,
+    leaderboard_page,
+    leaderboard_standing,
+    leaderboard_version,
+    practice_cohort_size,
+    quota_for,
+    schedule_at,
+)
 from portal.submissions.models import Submission
+
+BOARD_PREVIEW_ROWS = 20
+BOARD_PAGE_ROWS = 100
 
 
 def benchmark_list(request: HttpRequest) -> HttpResponse:
-    now = timezone.now()
-    benchmarks = [(benchmark, benchmark.status_at(now)) for benchmark in Benchmark.objects.all()]
-    return render(request, "contests/benchmark_list.html", {"benchmarks": benchmarks})
+    context = {"benchmarks": benchmark_schedules(timezone.now())}
+    return render(request, "contests/benchmark_list.html", context)
 
 
 def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    """Rules, the top of the board, the progress chart, and the viewer's own standing.
+
+    A fixed number of queries whatever the size of the board (tests hold it to that);
+    the board's rendering and the chart are cached per version of the board.
+    """
     benchmark = get_object_or_404(Benchmark, slug=slug)
     now = timezone.now()
+    version = leaderboard_version(benchmark)
     quotas = []
+    standing = None
     if request.user.is_authenticated:
         quotas = [
             quota_for(request.user, benchmark, kind, now)
             for kind in (Submission.OFFICIAL, Submission.PRACTICE)
         ]
+        standing = leaderboard_standing(benchmark, request.user)
     context = {
         "benchmark": benchmark,
-        "status": benchmark.status_at(now),
-        "rows": leaderboard_rows(benchmark),
+        "schedule": schedule_at(benchmark, now),
+        "board": leaderboard_page(benchmark, page=1, per_page=BOARD_PREVIEW_ROWS, version=version),
+        "standing": standing,
+        "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
+        "chart": progress_chart(benchmark, now=now, version=version),
         "quotas": quotas,
+        "practice_size": practice_cohort_size(benchmark),
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
     }
     return render(request, "contests/benchmark_detail.html", context)
+
+
+def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
+    """The whole board, a hundred rows a page (``?page=N``)."""
+    benchmark = get_object_or_404(Benchmark, slug=slug)
+    try:
+        page = int(request.GET.get("page", "1"))
+    except ValueError:
+        page = 1
+    standing = (
+        leaderboard_standing(benchmark, request.user) if request.user.is_authenticated else None
+    )
+    context = {
+        "benchmark": benchmark,
+        "schedule": schedule_at(benchmark, timezone.now()),
+        "board": leaderboard_page(benchmark, page=page, per_page=BOARD_PAGE_ROWS),
+        "standing": standing,
+        "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
+    }
+    return render(request, "contests/leaderboard.html", context)
+
+
+def _page_of(row: LeaderboardRow | None, per_page: int) -> int | None:
+    return None if row is None else (row.rank - 1) // per_page + 1
 
 
 def _percent(part: int, whole: int) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,33 @@ class EnvironmentForm(forms.Form):
     def dockerfile_field(self) -> str:
         """The field an error about the Dockerfile's content belongs next to."""
         return "dockerfile_file" if self.files.get("dockerfile_file") else "dockerfile_text"
+
+
+POLICY_LINE = re.compile(r"^line (\d+): ")
+
+
+@dataclass(frozen=True)
+class ListingLine:
+    number: int
+    text: str
+    problems: tuple[str, ...]
+
+
+def policy_problems(detail: str) -> list[str]:
+    """A policy refusal ("line 2: ...; line 7: ...") as one message per violation."""
+    return [part.strip() for part in re.split(r";\s+(?=line \d+: )", detail) if part.strip()]
+
+
+def policy_listing(dockerfile: str, problems: list[str]) -> list[ListingLine]:
+    """The Dockerfile as numbered lines, each with the problems reported on it, so the
+    page can show every refusal next to the line it is about."""
+    by_line: dict[int, list[str]] = {}
+    for problem in problems:
+        match = POLICY_LINE.match(problem)
+        if match:
+            by_line.setdefault(int(match.group(1)), []).append(problem[match.end() :])
+    lines = dockerfile.rstrip("\n").split("\n")
+    return [
+        ListingLine(number, text, tuple(by_line.get(number, ())))
+        for number, text in enumerate(lines, start=1)
+    ]

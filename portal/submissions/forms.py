@@ -26,7 +26,15 @@ class SubmissionForm(forms.Form):
         empty_label=None,
         help_text="One of your ready environments on this benchmark.",
     )
-    kind = forms.ChoiceField(choices=Submission.KINDS, initial=Submission.OFFICIAL)
+    kind = forms.ChoiceField(
+        choices=[
+            (Submission.OFFICIAL, "Official: scored on the private cohort, uses an attempt"),
+            (Submission.PRACTICE, "Practice: the public cohort, off the leaderboard"),
+        ],
+        initial=Submission.OFFICIAL,
+        widget=forms.RadioSelect,
+        label="Kind",
+    )
     source = forms.FileField(
         label="Source archive",
         help_text=".tar.gz, .tar or .zip with build.sh and run.",

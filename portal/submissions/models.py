@@ -160,8 +160,36 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["submission", "try_number"], name="one_run_per_try")
+            models.UniqueConstraint(fields=["submission", "try_number"], name="one_run_per_try"),
+            # Never two runs of one submission at once: the database backs up the services'
+            # conditional updates. (A staff rescore adds a later finished run, so finished
+            # runs are not unique per submission; each run's verdict is written once.)
+            models.UniqueConstraint(
+                fields=["submission"],
+                condition=models.Q(status__in=["staging", "running"]),
+                name="one_active_run_per_submission",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"run {self.pk} of submission {self.submission_id} (try {self.try_number})"
+
+
+class MachineLease(models.Model):
+    """The machine lock of one scoring host (``scoring/machine.py``).
+
+    One row per host. ``holder`` is empty when the lock is free; a holder keeps it by
+    pushing ``expires_at`` forward (its heartbeat), and a lease past ``expires_at``
+    may be taken over (its holder is presumed dead) or freed by the reaper. Every
+    change is a conditional update on ``holder`` / ``expires_at``.
+    """
+
+    host = models.CharField(max_length=100, unique=True)
+    holder = models.CharField(max_length=200, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"machine lock of {self.host} ({self.holder or 'free'})"

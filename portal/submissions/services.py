@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from portal import errors, jobs, storage
@@ -28,11 +28,18 @@ from portal.contests.models import Benchmark, Cohort
 from portal.contests.services import leaderboard_refresh_entrant
 from portal.environments.models import Environment
 from portal.submissions import archives
-from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
+from portal.submissions.models import (
+    AttemptLedger,
+    MachineLease,
+    Run,
+    Submission,
+    SubmissionEvent,
+)
 
 SOURCE_FILE = "source.archive"
 PLATFORM_RETRY_NOTE = "platform error, build will be retried"
 PLATFORM_RETRY_DELAY_S = 60.0
+MACHINE_WAIT_NOTE = "waiting for the scoring machine"
 
 
 def source_path(submission: Submission) -> Path:
@@ -350,7 +357,13 @@ def run_record_verdict(*, run_id: int, status: str, reason: str, **fields: Any) 
 
 
 def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool:
-    """A platform fault: requeue once (try 2); a second fault refunds the attempt."""
+    """A platform fault: requeue once; a second fault in a row ends it ``infra_failed``.
+
+    "In a row" counts from the run before this one, so a staff rescore (whose first run
+    is try 2 or later) is also requeued once. The second fault refunds the attempt,
+    unless an earlier run of the submission already reached a verdict (a rescore): that
+    verdict used the attempt and stands, so nothing is given back.
+    """
     with transaction.atomic():
         done = Run.objects.filter(pk=run_id, status__in=[Run.STAGING, Run.RUNNING]).update(
             status=Run.INFRA_FAILED,
@@ -364,14 +377,27 @@ def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool
         run = Run.objects.select_related("submission").get(pk=run_id)
         submission = run.submission
         active = [Submission.STAGING, Submission.RUNNING]
-        if run.try_number < 2:
-            submission_transition(
+        earlier = submission.runs.filter(try_number__lt=run.try_number)
+        previous = earlier.order_by("-try_number").values_list("status", flat=True).first()
+        if previous != Run.INFRA_FAILED:
+            if submission_transition(
                 submission.pk,
                 frm=active,
                 to=Submission.QUEUED,
                 note=f"platform failure, requeued: {reason}",
+            ):
+                jobs.enqueue(jobs.SCORE_SUBMISSION, submission.pk)
+        elif earlier.filter(status=Run.FINISHED).exists():
+            submission_transition(
+                submission.pk,
+                frm=active,
+                to=Submission.INFRA_FAILED,
+                note=f"platform failure during a rescore: {reason}",
+                failure_reason=(
+                    f"The platform failed twice while rescoring ({reason}); "
+                    "the earlier verdict stands."
+                ),
             )
-            jobs.enqueue(jobs.SCORE_SUBMISSION, submission.pk)
         elif submission_transition(
             submission.pk,
             frm=active,
@@ -381,3 +407,129 @@ def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool
         ):
             attempt_refund(submission=submission, reason=f"platform failure: {reason}")
         return True
+
+
+# The machine lock and waiting for it (scoring/machine.py) -----------------------------
+
+
+def machine_lease_acquire(*, host: str, holder: str, lease_s: float) -> bool:
+    """Take ``host``'s machine lock for ``holder`` if it is free or its lease expired.
+
+    One conditional UPDATE decides, so two workers racing for it cannot both win. The
+    row is created on first use. A lock taken over from an expired holder is simply
+    reassigned: that holder has stopped heartbeating and is presumed dead.
+    """
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            MachineLease.objects.get_or_create(host=host)
+    except IntegrityError:
+        pass  # created by a concurrent first caller
+    with transaction.atomic():
+        taken = (
+            MachineLease.objects.filter(host=host)
+            .filter(models.Q(holder="") | models.Q(expires_at__lt=now))
+            .update(
+                holder=holder,
+                run=None,
+                acquired_at=now,
+                heartbeat_at=now,
+                expires_at=now + dt.timedelta(seconds=lease_s),
+            )
+        )
+    return bool(taken)
+
+
+def machine_lease_renew(
+    *, host: str, holder: str, lease_s: float, run_id: int | None = None
+) -> bool:
+    """The holder's heartbeat: push the lock's expiry (and its run's lease) forward.
+
+    False when ``holder`` no longer holds the lock (it expired and was taken over, or was
+    freed by the reaper): the caller has lost it and must stop. The run's lease is
+    renewed only while the run is staging or running.
+    """
+    now = timezone.now()
+    expires = now + dt.timedelta(seconds=lease_s)
+    with transaction.atomic():
+        kept = MachineLease.objects.filter(host=host, holder=holder).update(
+            heartbeat_at=now, expires_at=expires, run_id=run_id
+        )
+        if kept and run_id is not None:
+            Run.objects.filter(pk=run_id, status__in=[Run.STAGING, Run.RUNNING]).update(
+                lease_expires_at=expires
+            )
+    return bool(kept)
+
+
+def machine_lease_release(*, host: str, holder: str) -> bool:
+    """Free the lock, only if ``holder`` still holds it (a taken-over lock is not touched)."""
+    with transaction.atomic():
+        freed = MachineLease.objects.filter(host=host, holder=holder).update(
+            holder="", run=None, expires_at=None
+        )
+    return bool(freed)
+
+
+def machine_lease_free_expired(*, host: str, now: dt.datetime | None = None) -> str:
+    """The reaper's half: free ``host``'s lock if its holder stopped heartbeating.
+
+    Returns the dead holder's name ("" when there was none). Conditional on the expiry
+    it read, so a holder that renewed meanwhile keeps its lock.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = (
+            MachineLease.objects.filter(host=host, expires_at__lt=now).exclude(holder="").first()
+        )
+        if lease is None:
+            return ""
+        freed = MachineLease.objects.filter(
+            pk=lease.pk, holder=lease.holder, expires_at=lease.expires_at
+        ).update(holder="", run=None, expires_at=None)
+    return lease.holder if freed else ""
+
+
+def machine_held(host: str, now: dt.datetime | None = None) -> bool:
+    """Whether a live score holds ``host``'s lock (builds are frozen while it does)."""
+    now = now or timezone.now()
+    return MachineLease.objects.filter(host=host, expires_at__gte=now).exclude(holder="").exists()
+
+
+def submission_machine_waits(submission_id: int) -> int:
+    """How many times in a row the queued submission has waited for the scoring machine.
+
+    Counted from the end of its timeline: the consecutive ``queued`` events noted
+    :data:`MACHINE_WAIT_NOTE`. Any other event (it was queued again after a platform
+    failure, say) starts the count afresh.
+    """
+    count = 0
+    events = SubmissionEvent.objects.filter(submission_id=submission_id).order_by("-at", "-id")
+    for status, note in events.values_list("status", "note").iterator():
+        if status != Submission.QUEUED or not note.startswith(MACHINE_WAIT_NOTE):
+            break
+        count += 1
+    return count
+
+
+def submission_wait_for_machine(
+    *, submission_id: int, reason: str, retry_in_s: float, waits: int
+) -> bool:
+    """The scoring machine is not ready (a health gate failed, or it is busy): try later.
+
+    Only while the submission is still ``queued``: adds a ``queued`` timeline event
+    noting why (the entrant sees it waiting, not failed; nothing is charged or
+    refunded) and enqueues the score again after ``retry_in_s`` seconds, numbered
+    ``waits`` so that a duplicate of an older message recognises itself as stale.
+    """
+    with transaction.atomic():
+        still_queued = (
+            Submission.objects.select_for_update()
+            .filter(pk=submission_id, status=Submission.QUEUED)
+            .exists()
+        )
+        if not still_queued:
+            return False
+        _event(submission_id, Submission.QUEUED, f"{MACHINE_WAIT_NOTE}: {reason}")
+        jobs.enqueue(jobs.SCORE_SUBMISSION, submission_id, waits, countdown=retry_in_s)
+    return True

@@ -39,7 +39,10 @@ def submission_cancel(*, submission: Submission, actor: Any, reason: str) -> Sub
     """Cancel an unfinished submission and refund its attempt (once).
 
     Refuses a submission that already reached a final status. A worker that is
-    building or scoring it finds the status changed and records nothing more.
+    building or scoring it finds the status changed and records nothing more. A
+    cancelled (refunded) submission holds no place on the leaderboard: cancelling a
+    rescore of a passed submission takes its earlier runs off the board, in the same
+    transaction, and the entrant's next best passing run takes the place.
     """
     note = f"cancelled by staff: {reason}" if reason else "cancelled by staff"
     with transaction.atomic():
@@ -56,6 +59,10 @@ def submission_cancel(*, submission: Submission, actor: Any, reason: str) -> Sub
                 f"Only an unfinished submission can be cancelled; this one is {submission.status}."
             )
         attempt_refund(submission=submission, reason=note)
+        if submission.kind == Submission.OFFICIAL:
+            leaderboard_refresh_entrant(
+                benchmark=submission.benchmark, entrant_id=submission.entrant_id
+            )
         audit_record(
             actor=actor, action="submission.cancel", target=_target(submission), reason=reason
         )

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from portal import storage
 from portal.contests.models import Benchmark
-from portal.contests.templatetags.podium import ns, zoned
+from portal.contests.selectors import quota_for, schedule_at
 from portal.environments.models import Environment
 from portal.errors import PodiumError
 from portal.submissions import services
 from portal.submissions.forms import SubmissionForm
-from portal.submissions.models import AttemptLedger, Run, Submission
-
-LOG_TAIL_LINES = 200
-NO_OUTPUT = "(no output yet)"
+from portal.submissions.models import Submission
+from portal.submissions.selectors import submission_state, submissions_with_latest_run
 
 
 def _owned(request: HttpRequest, pk: int) -> Submission:
@@ -31,89 +26,6 @@ def _owned(request: HttpRequest, pk: int) -> Submission:
         pk=pk,
         entrant_id=request.user.pk,
     )
-
-
-def _with_latest_run(submissions: QuerySet[Submission]) -> QuerySet[Submission]:
-    """Annotate each submission with its latest run's wall time and agreement (one query)."""
-    latest = Run.objects.filter(submission=OuterRef("pk")).order_by("-try_number")
-    return submissions.annotate(
-        wall_time_ns=Subquery(latest.values("wall_time_ns")[:1]),
-        matches=Subquery(latest.values("matches")[:1]),
-        total=Subquery(latest.values("total")[:1]),
-    )
-
-
-def submission_state(submission: Submission) -> dict[str, Any]:
-    """What the page and its status.json show. Never a reference class or a per-image result."""
-    zone = submission.benchmark.attempt_timezone
-    run = submission.runs.order_by("-try_number").first()
-    ledger = [entry.delta for entry in submission.ledger.all()]
-    wall_time_ns = run.wall_time_ns if run else None
-    charged = AttemptLedger.CHARGE in ledger
-    refunded = AttemptLedger.REFUND in ledger
-    build_log = storage.read_tail(
-        storage.submission_dir(submission.pk) / "build.log", LOG_TAIL_LINES
-    )
-    run_log = storage.read_tail(storage.run_dir(run.pk) / "run.log", LOG_TAIL_LINES) if run else ""
-    return {
-        "id": submission.pk,
-        "kind": submission.kind,
-        "status": submission.status,
-        "finished": submission.status in Submission.FINAL,
-        "disqualified": submission.disqualified_at is not None,
-        "submitted_at": submission.submitted_at.isoformat(),
-        "submitted_at_display": zoned(submission.submitted_at, zone),
-        "environment": submission.environment.name,
-        "timeline": [
-            {
-                "status": event.status,
-                "at": event.at.isoformat(),
-                "at_display": zoned(event.at, zone),
-                "note": event.note,
-            }
-            for event in submission.events.all()
-        ],
-        "wall_time_ns": wall_time_ns,
-        "matches": run.matches if run else None,
-        "total": run.total if run else None,
-        "passed": run.passed if run else None,
-        "digests": {
-            "source": submission.source_sha256,
-            "environment_image": submission.environment_image_digest,
-            "submission_image": submission.image_digest,
-            "output": run.output_sha256 if run else "",
-        },
-        "attempt": {"charged": charged, "refunded": refunded},
-        "failure_reason": submission.failure_reason,
-        "build_log": build_log,
-        "run_log": run_log,
-        # Ready-made text for each [data-field] the page's script updates in place.
-        "display": {
-            "status": submission.status,
-            "wall_time": (
-                f"{ns(wall_time_ns)} ({wall_time_ns} ns)" if wall_time_ns is not None else "-"
-            ),
-            "agreement": (
-                f"{run.matches:,} / {run.total:,} top-1 matches"
-                if run and run.matches is not None and run.total
-                else "-"
-            ),
-            "attempt": _attempt_text(submission.kind, charged, refunded),
-            "failure_reason": submission.failure_reason,
-            "digest_environment_image": submission.environment_image_digest or "-",
-            "digest_submission_image": submission.image_digest or "-",
-            "digest_output": f"sha256:{run.output_sha256}" if run and run.output_sha256 else "-",
-            "build_log": build_log or NO_OUTPUT,
-            "run_log": run_log or NO_OUTPUT,
-        },
-    }
-
-
-def _attempt_text(kind: str, charged: bool, refunded: bool) -> str:
-    text = "practice allowance" if kind == Submission.PRACTICE else "official attempt"
-    if refunded:
-        return f"{text} charged, then refunded"
-    return f"{text} charged" if charged else f"{text} not charged"
 
 
 @login_required
@@ -144,13 +56,19 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
                 return redirect("submissions:detail", pk=submission.pk)
         status = 400
     else:
-        form = SubmissionForm(environments=ready)
-    submissions = _with_latest_run(
-        Submission.objects.filter(entrant_id=request.user.pk, benchmark=benchmark)
-    ).select_related("environment")
+        # "?environment=<id>" preselects one (the environment page links here that way).
+        form = SubmissionForm(
+            environments=ready, initial={"environment": request.GET.get("environment")}
+        )
+    now = timezone.now()
     context = {
         "benchmark": benchmark,
-        "submissions": submissions,
+        "schedule": schedule_at(benchmark, now),
+        "quotas": [
+            quota_for(request.user, benchmark, kind, now)
+            for kind in (Submission.OFFICIAL, Submission.PRACTICE)
+        ],
+        "submissions": submissions_with_latest_run(request.user, benchmark),
         "form": form,
         "has_ready_environment": ready.exists(),
     }
@@ -172,7 +90,9 @@ def submission_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def submission_status(request: HttpRequest, pk: int) -> JsonResponse:
-    return JsonResponse(submission_state(_owned(request, pk)))
+    response = JsonResponse(submission_state(_owned(request, pk)))
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

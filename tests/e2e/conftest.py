@@ -39,6 +39,9 @@ def celery_workers(transactional_db, data_dir: Path) -> Iterator[None]:
             Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("data_folder_in", data_dir)).parent
         ),
         "PYTHONUNBUFFERED": "1",
+        "PODIUM_GATE_CPU_BUSY_MAX": str(settings.PODIUM_GATE_CPU_BUSY_MAX),
+        "PODIUM_GATE_CPU_SAMPLE_S": str(settings.PODIUM_GATE_CPU_SAMPLE_S),
+        "PODIUM_SCORING_HOST": settings.PODIUM_SCORING_HOST,
     }
     logs = data_dir / "worker-logs"
     logs.mkdir()

@@ -130,6 +130,34 @@ def test_the_container_is_sandboxed(staged):
     assert "docker.sock" not in json.dumps(spec)
 
 
+def test_dockers_default_seccomp_profile_stays_under_the_supervisors_own_filter(staged):
+    spec, _benchmark = spec_for(staged)
+
+    # A seccomp=<profile> option would replace Docker's default profile; the supervisor
+    # stacks its own filter on the entrant instead (tests/hostile checks it works).
+    assert not any(option.startswith("seccomp") for option in spec["security_opt"])
+
+
+def test_the_supervisor_settles_off_the_clock_within_its_margin(staged):
+    spec, benchmark = spec_for(staged)
+
+    entry = spec["entrypoint"]
+    settle_ms = int(entry[entry.index("--settle-ms") + 1])
+    margin_ms = benchmark.score_timeout_s * 1000 - int(entry[entry.index("--deadline-ms") + 1])
+    # The supervisor waits for the engine before its clock; that must not eat its margin.
+    assert 0 < settle_ms <= runner.MIN_MARGIN_MS // 5 and settle_ms < margin_ms
+
+
+def test_the_supervisors_oom_score_is_asked_for_only_where_configured(staged, settings):
+    settings.PODIUM_RUN_OOM_SCORE_ADJ = None
+    spec, _benchmark = spec_for(staged)
+    assert "oom_score_adj" not in spec  # an engine without CAP_SYS_RESOURCE refuses it
+
+    settings.PODIUM_RUN_OOM_SCORE_ADJ = -1000
+    spec, _benchmark = spec_for(staged)
+    assert spec["oom_score_adj"] == -1000  # the OOM killer never picks PID 1
+
+
 def test_the_only_writable_places_are_sized_tmpfs_owned_by_the_run_uid(staged):
     spec, _benchmark = spec_for(staged)
     uid = settings.PODIUM_RUN_UID
@@ -258,9 +286,11 @@ class FakeEngine:
         self.started_ns = 0
         self.ended_ns = 0
         self.rows = 0
+        self.oom_killed = False
 
     def install(self, monkeypatch) -> FakeEngine:
-        for name in ("create_container", "start", "wait", "kill", "remove_container", "logs"):
+        names = ("create_container", "start", "wait", "kill", "remove_container", "logs", "state")
+        for name in names:
             monkeypatch.setattr(engine, name, getattr(self, name))
         return self
 
@@ -283,6 +313,9 @@ class FakeEngine:
 
     def kill(self, container_id: str) -> None:
         self.calls.append("kill")
+
+    def state(self, container_id: str) -> dict[str, Any]:
+        return {"Status": "exited", "OOMKilled": self.oom_killed}
 
     def remove_container(self, container_id: str) -> None:
         self.calls.append("remove")
@@ -436,6 +469,20 @@ def test_engine_and_supervisor_failures_are_the_platforms(
     assert run.status == Run.INFRA_FAILED and reason in run.verdict_reason
     assert queued.status == Submission.QUEUED
     assert not (storage.run_dir(run.pk) / "input").exists()
+
+
+def test_a_supervisor_taken_by_the_oom_killer_is_the_entrants_error(queued, monkeypatch, enqueued):
+    fake = FakeEngine().install(monkeypatch)
+    fake.wait_result, fake.oom_killed = 137, True
+
+    runner.score_submission(queued.pk)
+
+    run = the_run(queued)
+    queued.refresh_from_db()
+    assert run.status == Run.FINISHED and queued.status == Submission.ERRORED
+    assert "memory limit" in run.verdict_reason
+    assert not refunded(queued)
+    assert enqueued == []  # no free retry
 
 
 def test_a_tampered_cohort_is_the_platforms_fault_and_nothing_starts(queued, monkeypatch, enqueued):

@@ -313,6 +313,67 @@ def test_a_program_that_cannot_be_executed_exits_127(native: Native) -> None:
     assert b"supervise: exec " + program.encode() in run.stderr_tail
 
 
+def test_the_entrant_cannot_touch_the_supervisor_but_may_tune_itself(native: Native) -> None:
+    # $PPID is the supervisor: the entrypoint is its direct child. The seccomp filter
+    # denies these even to root (the native tests may run as root).
+    run = native.run(
+        """try() { label=$1; shift; "$@" >/dev/null 2>&1 && echo "$label ok" || echo "$label no"; }
+        try prlimit-supervisor prlimit --pid $PPID --nofile=0:0
+        try prlimit-self prlimit --pid $$ --nofile=100:100
+        try taskset-supervisor taskset -p 1 $PPID
+        try taskset-self taskset -p 1 $$
+        try renice-supervisor renice -n 5 -p $PPID
+        try renice-self renice -n 5 -p $$
+        try renice-user renice -n 5 -u $(id -u)
+        echo "oom_score_adj $(cat /proc/self/oom_score_adj)"
+        echo "core $(ulimit -c) $(ulimit -Hc)"
+        grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t ' ' '
+        """
+    )
+    assert run.result["exit_code"] == 0, run.stderr_tail
+    lines = run.stdout_tail.decode().splitlines()
+    assert lines == [
+        "prlimit-supervisor no",
+        "prlimit-self ok",
+        "taskset-supervisor no",
+        "taskset-self ok",
+        "renice-supervisor no",
+        "renice-self ok",
+        "renice-user no",  # PRIO_USER reaches every process of the uid
+        "oom_score_adj 1000",  # the OOM killer takes the entrant first
+        "core 0 0",
+        "NoNewPrivs: 1",
+        "Seccomp: 2",
+    ]
+
+
+def test_contest_variables_come_from_the_arguments_only(native: Native) -> None:
+    run = native.run(
+        'echo "$CONTEST_MANIFEST|$CONTEST_IMAGE_ROOT|$CONTEST_OUTPUT"',
+        env={**os.environ, "CONTEST_OUTPUT": "/elsewhere", "CONTEST_MANIFEST": "/forged"},
+    )
+    assert run.stdout_tail.decode().strip() == (
+        f"{native.root / 'manifest.tsv'}|{native.root / 'images'}|{native.output}"
+    )
+
+
+def test_settling_happens_before_the_clock(native: Native) -> None:
+    program = write_program(native.root / "run", "exit 0")
+    args = native.args([str(program)], deadline_ms=5000, expect=8, tail=None)
+    run = timed([*args[:1], "--settle-ms", "300", *args[1:]])
+    assert run.result["start_ns"] - run.host_start >= 300_000_000
+    assert run.result["wall_ns"] < 300_000_000
+    run.assert_inside_host_interval()
+
+
+def test_an_entrypoint_that_is_a_fifo_neither_blocks_nor_runs(native: Native) -> None:
+    fifo = native.root / "run"
+    os.mkfifo(fifo)  # the supervisor reads the entrypoint ahead: it must not block
+    run = timed(native.args([str(fifo)], deadline_ms=5000, expect=8, tail=None))
+    assert run.result["exit_code"] == 127
+    assert run.elapsed < 5
+
+
 COMMON = ["--log-dir", "/tmp", "--output", "/tmp/o"]
 
 

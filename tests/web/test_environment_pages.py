@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
+import re
 import tarfile
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
+from django.utils import timezone
 
 from portal import jobs
 from portal.environments.models import Environment, EnvironmentEvent
@@ -298,3 +301,83 @@ def test_dockerfile_upload_must_be_text(client, alice, benchmark):
 
     assert page.status_code == 400
     assert "not UTF-8 text" in page.content.decode()
+
+
+def test_a_building_environment_shows_its_time_against_the_build_cap(
+    client, alice, benchmark, time_machine
+):
+    time_machine.move_to(timezone.now(), tick=False)
+    environment = factories.EnvironmentFactory(
+        owner=alice,
+        benchmark=benchmark,
+        status=Environment.BUILDING,
+        build_started_at=timezone.now() - dt.timedelta(minutes=3, seconds=12),
+    )
+    client.force_login(alice)
+
+    html = client.get(f"/environments/{environment.pk}/").content.decode()
+    data = client.get(f"/environments/{environment.pk}/status.json").json()
+
+    assert "Building for 3 min 12 s of the 30 minutes allowed." in html
+    assert '<progress class="cap" data-progress max="1800" value="192"' in html
+    assert data["display"]["elapsed"] == "Building for 3 min 12 s of the 30 minutes allowed."
+    assert (data["elapsed_s"], data["cap_s"]) == (192, 1800)
+
+
+def test_a_finished_build_says_how_long_it_took(client, alice, benchmark):
+    started = timezone.now() - dt.timedelta(hours=1)
+    environment = factories.EnvironmentFactory(
+        owner=alice,
+        benchmark=benchmark,
+        build_started_at=started,
+        build_finished_at=started + dt.timedelta(minutes=4, seconds=5),
+    )
+    client.force_login(alice)
+
+    html = client.get(f"/environments/{environment.pk}/").content.decode()
+
+    assert "The last build took 4 min 5 s (the cap is 30 minutes)." in html
+    assert "data-finished" in html
+
+
+def test_policy_errors_are_listed_next_to_the_lines_they_are_about(client, alice, benchmark):
+    client.force_login(alice)
+    dockerfile = "# base\nFROM evil.example.com/miner:1\nRUN true\nADD https://example.com/x /x\n"
+
+    page = client.post(
+        f"/b/{benchmark.slug}/environments/", {"name": "sneaky", "dockerfile_text": dockerfile}
+    )
+
+    html = page.content.decode()
+    errors = page.context["form"].errors["dockerfile_text"]
+    assert [error.split(":")[0] for error in errors] == ["line 2", "line 4"]
+    assert "nothing was built" in html
+    flagged = re.findall(r'<li value="(\d+)" class="flagged"><code>([^<]*)</code>', html)
+    assert flagged == [
+        ("2", "FROM evil.example.com/miner:1"),
+        ("4", "ADD https://example.com/x /x"),
+    ]
+    assert '<li value="3"><code>RUN true</code></li>' in html
+    assert not Environment.objects.exists()
+
+
+def test_the_page_counts_the_places_kept(client, alice, benchmark):
+    factories.EnvironmentFactory(owner=alice, benchmark=benchmark)
+    client.force_login(alice)
+
+    html = client.get(f"/b/{benchmark.slug}/environments/").content.decode()
+
+    assert "You keep 1 of 2 places" in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def test_no_new_environment_once_the_benchmark_has_closed(client, alice, db):
+    closed = factories.BenchmarkFactory(
+        opens_at=timezone.now() - dt.timedelta(days=9),
+        closes_at=timezone.now() - dt.timedelta(days=1),
+    )
+    client.force_login(alice)
+
+    html = client.get(f"/b/{closed.slug}/environments/").content.decode()
+
+    assert "no new environments are accepted" in html
+    assert 'name="dockerfile_text"' not in html

@@ -3,58 +3,26 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
+from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
 from portal.contests import rules
-from portal.contests.models import Cohort, LeaderboardEntry
-from portal.submissions.models import AttemptLedger, Run, Submission
+from portal.contests.models import Cohort, CohortItem, LeaderboardEntry
+from portal.submissions.models import AttemptLedger, Submission
 from tests import factories
+from tests.web.boards import board_entry
 
 KST = ZoneInfo("Asia/Seoul")
 
 
-def board_entry(benchmark, entrant, wall_time_ns: int, matches: int = 9950) -> LeaderboardEntry:
-    """A passing official run of ``entrant`` on the stored leaderboard."""
-    environment = factories.EnvironmentFactory(owner=entrant, benchmark=benchmark)
-    cohort, _ = Cohort.objects.get_or_create(benchmark=benchmark, kind=Cohort.OFFICIAL)
-    submitted_at = timezone.now() - dt.timedelta(hours=1)
-    submission = Submission.objects.create(
-        entrant=entrant,
-        benchmark=benchmark,
-        environment=environment,
-        status=Submission.PASSED,
-        submitted_at=submitted_at,
-        source_name="src.tar.gz",
-        source_format="tar.gz",
-        source_sha256="a" * 64,
-        source_bytes=100,
-    )
-    run = Run.objects.create(
-        submission=submission,
-        cohort=cohort,
-        status=Run.FINISHED,
-        verdict="passed",
-        wall_time_ns=wall_time_ns,
-        matches=matches,
-        total=10000,
-        passed=True,
-    )
-    return LeaderboardEntry.objects.create(
-        benchmark=benchmark,
-        entrant=entrant,
-        submission=submission,
-        run=run,
-        wall_time_ns=wall_time_ns,
-        matches=matches,
-        total=10000,
-        submitted_at=submitted_at,
-    )
+def visible_text(html: str) -> str:
+    """The page's text as a reader sees it: tags dropped, whitespace collapsed."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
 
 
 def test_list_shows_each_benchmark_with_status_and_times_in_kst_and_utc(client, db):
@@ -84,7 +52,7 @@ def test_list_shows_each_benchmark_with_status_and_times_in_kst_and_utc(client, 
     assert reverse("contests:benchmark_detail", kwargs={"slug": "eva02-imagenet1k-v3"}) in html
     assert "2026-08-10 00:00 KST (2026-08-09 15:00 UTC)" in html
     assert "2026-08-31 18:00 KST (2026-08-31 09:00 UTC)" in html
-    statuses = {b.slug: s for b, s in page.context["benchmarks"]}
+    statuses = {b.slug: schedule.status for b, schedule in page.context["benchmarks"]}
     assert statuses["running-now"] == "open"
     assert statuses["long-gone"] == "closed"
     if now < dt.datetime(2026, 8, 10, tzinfo=KST):
@@ -129,32 +97,12 @@ def test_leaderboard_lists_rows_in_rank_order_with_exact_ns(client, benchmark, a
     page = client.get(f"/b/{benchmark.slug}/")
 
     html = page.content.decode()
-    assert [row.entrant for row in page.context["rows"]] == ["alice", "bob"]
+    assert [row.entrant for row in page.context["board"].rows] == ["alice", "bob"]
     assert 'title="1234567891 ns"' in html
     assert "1,234.568 ms" in html
     assert "2,500.000 ms" in html
     assert "9,990 / 10,000" in html
     assert html.index("alice") < html.index("bob", html.index('id="leaderboard"'))
-
-
-def test_leaderboard_uses_the_same_number_of_queries_for_5_and_50_rows(
-    client, benchmark, alice, django_assert_max_num_queries
-):
-    client.force_login(alice)
-
-    def add_rows(count: int) -> None:
-        start = LeaderboardEntry.objects.count()
-        for index in range(start, start + count):
-            user = factories.UserFactory(username=f"racer{index}")
-            board_entry(benchmark, user, wall_time_ns=1_000_000 + index)
-
-    add_rows(5)
-    with CaptureQueriesContext(connection) as five:
-        assert len(client.get(f"/b/{benchmark.slug}/").context["rows"]) == 5
-    add_rows(45)
-    with django_assert_max_num_queries(len(five.captured_queries)):
-        page = client.get(f"/b/{benchmark.slug}/")
-    assert len(page.context["rows"]) == 50
 
 
 def test_signed_in_entrant_sees_quota_and_links(client, alice, time_machine):
@@ -188,13 +136,13 @@ def test_signed_in_entrant_sees_quota_and_links(client, alice, time_machine):
 
     html = client.get(f"/b/{benchmark.slug}/").content.decode()
 
-    assert "1 of 2 official attempts left today" in html
-    assert "10 of 10 practice attempts left today" in html
-    assert "next reset 00:00 KST" in html
-    assert "2026-08-13 00:00 KST (2026-08-12 15:00 UTC)" in html
+    text = visible_text(html)
+    assert "1 of 2 official attempts left today; the next one at 00:00 KST, in 12 h 0 min" in text
+    assert "10 of 10 practice attempts left today; they renew at 00:00 KST, in 12 h 0 min" in text
+    assert 'title="2026-08-13 00:00 KST (2026-08-12 15:00 UTC)"' in html
+    assert 'datetime="2026-08-12T15:00:00+00:00"' in html
     assert reverse("environments:list", kwargs={"slug": benchmark.slug}) in html
     assert reverse("submissions:list", kwargs={"slug": benchmark.slug}) in html
-    assert reverse("api:practice-download", kwargs={"slug": benchmark.slug}) in html
 
 
 def test_anonymous_visitor_sees_no_quota_but_a_sign_in_link(client, benchmark):
@@ -241,3 +189,195 @@ def test_pages_use_only_podiums_own_assets(client, benchmark):
 
     assert "/static/podium.css" in html and "/static/podium.js" in html
     assert "http://" not in html and "https://" not in html
+
+
+def test_list_counts_down_to_the_next_change_and_marks_times_for_the_viewers_zone(
+    client, db, time_machine
+):
+    time_machine.move_to(dt.datetime(2026, 8, 7, 18, 48, tzinfo=KST), tick=False)
+    factories.BenchmarkFactory(
+        slug="soon",
+        opens_at=dt.datetime(2026, 8, 10, 0, 0, tzinfo=KST),
+        closes_at=dt.datetime(2026, 8, 31, 18, 0, tzinfo=KST),
+    )
+    factories.BenchmarkFactory(
+        slug="now",
+        opens_at=dt.datetime(2026, 8, 1, 0, 0, tzinfo=KST),
+        closes_at=dt.datetime(2026, 8, 8, 0, 0, tzinfo=KST),
+    )
+
+    html = client.get("/").content.decode()
+
+    text = visible_text(html)
+    assert "opens in 2 d 5 h" in text
+    assert "closes in 5 h 12 min" in text
+    assert 'data-countdown="2026-08-09T15:00:00+00:00"' in html
+    assert '<time datetime="2026-08-09T15:00:00+00:00" data-local>' in html
+    assert html.index(">now<") < html.index(">soon<")  # open benchmarks first
+
+
+def test_benchmark_page_counts_down_to_closing(client, db, time_machine):
+    time_machine.move_to(dt.datetime(2026, 8, 31, 12, 47, 30, tzinfo=KST), tick=False)
+    benchmark = factories.BenchmarkFactory(
+        opens_at=dt.datetime(2026, 8, 10, tzinfo=KST),
+        closes_at=dt.datetime(2026, 8, 31, 18, 0, tzinfo=KST),
+    )
+
+    text = visible_text(client.get(f"/b/{benchmark.slug}/").content.decode())
+
+    assert "It closes in 5 h 12 min." in text
+
+
+def test_full_leaderboard_pages_a_hundred_rows_with_ranks_that_continue(client, benchmark):
+    for index in range(101):
+        user = factories.UserFactory(username=f"racer{index:03d}")
+        board_entry(benchmark, user, wall_time_ns=1_000_000_000 + index)
+
+    first = client.get(f"/b/{benchmark.slug}/leaderboard/")
+    second = client.get(f"/b/{benchmark.slug}/leaderboard/?page=2")
+
+    assert first.status_code == second.status_code == 200
+    assert "racer099" in first.content.decode() and "racer100" not in first.content.decode()
+    html = second.content.decode()
+    assert 'id="rank-101"' in html and "racer100" in html and "racer000" not in html
+    assert "page 2 of 2" in html
+    assert client.get(f"/b/{benchmark.slug}/leaderboard/?page=junk").status_code == 200
+
+
+def test_benchmark_page_shows_the_top_twenty_and_links_the_full_board(client, benchmark):
+    for index in range(21):
+        board_entry(benchmark, factories.UserFactory(username=f"racer{index:02d}"), 10**9 + index)
+
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+
+    assert "racer19" in html and "racer20" not in html
+    assert "The full leaderboard (21 entrants)" in html
+
+
+def test_an_entrant_sees_their_rank_and_a_link_to_their_row(client, benchmark, alice):
+    for index in range(30):
+        board_entry(benchmark, factories.UserFactory(username=f"racer{index:02d}"), 10**9 + index)
+    board_entry(benchmark, alice, 10**9 + 25)  # ties racer25, uploaded later: ranks behind
+    client.force_login(alice)
+
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+    board_html = client.get(f"/b/{benchmark.slug}/leaderboard/").content.decode()
+
+    assert "You are rank 27 of 31 with 1,000.000 ms." in visible_text(html)
+    assert f'href="/b/{benchmark.slug}/leaderboard/?page=1#rank-27"' in html
+    assert 'href="?page=1#rank-27"' in board_html
+    assert '<tr id="rank-27">' in board_html
+
+
+def test_the_board_is_fresh_after_any_change_of_a_row(client, benchmark, alice, bob):
+    board_entry(benchmark, alice, wall_time_ns=2_000_000_000)
+    board_entry(benchmark, bob, wall_time_ns=3_000_000_000)
+    assert "2,000.000 ms" in client.get(f"/b/{benchmark.slug}/leaderboard/").content.decode()
+
+    board_entry(benchmark, bob, wall_time_ns=1_500_000_000)  # bob's new best
+
+    page = client.get(f"/b/{benchmark.slug}/leaderboard/")
+    assert [row.entrant for row in page.context["board"].rows] == ["bob", "alice"]
+    assert "1,500.000 ms" in page.content.decode()
+    LeaderboardEntry.objects.filter(entrant=bob).delete()  # e.g. disqualified
+    assert "1,500.000 ms" not in client.get(f"/b/{benchmark.slug}/leaderboard/").content.decode()
+
+
+def test_practice_download_is_offered_to_signed_in_entrants_once_published(
+    client, benchmark, alice
+):
+    download = reverse("api:practice-download", kwargs={"slug": benchmark.slug})
+    client.force_login(alice)
+    assert "not published yet" in client.get(f"/b/{benchmark.slug}/").content.decode()
+
+    cohort = Cohort.objects.create(benchmark=benchmark, kind=Cohort.PRACTICE)
+    for position in range(3):
+        CohortItem.objects.create(
+            cohort=cohort, position=position, canonical_name=f"{position}.jpg",
+            sha256="0" * 64, reference_class=1,
+        )  # fmt: skip
+
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+    assert download in html
+    assert "A public cohort of 3 images" in html
+    client.logout()
+    anonymous = client.get(f"/b/{benchmark.slug}/").content.decode()
+    assert download not in anonymous
+    assert "to download it" in anonymous
+
+
+def test_benchmark_page_draws_the_progress_chart_as_svg_without_script(client, benchmark, alice):
+    board_entry(benchmark, alice, wall_time_ns=1_234_567_891)
+
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+
+    chart = html[html.index('id="progress"') :]
+    assert '<svg role="img"' in chart
+    assert "<title>Best wall time of the top entrants</title>" in chart
+    assert "1. alice" in chart
+    assert "<title>alice: 1,234.568 ms, uploaded" in chart  # a native tooltip per point
+    assert "<script" not in html.split("</head>")[1]
+    assert "The chart's numbers" in chart
+
+
+def test_no_chart_before_the_first_passing_run(client, benchmark):
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+
+    assert "<svg" not in html
+    assert "The chart appears with the first passing official run." in html
+
+
+def _fill_board(benchmark, count: int) -> None:
+    start = LeaderboardEntry.objects.count()
+    for index in range(start, start + count):
+        user = factories.UserFactory(username=f"racer{index}")
+        board_entry(benchmark, user, wall_time_ns=1_000_000 + index)
+
+
+# Exact query counts, the same for 5 and for 50 entrants (and for a cold and a warm cache):
+# session and user (signed in only), the benchmark, the board's version, then
+#   benchmark page: rows, chart (leaders, their runs), practice cohort
+#                   + signed in: quota official, quota practice, own row, rank
+#   leaderboard:    rows + signed in: own row, rank
+BENCHMARK_PAGE_QUERIES = {"anonymous": 6, "signed_in": 12}
+LEADERBOARD_QUERIES = {"anonymous": 3, "signed_in": 7}
+WARM_BENCHMARK_PAGE_QUERIES = {"anonymous": 3, "signed_in": 9}
+WARM_LEADERBOARD_QUERIES = {"anonymous": 2, "signed_in": 6}
+
+
+@pytest.mark.parametrize("viewer", ["anonymous", "signed_in"])
+@pytest.mark.parametrize("entrants", [5, 50])
+def test_the_board_pages_run_a_fixed_number_of_queries(
+    client, benchmark, alice, django_assert_num_queries, viewer, entrants
+):
+    _fill_board(benchmark, entrants)
+    board_entry(benchmark, alice, wall_time_ns=999)
+    if viewer == "signed_in":
+        client.force_login(alice)
+
+    cache.clear()
+    with django_assert_num_queries(BENCHMARK_PAGE_QUERIES[viewer]):
+        page = client.get(f"/b/{benchmark.slug}/")
+    assert page.content.decode().count('<tr id="rank-') == min(20, entrants + 1)
+    with django_assert_num_queries(WARM_BENCHMARK_PAGE_QUERIES[viewer]):
+        client.get(f"/b/{benchmark.slug}/")
+
+    cache.clear()
+    with django_assert_num_queries(LEADERBOARD_QUERIES[viewer]):
+        page = client.get(f"/b/{benchmark.slug}/leaderboard/")
+    assert page.content.decode().count('<tr id="rank-') == entrants + 1
+    with django_assert_num_queries(WARM_LEADERBOARD_QUERIES[viewer]):
+        client.get(f"/b/{benchmark.slug}/leaderboard/")
+
+
+def test_the_chart_reads_a_fixed_number_of_queries(benchmark, django_assert_num_queries):
+    from portal.contests.chart import progress_chart
+
+    for count in (5, 45):
+        _fill_board(benchmark, count)
+        cache.clear()
+        with django_assert_num_queries(3):  # version, leaders, their runs
+            chart = progress_chart(benchmark, now=timezone.now())
+        assert len(chart.series) == min(8, LeaderboardEntry.objects.count())
+        with django_assert_num_queries(1):  # version; then from the cache
+            progress_chart(benchmark, now=timezone.now())

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -18,6 +21,8 @@ from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 from tests import factories
+
+KST = ZoneInfo("Asia/Seoul")
 
 
 @pytest.fixture
@@ -422,3 +427,152 @@ def test_another_entrants_submission_is_404(client, alice, bob, ready_env, suffi
     client.force_login(bob)
 
     assert client.get(f"/submissions/{submission.pk}/{suffix}").status_code == 404
+
+
+def visible_text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+
+def test_the_quota_is_stated_before_an_upload(client, alice, ready_env, time_machine):
+    time_machine.move_to(dt.datetime(2026, 8, 12, 18, 48, tzinfo=KST), tick=False)
+    benchmark = ready_env.benchmark
+    client.force_login(alice)
+
+    html = client.get(f"/b/{benchmark.slug}/submissions/").content.decode()
+
+    text = visible_text(html)
+    assert "2 of 2 official attempts left today; they renew at 00:00 KST, in 5 h 12 min" in text
+    assert "10 of 10 practice attempts left today" in text
+    assert html.index('id="quota"') < html.index('name="source"')
+
+
+def test_after_two_official_uploads_none_is_left_until_midnight_kst(
+    client, alice, benchmark, ready_env, tmp_path, sent_tasks, time_machine
+):
+    evening = timezone.now().astimezone(KST).replace(hour=18, minute=48, second=0, microsecond=0)
+    time_machine.move_to(evening, tick=False)
+    client.force_login(alice)
+    for index in range(2):
+        client.post(
+            f"/b/{benchmark.slug}/submissions/",
+            {
+                "environment": ready_env.pk,
+                "kind": "official",
+                "source": upload(source_archive(tmp_path, f"e{index}.tar.gz")),
+            },
+        )
+
+    text = visible_text(client.get(f"/b/{benchmark.slug}/submissions/").content.decode())
+
+    assert "0 of 2 official attempts left today; the next one at 00:00 KST, in 5 h 12 min" in text
+
+
+def test_the_kind_is_a_labelled_choice_defaulting_to_official(client, alice, ready_env):
+    client.force_login(alice)
+
+    html = client.get(f"/b/{ready_env.benchmark.slug}/submissions/").content.decode()
+
+    assert "<legend>Kind</legend>" in html
+    assert re.search(r'<input type="radio" name="kind" value="official"[^>]*checked', html)
+    assert "Practice: the public cohort, off the leaderboard" in html
+
+
+@pytest.mark.parametrize(
+    ("status", "event_age_s", "shown"),
+    [
+        ("accepted", 40, "Waiting for a build slot for 40 s."),
+        ("building", 75, "Building (build.sh) for 1 min 15 s of the 30 minutes allowed."),
+        ("queued", 3_700, "Waiting for the scoring machine for 1 h 1 min."),
+        ("running", 130, "Running for 2 min 10 s of the 16 minutes allowed."),
+    ],
+)
+def test_an_unfinished_submission_shows_its_time_against_the_cap(
+    client, alice, ready_env, time_machine, status, event_age_s, shown
+):
+    time_machine.move_to(timezone.now(), tick=False)
+    submission = make_submission(alice, ready_env, status=status)
+    SubmissionEvent.objects.create(
+        submission=submission,
+        status=status,
+        at=timezone.now() - dt.timedelta(seconds=event_age_s),
+    )
+    client.force_login(alice)
+
+    html = client.get(f"/submissions/{submission.pk}/").content.decode()
+    data = client.get(f"/submissions/{submission.pk}/status.json").json()
+
+    assert shown in html
+    assert data["display"]["elapsed"] == shown
+    assert data["phase"]["elapsed_s"] == event_age_s
+    capped = status in ("building", "running")
+    assert (data["phase"]["cap_s"] is not None) == capped
+    if capped:
+        assert f'value="{event_age_s}"' in html  # the progress bar against the cap
+
+
+@pytest.mark.parametrize(
+    ("status", "ledger", "reason", "sentence"),
+    [
+        (
+            "build_failed",
+            [1],
+            "build.sh exited with status 4; see the build log.",
+            "Your submission's build failed, and the official attempt was charged "
+            "(your own failures count): build.sh exited with status 4; see the build log.",
+        ),
+        (
+            "failed",
+            [1],
+            "9,800 of 10,000 predictions matched; passing needs 9,900.",
+            "Your run did not pass, and the official attempt was charged (your own failures "
+            "count): 9,800 of 10,000 predictions matched; passing needs 9,900.",
+        ),
+        (
+            "errored",
+            [1],
+            "The output has 12 bytes; 40 were expected.",
+            "Your run gave no valid result, and the official attempt was charged (your own "
+            "failures count): the output has 12 bytes; 40 were expected.",
+        ),
+        (
+            "infra_failed",
+            [1, -1],
+            "The platform failed twice (disk full); the attempt was refunded.",
+            "The platform failed to score this submission, so the official attempt was "
+            "refunded: the platform failed twice (disk full); the attempt was refunded.",
+        ),
+        ("cancelled", [1, -1], "", "Staff cancelled this submission, so the official attempt "
+         "was refunded."),
+        ("passed", [1], "", "Passed; the leaderboard shows it if it is your best official time."),
+    ],
+)  # fmt: skip
+def test_a_finished_submission_says_what_happened_and_whether_it_was_charged(
+    client, alice, benchmark, ready_env, status, ledger, reason, sentence
+):
+    submission = make_submission(alice, ready_env, status=status, failure_reason=reason)
+    for delta in ledger:
+        AttemptLedger.objects.create(
+            entrant=alice,
+            benchmark=benchmark,
+            submission=submission,
+            kind="official",
+            attempt_day=timezone.now().date(),
+            delta=delta,
+            reason="r",
+            at=timezone.now(),
+        )
+    client.force_login(alice)
+
+    html = client.get(f"/submissions/{submission.pk}/").content.decode()
+
+    assert sentence in html.replace("&#x27;", "'")
+    assert client.get(f"/submissions/{submission.pk}/status.json").json()["outcome"] == sentence
+
+
+def test_a_practice_run_says_it_stays_off_the_board(client, alice, ready_env):
+    submission = make_submission(alice, ready_env, kind="practice", status="passed")
+    client.force_login(alice)
+
+    html = client.get(f"/submissions/{submission.pk}/").content.decode()
+
+    assert "Passed; practice runs never appear on the leaderboard." in html

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -43,6 +46,19 @@ def zoned(value: dt.datetime | None, zone_name: str = DISPLAY_ZONE) -> str:
     if local.utcoffset() == dt.timedelta(0):
         return f"{utc:%Y-%m-%d %H:%M} UTC"
     return f"{shown} ({utc:%Y-%m-%d %H:%M} UTC)"
+
+
+@register.filter
+def zoned_seconds(value: dt.datetime | None, zone_name: str = DISPLAY_ZONE) -> str:
+    """As :func:`zoned`, to the second (timelines, where steps are seconds apart):
+    "2026-08-10 00:00:07 KST (2026-08-09 15:00:07 UTC)"."""
+    if not isinstance(value, dt.datetime):
+        return "-"
+    local = value.astimezone(_zone(zone_name))
+    utc = value.astimezone(dt.UTC)
+    if local.utcoffset() == dt.timedelta(0):
+        return f"{utc:%Y-%m-%d %H:%M:%S} UTC"
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({utc:%Y-%m-%d %H:%M:%S} UTC)"
 
 
 @register.filter
@@ -85,3 +101,93 @@ def minutes(seconds: int | None) -> str:
     if rest:
         return f"{whole} min {rest} s"
     return f"{whole} minute" + ("" if whole == 1 else "s")
+
+
+def span(seconds: float) -> str:
+    """A length of time in its two largest units: "3 d 4 h", "5 h 12 min", "4 min 5 s", "9 s".
+
+    Rounded down, so a countdown never promises more time than is left. podium.js
+    formats the live countdowns the same way.
+    """
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    mins, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {mins} min"
+    if mins:
+        return f"{mins} min {secs} s"
+    return f"{secs} s"
+
+
+@register.filter
+def until(value: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    """How long until ``value``: "in 5 h 12 min"; "now" once it has passed."""
+    if not isinstance(value, dt.datetime):
+        return "-"
+    left = (value - (now or timezone.now())).total_seconds()
+    return f"in {span(left)}" if left >= 1 else "now"
+
+
+@register.filter
+def since(value: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    """How long ago ``value`` was, as a plain length: "4 min 5 s"."""
+    if not isinstance(value, dt.datetime):
+        return "-"
+    return span(((now or timezone.now()) - value).total_seconds())
+
+
+@register.simple_tag
+def moment(value: dt.datetime | None, zone_name: str = DISPLAY_ZONE) -> str:
+    """A moment in KST and UTC inside ``<time datetime>``; podium.js adds the viewer's time.
+
+    Without JavaScript the zoned text stands on its own.
+    """
+    if not isinstance(value, dt.datetime):
+        return "-"
+    return format_html(
+        '<time datetime="{}" data-local>{}</time>',
+        value.astimezone(dt.UTC).isoformat(),
+        zoned(value, zone_name),
+    )
+
+
+@register.simple_tag
+def countdown(value: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    """A countdown ("in 5 h 12 min") that podium.js keeps counting down."""
+    if not isinstance(value, dt.datetime):
+        return "-"
+    return format_html(
+        '<span class="countdown" data-countdown="{}">{}</span>',
+        value.astimezone(dt.UTC).isoformat(),
+        until(value, now),
+    )
+
+
+@register.simple_tag
+def quota_sentence(
+    quota: Any, zone_name: str = DISPLAY_ZONE, now: dt.datetime | None = None
+) -> str:
+    """The quota in one line: "1 of 2 official attempts left today; the next one at
+    00:00 KST, in 5 h 12 min".
+
+    ``quota`` is a ``contests.selectors.Quota``. The reset time carries its full date in
+    KST and UTC in its title, and podium.js adds the viewer's own clock time.
+    """
+    noun = f"{quota.kind} attempt" + ("" if quota.per_day == 1 else "s")
+    lead = "the next one at" if quota.remaining_today < quota.per_day else "they renew at"
+    reset = quota.resets_at
+    return format_html(
+        '{} of {} {} left today; {} <time datetime="{}" title="{}" data-local="clock">{}</time>, '
+        "{}",
+        quota.remaining_today,
+        quota.per_day,
+        noun,
+        lead,
+        reset.astimezone(dt.UTC).isoformat(),
+        zoned(reset, zone_name),
+        clock(reset, zone_name),
+        countdown(reset, now),
+    )

@@ -1,0 +1,211 @@
+"""Reads behind the submission pages: an entrant's list and one submission's live state.
+
+Never a reference class, a per-image result or a cohort member: only what rules.md lets
+an entrant see of their own submission.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
+
+from portal import storage
+from portal.contests.models import Benchmark
+from portal.contests.templatetags.podium import minutes, ns, span, zoned, zoned_seconds
+from portal.submissions.models import AttemptLedger, Run, Submission
+
+LOG_TAIL_LINES = 200
+NO_OUTPUT = "(no output yet)"
+
+
+def submissions_with_latest_run(entrant: Any, benchmark: Benchmark) -> QuerySet[Submission]:
+    """The entrant's submissions on the benchmark, newest first, each annotated with its
+    latest run's wall time and agreement. One query."""
+    latest = Run.objects.filter(submission=OuterRef("pk")).order_by("-try_number")
+    return (
+        Submission.objects.filter(entrant_id=entrant.pk, benchmark=benchmark)
+        .select_related("environment")
+        .annotate(
+            wall_time_ns=Subquery(latest.values("wall_time_ns")[:1]),
+            matches=Subquery(latest.values("matches")[:1]),
+            total=Subquery(latest.values("total")[:1]),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What an unfinished submission is doing, since when, and under which cap."""
+
+    status: str
+    since: dt.datetime
+    cap_s: int | None  # the limit that applies to this phase; None when nothing is capped
+
+    def text(self, now: dt.datetime) -> str:
+        elapsed = span((now - self.since).total_seconds())
+        what = PHASE_WORDS.get(self.status, self.status)
+        if self.cap_s is None:
+            return f"{what} for {elapsed}."
+        return f"{what} for {elapsed} of the {minutes(self.cap_s)} allowed."
+
+
+PHASE_WORDS = {
+    Submission.ACCEPTED: "Waiting for a build slot",
+    Submission.BUILDING: "Building (build.sh)",
+    Submission.QUEUED: "Waiting for the scoring machine",
+    Submission.STAGING: "Preparing the run, off the clock,",
+    Submission.RUNNING: "Running",
+}
+
+
+def current_phase(submission: Submission, events: list[tuple[str, dt.datetime]]) -> Phase | None:
+    """The phase of an unfinished submission, timed from the event that started it."""
+    if submission.status in Submission.FINAL:
+        return None
+    since = next(
+        (at for status, at in reversed(events) if status == submission.status),
+        submission.submitted_at,
+    )
+    benchmark = submission.benchmark
+    cap_s = {
+        Submission.BUILDING: benchmark.build_timeout_s,
+        Submission.RUNNING: benchmark.score_timeout_s,
+    }.get(submission.status)
+    return Phase(submission.status, since, cap_s)
+
+
+def attempt_text(kind: str, charged: bool, refunded: bool) -> str:
+    text = "practice allowance" if kind == Submission.PRACTICE else "official attempt"
+    if refunded:
+        return f"{text} charged, then refunded"
+    return f"{text} charged" if charged else f"{text} not charged"
+
+
+OUTCOME_HEADLINES = {
+    Submission.BUILD_FAILED: "Your submission's build failed",
+    Submission.FAILED: "Your run did not pass",
+    Submission.ERRORED: "Your run gave no valid result",
+    Submission.INFRA_FAILED: "The platform failed to score this submission",
+    Submission.CANCELLED: "Staff cancelled this submission",
+}
+
+
+def outcome_sentence(
+    *, status: str, kind: str, reason: str, charged: bool, refunded: bool, practice_note: bool
+) -> str:
+    """One sentence for a finished submission: what happened and whether it was charged.
+
+    Empty while the submission is unfinished.
+    """
+    what = "practice run" if kind == Submission.PRACTICE else "official attempt"
+    if status == Submission.PASSED:
+        if practice_note:
+            return "Passed; practice runs never appear on the leaderboard."
+        return "Passed; the leaderboard shows it if it is your best official time."
+    headline = OUTCOME_HEADLINES.get(status)
+    if headline is None:
+        return ""
+    if refunded:
+        clause = f"so the {what} was refunded"
+    elif charged:
+        clause = f"and the {what} was charged (your own failures count)"
+    else:
+        clause = "and no attempt was charged"
+    reason = reason.strip()
+    if reason:
+        return f"{headline}, {clause}: {reason[0].lower()}{reason[1:]}"
+    return f"{headline}, {clause}."
+
+
+def submission_state(submission: Submission, now: dt.datetime | None = None) -> dict[str, Any]:
+    """What the submission page and its status.json show. A fixed number of queries."""
+    now = now or timezone.now()
+    zone = submission.benchmark.attempt_timezone
+    run = submission.runs.order_by("-try_number").first()
+    ledger = [entry.delta for entry in submission.ledger.all()]
+    events = list(submission.events.all())
+    wall_time_ns = run.wall_time_ns if run else None
+    charged = AttemptLedger.CHARGE in ledger
+    refunded = AttemptLedger.REFUND in ledger
+    build_log = storage.read_tail(
+        storage.submission_dir(submission.pk) / "build.log", LOG_TAIL_LINES
+    )
+    run_log = storage.read_tail(storage.run_dir(run.pk) / "run.log", LOG_TAIL_LINES) if run else ""
+    phase = current_phase(submission, [(event.status, event.at) for event in events])
+    outcome = outcome_sentence(
+        status=submission.status,
+        kind=submission.kind,
+        reason=submission.failure_reason,
+        charged=charged,
+        refunded=refunded,
+        practice_note=submission.kind == Submission.PRACTICE,
+    )
+    return {
+        "id": submission.pk,
+        "kind": submission.kind,
+        "status": submission.status,
+        "finished": submission.status in Submission.FINAL,
+        "disqualified": submission.disqualified_at is not None,
+        "submitted_at": submission.submitted_at.isoformat(),
+        "submitted_at_display": zoned(submission.submitted_at, zone),
+        "environment": submission.environment.name,
+        "timeline": [
+            {
+                "status": event.status,
+                "at": event.at.isoformat(),
+                "at_display": zoned_seconds(event.at, zone),
+                "note": event.note,
+            }
+            for event in events
+        ],
+        "wall_time_ns": wall_time_ns,
+        "matches": run.matches if run else None,
+        "total": run.total if run else None,
+        "passed": run.passed if run else None,
+        "digests": {
+            "source": submission.source_sha256,
+            "environment_image": submission.environment_image_digest,
+            "submission_image": submission.image_digest,
+            "output": run.output_sha256 if run else "",
+        },
+        "attempt": {"charged": charged, "refunded": refunded},
+        "failure_reason": submission.failure_reason,
+        "outcome": outcome,
+        "phase": (
+            {
+                "status": phase.status,
+                "since": phase.since.isoformat(),
+                "elapsed_s": int((now - phase.since).total_seconds()),
+                "cap_s": phase.cap_s,
+            }
+            if phase
+            else None
+        ),
+        "build_log": build_log,
+        "run_log": run_log,
+        # Ready-made text for each [data-field] the page's script updates in place.
+        "display": {
+            "status": submission.status,
+            "elapsed": phase.text(now) if phase else "",
+            "outcome": outcome,
+            "wall_time": (
+                f"{ns(wall_time_ns)} ({wall_time_ns} ns)" if wall_time_ns is not None else "-"
+            ),
+            "agreement": (
+                f"{run.matches:,} / {run.total:,} top-1 matches"
+                if run and run.matches is not None and run.total
+                else "-"
+            ),
+            "attempt": attempt_text(submission.kind, charged, refunded),
+            "failure_reason": submission.failure_reason,
+            "digest_environment_image": submission.environment_image_digest or "-",
+            "digest_submission_image": submission.image_digest or "-",
+            "digest_output": f"sha256:{run.output_sha256}" if run and run.output_sha256 else "-",
+            "build_log": build_log or NO_OUTPUT,
+            "run_log": run_log or NO_OUTPUT,
+        },
+    }

@@ -1,0 +1,612 @@
+"""The machine lock, the build freezer and the health gates (architecture steps 1 and 2).
+
+One score at a time per scoring host, across any number of scoring worker processes:
+
+- **The lock** is a lease row (``MachineLease``, one per host) taken with a conditional
+  UPDATE (free, or its holder's lease expired), kept alive by a heartbeat thread every
+  ``PODIUM_LEASE_S / 3`` seconds, and released (conditionally on the holder) on exit.
+  The heartbeat renews the scored run's own lease too, so a worker that dies is found
+  by the reaper within ``PODIUM_LEASE_S`` plus its one-minute period. A holder whose
+  heartbeat finds the lock gone (it could not renew in time and it was taken over)
+  kills its run's container: the run ends as a platform failure, never a verdict
+  timed beside another score.
+- **Builds are frozen** while the lock is held: every running container labelled
+  ``podium.build=<host>`` (build.sh containers, and the RUN steps of environment
+  builds, whose Dockerfile gets that LABEL after each FROM) is paused with
+  ``docker pause``, and an engine event stream pauses any that start or are unpaused
+  during the score. All are unpaused at release. Build workers start no new step while
+  the lock is held, and count their cap only over time it was not
+  (:func:`builds_frozen`, :func:`wait_while_frozen`).
+- **Health gates** (``scoring.gates`` decides; this module measures): pinned engine,
+  kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
+  freeze, GPU idle and temperature where configured. A failing gate (or an engine that
+  does not answer) releases the lock and reschedules the score with backoff (5 minutes
+  doubling to an hour); the submission stays ``queued`` with a timeline note.
+
+Only the scoring worker calls :func:`hold` (through ``scoring.runner.machine``); build
+workers call :func:`builds_frozen` and :func:`wait_while_frozen`; the reaper calls
+:func:`reap` and :func:`frozen_seconds`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connections
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.submissions.models import MachineLease, Run
+from portal.submissions.services import (
+    machine_held,
+    machine_lease_acquire,
+    machine_lease_free_expired,
+    machine_lease_release,
+    machine_lease_renew,
+    run_record_infra_failure,
+    submission_wait_for_machine,
+)
+from scoring import engine, gates
+from scoring.gates import Reading
+
+log = logging.getLogger(__name__)
+
+BUILD_LABEL = "podium.build"  # value: the scoring host whose lock freezes the container
+RUN_LABEL = "podium.run"  # scoring containers: never frozen
+HOST_LABEL = "podium.host"  # on scoring containers: the host whose lock they ran under
+LOCK_POLL_S = 1.0
+GPU_QUERY = (
+    "--query-gpu=index,driver_version,utilization.gpu,memory.used,temperature.gpu",
+    "--format=csv,noheader,nounits",
+)
+CPU_SAMPLES = 3  # at most; the first one at or above the minimum ends the sampling
+
+
+class MachineWaiting(Exception):
+    """The machine was not ready; the score was rescheduled and nothing was claimed."""
+
+
+# The host and its builds -----------------------------------------------------------
+
+
+@cache
+def _engine_host() -> str:
+    name = engine.host_name()
+    if not name:
+        raise engine.EngineError("the engine reported no name")
+    return name
+
+
+def scoring_host() -> str:
+    """This worker's scoring host: ``PODIUM_SCORING_HOST``, else the engine's own name.
+
+    Raises :class:`engine.EngineError` when it must ask the engine and cannot.
+    """
+    name = str(settings.PODIUM_SCORING_HOST) or _engine_host()
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:100]
+
+
+def build_labels() -> dict[str, str]:
+    """The label every build container of this host carries, so a score can freeze it."""
+    return {BUILD_LABEL: scoring_host()}
+
+
+def builds_frozen(host: str) -> bool:
+    """Whether a live score holds ``host``'s lock (its builds are paused meanwhile).
+
+    A database error reads as "not frozen": a build then counts the time, which errs
+    on the side of the cap.
+    """
+    try:
+        return machine_held(host)
+    except DatabaseError:
+        log.warning("could not read the machine lock of %s", host, exc_info=True)
+        return False
+
+
+def wait_while_frozen(host: str) -> float:
+    """Block while a score holds ``host``'s lock; the seconds waited.
+
+    Build workers call this before they start a step, so no build step starts while a
+    score runs. A dead holder stops blocking builds once its lease expires.
+    """
+    started = time.monotonic()
+    while builds_frozen(host):
+        time.sleep(LOCK_POLL_S)
+    return time.monotonic() - started
+
+
+def frozen_seconds(since: dt.datetime, now: dt.datetime) -> float:
+    """Seconds between ``since`` and ``now`` during which scored runs were in progress.
+
+    The reaper adds this to a build's cap, as the build itself does not count frozen
+    time. Runs of every host count (only ever more lenient).
+    """
+    total = 0.0
+    runs = Run.objects.filter(started_at__isnull=False, started_at__lt=now).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gt=since)
+    )
+    for started, finished in runs.values_list("started_at", "finished_at"):
+        if started is None:
+            continue
+        start = max(started, since)
+        end = min(finished or now, now)
+        total += max(0.0, (end - start).total_seconds())
+    return total
+
+
+class BuildFreezer:
+    """Pauses ``host``'s build containers and keeps them paused until :meth:`stop`.
+
+    :meth:`start` subscribes to the engine's events first and then pauses every running
+    build container, so one that starts in between is caught by its ``start`` event.
+    A thread pauses each build container that starts (or is unpaused) while frozen; a
+    broken event stream is resubscribed, with a fresh sweep. :meth:`stop` ends the
+    watch and unpauses every paused build container of the host (also any a dead
+    holder left paused). Scoring containers (``podium.run``) are never touched.
+    """
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.label = f"{BUILD_LABEL}={host}"
+        self.paused: set[str] = set()
+        self._closing = threading.Event()
+        self._stream: engine.EventStream | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Freeze; raises :class:`engine.EngineError` if the engine cannot be asked."""
+        self._stream = self._subscribe()
+        self._sweep()
+        self._thread = threading.Thread(
+            target=self._watch, daemon=True, name=f"build-freezer-{self.host}"
+        )
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop watching and unpause; the number of containers unpaused."""
+        self._closing.set()
+        if self._stream is not None:
+            self._stream.close()
+        if self._thread is not None:
+            self._thread.join(10)
+        return thaw(self.host)
+
+    def _subscribe(self) -> engine.EventStream:
+        return engine.container_events(labels=[self.label], actions=["start", "unpause"])
+
+    def _sweep(self) -> None:
+        for container in engine.list_containers(self.label, status="running"):
+            if RUN_LABEL not in (container.get("Labels") or {}):
+                self._pause(str(container["Id"]))
+
+    def _pause(self, container_id: str) -> None:
+        try:
+            engine.pause(container_id)
+        except engine.EngineError as exc:  # it stopped meanwhile, or is paused already
+            log.debug("could not pause build container %s: %s", container_id[:12], exc)
+            return
+        self.paused.add(container_id)
+
+    def _watch(self) -> None:
+        stream = self._stream
+        while not self._closing.is_set():
+            if stream is not None:
+                for event in stream:
+                    if self._closing.is_set():
+                        return
+                    actor = event.get("Actor") or {}
+                    if RUN_LABEL in (actor.get("Attributes") or {}):
+                        continue
+                    container_id = str(event.get("id") or actor.get("ID") or "")
+                    if container_id:
+                        self._pause(container_id)
+            if self._closing.is_set():
+                return
+            log.warning("the engine's event stream ended; watching %s again", self.label)
+            try:
+                stream = self._subscribe()
+                self._stream = stream
+                if self._closing.is_set():
+                    stream.close()
+                    return
+                self._sweep()
+            except engine.EngineError:
+                log.exception("could not watch %s", self.label)
+                stream = None
+                self._closing.wait(0.5)
+
+
+def thaw(host: str) -> int:
+    """Unpause every paused build container of ``host``; how many were unpaused."""
+    count = 0
+    for container in engine.list_containers(f"{BUILD_LABEL}={host}", status="paused"):
+        if RUN_LABEL in (container.get("Labels") or {}):
+            continue
+        try:
+            engine.unpause(str(container["Id"]))
+            count += 1
+        except engine.EngineError as exc:
+            log.warning("could not unpause build container %s: %s", container["Id"][:12], exc)
+    return count
+
+
+# The health gates ------------------------------------------------------------------
+
+
+def limits() -> gates.Limits:
+    return gates.Limits(
+        pin_engine_version=settings.PODIUM_PIN_ENGINE_VERSION,
+        pin_kernel=settings.PODIUM_PIN_KERNEL,
+        pin_supervisor_sha256=settings.PODIUM_PIN_SUPERVISOR_SHA256,
+        pin_gpu_driver=settings.PODIUM_PIN_GPU_DRIVER,
+        min_memory_bytes=settings.PODIUM_GATE_MIN_MEMORY_BYTES,
+        min_disk_bytes=settings.PODIUM_GATE_MIN_DISK_BYTES,
+        max_busy_cpus=settings.PODIUM_GATE_CPU_BUSY_MAX,
+        gpu=settings.PODIUM_GPU_GATES,
+        gpu_max_util_percent=settings.PODIUM_GPU_MAX_UTIL_PERCENT,
+        gpu_max_memory_mib=settings.PODIUM_GPU_MAX_MEMORY_MIB,
+        gpu_max_temp_c=settings.PODIUM_GPU_MAX_TEMP_C,
+    )
+
+
+_PROBE_ERRORS = (
+    engine.EngineError,
+    OSError,
+    gates.ProbeError,
+    subprocess.SubprocessError,
+    ValueError,
+)
+
+
+def _probe(name: str, measure: Callable[[], list[Reading]]) -> list[Reading]:
+    try:
+        return measure()
+    except _PROBE_ERRORS as exc:
+        log.warning("gate %s could not be measured: %s", name, exc)
+        return [gates.probe_failed(name, type(exc).__name__)]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def gpu_samples() -> list[gates.GpuSample]:
+    completed = subprocess.run(
+        [*settings.PODIUM_GPU_QUERY_COMMAND.split(), *GPU_QUERY],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
+    return gates.parse_gpu_query(completed.stdout)
+
+
+def busy_cpu_samples(maximum: float, sample_s: float, tries: int = CPU_SAMPLES) -> list[float]:
+    """Busy CPUs over ``sample_s`` each, until one is at most ``maximum`` (or ``tries``)."""
+    stat = Path("/proc/stat")
+    samples: list[float] = []
+    for _ in range(tries):
+        before = stat.read_text()
+        time.sleep(sample_s)
+        samples.append(gates.busy_cpus(before, stat.read_text()))
+        if samples[-1] <= maximum:
+            break
+    return samples
+
+
+def measure(gate_limits: gates.Limits) -> list[Reading]:
+    """Every gate's reading on this host, CPU idleness last (after everything else settled).
+
+    Never raises for a failed probe: that gate fails instead.
+    """
+    supervisor = Path(settings.PODIUM_SUPERVISOR)
+    data_dir = Path(settings.PODIUM_DATA_DIR)
+    readings: list[Reading] = []
+    readings += _probe(
+        "engine_version",
+        lambda: [gates.pinned("engine_version", engine.version(), gate_limits.pin_engine_version)],
+    )
+    readings += _probe(
+        "kernel", lambda: [gates.pinned("kernel", os.uname().release, gate_limits.pin_kernel)]
+    )
+    readings += _probe(
+        "supervisor_sha256",
+        lambda: [
+            gates.pinned(
+                "supervisor_sha256", _sha256_file(supervisor), gate_limits.pin_supervisor_sha256
+            )
+        ],
+    )
+    readings += _probe(
+        "memory_available",
+        lambda: [
+            gates.at_least(
+                "memory_available",
+                gates.mem_available_bytes(Path("/proc/meminfo").read_text()),
+                gate_limits.min_memory_bytes,
+            )
+        ],
+    )
+    readings += _probe(
+        "disk_free",
+        lambda: [
+            gates.at_least(
+                "disk_free", shutil.disk_usage(data_dir).free, gate_limits.min_disk_bytes
+            )
+        ],
+    )
+    if gate_limits.gpu:
+        readings += _probe("gpu", lambda: gates.gpu(gpu_samples(), gate_limits))
+    readings += _probe(
+        "cpu_idle",
+        lambda: [
+            gates.cpu_idle(
+                busy_cpu_samples(gate_limits.max_busy_cpus, settings.PODIUM_GATE_CPU_SAMPLE_S),
+                gate_limits.max_busy_cpus,
+            )
+        ],
+    )
+    return readings
+
+
+# The lock ----------------------------------------------------------------------------
+
+
+class Heartbeat(threading.Thread):
+    """Renews the holder's lock (and its run's lease) every ``lease_s / 3`` seconds.
+
+    Stops at :meth:`stop`, or when a renewal finds the lock gone; then ``lost`` is set
+    and ``on_lost(run_id)`` called. A renewal that fails on a database error is tried
+    again at the next beat (the lease is still good until it expires). Uses its own
+    database connection, closed when it ends.
+    """
+
+    def __init__(
+        self, *, host: str, holder: str, lease_s: float, on_lost: Callable[[int | None], None]
+    ) -> None:
+        super().__init__(daemon=True, name=f"machine-heartbeat-{host}")
+        self.host = host
+        self.holder = holder
+        self.lease_s = lease_s
+        self.on_lost = on_lost
+        self.run_id: int | None = None
+        self.lost = threading.Event()
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        interval = max(0.2, self.lease_s / 3)
+        try:
+            while not self._stopping.wait(interval):
+                try:
+                    kept = machine_lease_renew(
+                        host=self.host, holder=self.holder, lease_s=self.lease_s, run_id=self.run_id
+                    )
+                except DatabaseError:
+                    log.exception("could not renew the machine lock of %s", self.host)
+                    continue
+                if not kept and not self._stopping.is_set():
+                    log.error("lost the machine lock of %s (holder %s)", self.host, self.holder)
+                    self.lost.set()
+                    self.on_lost(self.run_id)
+                    return
+        finally:
+            connections.close_all()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive():
+            self.join(30)
+
+
+@dataclass
+class Session:
+    """What a score holding the machine gets: the gate readings, and its heartbeat."""
+
+    host: str
+    holder: str
+    readings: dict[str, Any]
+    heartbeat: Heartbeat = field(repr=False)
+
+    def attach(self, run_id: int) -> None:
+        """From now on the heartbeat renews ``run_id``'s lease too (renewed once at once)."""
+        self.heartbeat.run_id = run_id
+        machine_lease_renew(
+            host=self.host, holder=self.holder, lease_s=self.heartbeat.lease_s, run_id=run_id
+        )
+
+
+def _holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _acquire(host: str, holder: str, lease_s: float, wait_s: float) -> bool:
+    """Take the lock, waiting up to ``wait_s``; a lock taken over from a dead holder
+    first has that holder's run stopped (its container may still be running)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        before = MachineLease.objects.filter(host=host).values("holder", "run_id").first()
+        if machine_lease_acquire(host=host, holder=holder, lease_s=lease_s):
+            break
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(LOCK_POLL_S)
+    if before and before["holder"] and before["run_id"]:
+        log.warning("took over the machine lock of %s from %s", host, before["holder"])
+        settle_dead_run(int(before["run_id"]))
+    return True
+
+
+def remove_run_containers(run_id: int, container_id: str = "") -> None:
+    """Kill and remove a run's scoring container(s): the one recorded on the run and any
+    labelled with the run and this host (a worker may die before recording it; the host
+    label keeps another database's run of the same id, on a shared engine, out of it).
+    Engine errors are logged."""
+    ids = {container_id} if container_id else set()
+    try:
+        labels = [f"{RUN_LABEL}={run_id}", f"{HOST_LABEL}={scoring_host()}"]
+        ids |= {str(c["Id"]) for c in engine.list_containers(labels)}
+    except engine.EngineError:
+        log.exception("could not list the containers of run %s", run_id)
+    for found in ids:
+        try:
+            engine.kill(found)
+            engine.remove_container(found)
+        except engine.EngineError:
+            log.exception("could not remove container %s of run %s", found[:12], run_id)
+
+
+def settle_dead_run(run_id: int, now: dt.datetime | None = None) -> bool:
+    """A run whose worker stopped heartbeating: stop its container and, once its lease
+    has expired, record the platform failure (requeued once, then refunded).
+
+    Shared by the reaper and a score taking over a dead holder's lock; conditional
+    updates make it safe for both to try.
+    """
+    now = now or timezone.now()
+    run = Run.objects.filter(pk=run_id).values("container_id", "status", "lease_expires_at").first()
+    if run is None or run["status"] not in (Run.STAGING, Run.RUNNING):
+        return False
+    expires = run["lease_expires_at"]
+    if expires is not None and expires >= now:
+        return False
+    remove_run_containers(run_id, run["container_id"])
+    return run_record_infra_failure(run_id=run_id, reason="the scoring worker stopped answering")
+
+
+def _kill_lost_run(run_id: int | None) -> None:
+    """The lock was lost mid-score: this run may no longer be timed alone, so stop it."""
+    if run_id is None:
+        return
+    try:
+        container_id = Run.objects.filter(pk=run_id).values_list("container_id", flat=True).first()
+    except DatabaseError:
+        log.exception("run %s: could not read its container after losing the lock", run_id)
+        return
+    if container_id:
+        engine.kill(container_id)
+
+
+def _reschedule(submission_id: int, waits: int, reason: str) -> None:
+    retry_in_s = gates.retry_delay_s(
+        waits + 1, settings.PODIUM_GATE_RETRY_S, settings.PODIUM_GATE_RETRY_MAX_S
+    )
+    minutes = max(1, round(retry_in_s / 60))
+    submission_wait_for_machine(
+        submission_id=submission_id,
+        reason=f"{reason} (next try in {minutes} minute{'s' if minutes != 1 else ''})",
+        retry_in_s=retry_in_s,
+        waits=waits + 1,
+    )
+
+
+@contextmanager
+def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
+    """Hold the scoring host's machine for one score: lock, freeze builds, pass the gates.
+
+    Order: take the lock (waiting up to ``PODIUM_LOCK_WAIT_S`` for another score),
+    start the heartbeat, freeze the builds, measure the gates. When all pass, the body
+    runs with a :class:`Session`; afterwards (also on an exception) the heartbeat
+    stops, the builds are unpaused and the lock is released, in that order.
+
+    When the lock cannot be had, the engine does not answer or a gate fails, nothing
+    is claimed: the lock is released, the submission gets a "waiting for the scoring
+    machine" timeline note, the score is enqueued again with backoff, and
+    :class:`MachineWaiting` is raised instead of running the body.
+    """
+    try:
+        host = scoring_host()
+    except engine.EngineError as exc:
+        log.error("submission %s: cannot name the scoring host: %s", submission_id, exc)
+        _reschedule(submission_id, waits, "the container engine did not answer")
+        raise MachineWaiting("engine") from exc
+    holder = _holder_name()
+    lease_s = float(settings.PODIUM_LEASE_S)
+    if not _acquire(host, holder, lease_s, float(settings.PODIUM_LOCK_WAIT_S)):
+        _reschedule(submission_id, waits, "another score is using it")
+        raise MachineWaiting("busy")
+    heartbeat = Heartbeat(host=host, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
+    heartbeat.start()
+    freezer = BuildFreezer(host)
+    failed: list[Reading] = []
+    try:
+        readings: list[Reading] = []
+        try:
+            freezer.start()
+        except engine.EngineError as exc:
+            log.error("could not freeze the builds of %s: %s", host, exc)
+            failed = [gates.probe_failed("build_freezer", type(exc).__name__)]
+        if not failed:
+            readings = measure(limits())
+            failed = gates.failing(readings)
+        if not failed:
+            log.info(
+                "machine %s held by %s for submission %s (%d builds paused)",
+                host,
+                holder,
+                submission_id,
+                len(freezer.paused),
+            )
+            yield Session(host, holder, gates.as_json(readings), heartbeat)
+    finally:
+        heartbeat.stop()
+        try:
+            freezer.stop()
+        except engine.EngineError:
+            log.exception("could not unpause the builds of %s; the reaper will", host)
+        machine_lease_release(host=host, holder=holder)
+    if failed:
+        for reading in failed:
+            log.warning("gate %s failed: %s (%s)", reading.name, reading.value, reading.detail)
+        _reschedule(
+            submission_id, waits, "health check " + ", ".join(r.name for r in failed) + " failed"
+        )
+        raise MachineWaiting(", ".join(r.name for r in failed))
+
+
+def reap(now: dt.datetime | None = None) -> None:
+    """The reaper's part: free this host's lock if its holder died, and unpause builds
+    left paused while nobody holds it.
+
+    A holder that died mid-score left its builds paused; they run again once its lease
+    expired. Engine errors are logged (the reaper tries again next minute).
+    """
+    now = now or timezone.now()
+    try:
+        host = scoring_host()
+    except engine.EngineError:
+        log.exception("reaper: cannot name the scoring host")
+        return
+    dead = machine_lease_free_expired(host=host, now=now)
+    if dead:
+        log.warning("reaper: freed the machine lock of %s from %s (no heartbeat)", host, dead)
+    if machine_held(host, now):
+        return
+    try:
+        thawed = thaw(host)
+    except engine.EngineError:
+        log.exception("reaper: could not unpause the builds of %s", host)
+        return
+    if thawed:
+        log.warning("reaper: unpaused %d build containers of %s", thawed, host)

@@ -1,0 +1,528 @@
+"""The hostile suite: real attacks on the scored run, in real containers, through the runner.
+
+Every case is a submission image (``podium/busybox:1`` plus a static attack helper and
+its own ``/submission/run``) scored by the real :func:`scoring.runner.score_submission`
+on an 8-image cohort of class 7. :func:`Hostile.score` checks what every case owes,
+whatever the attack:
+
+- the run is settled with a verdict (passed / failed / errored), never as a platform
+  failure: nothing the entrant does may buy a free retry or a refund;
+- the supervisor reported (the host timer never had to step in), its trusted interval
+  is well-formed and lies inside the host's own interval;
+- the container is gone, no process of it survives on the host, the staged input is
+  removed;
+- the next run, a plain right answer, still passes (the canary).
+
+The case asserts its own verdict, reason, trusted duration and what the attack saw.
+
+Speed: each module's images are committed in parallel before its first case (a commit
+is far cheaper than a ``docker build`` here); cases that need the deadline use a 3 s
+score timeout (the supervisor kills at 2 s).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tarfile
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portal import storage
+from portal.contests.models import Benchmark
+from portal.submissions.models import Run, Submission
+from scoring import engine, runner
+from tests.scoring.test_staging import make_cohort, make_submission
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = "podium/busybox:1"
+ROWS = 8
+CLASS = 7
+SECOND = 1_000_000_000
+
+# Writes the right answer (or the class given as an octal escape) for every row.
+ANSWER = r"""#!/bin/sh
+out=${1:-$CONTEST_OUTPUT}
+class='\007'
+[ -n "$2" ] && class=$2
+while read -r request_id path; do printf "$class\000\000\000"; done < "$CONTEST_MANIFEST" > "$out"
+"""
+
+# ``try LABEL COMMAND...``: prints "LABEL: ok" or "LABEL: refused", nothing else.
+TRY = r"""#!/bin/sh
+label=$1
+shift
+if "$@" >/dev/null 2>&1 </dev/null; then echo "$label: ok"; else echo "$label: refused"; fi
+"""
+
+ATTACK_SOURCE = r"""
+/* attack: one static binary, many attacks on the scoring sandbox (the hostile suite).
+ * Each prints "NAME: ok" or "NAME: <errno text>" and exits 0, unless it is meant
+ * to run until it is stopped. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int say(const char *name, long rc)
+{
+    printf("%s: %s\n", name, rc < 0 ? strerror(errno) : "ok");
+    fflush(stdout);
+    return 0;
+}
+
+static long pid_arg(char **argv, int i) { return argv[i] ? strtol(argv[i], NULL, 0) : 1; }
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "";
+    if (!strcmp(what, "ptrace")) /* attach to PID (default 1) */
+        return say("ptrace", ptrace(PTRACE_ATTACH, (pid_t)pid_arg(argv, 2), 0, 0));
+    if (!strcmp(what, "ptrace-child")) { /* even one's own child */
+        pid_t kid = fork();
+        if (kid == 0) {
+            pause();
+            _exit(0);
+        }
+        long rc = ptrace(PTRACE_ATTACH, kid, 0, 0);
+        say("ptrace-child", rc);
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        return 0;
+    }
+    if (!strcmp(what, "prlimit")) { /* RLIMIT_NOFILE 0 and RLIMIT_CPU 1 on PID */
+        long pid = pid_arg(argv, 2);
+        struct rlimit zero = {0, 0}, one = {1, 1};
+        say("prlimit-nofile", syscall(SYS_prlimit64, pid, RLIMIT_NOFILE, &zero, NULL));
+        return say("prlimit-cpu", syscall(SYS_prlimit64, pid, RLIMIT_CPU, &one, NULL));
+    }
+    if (!strcmp(what, "prlimit-read")) {
+        struct rlimit old;
+        long pid = pid_arg(argv, 2);
+        return say("prlimit-read", syscall(SYS_prlimit64, pid, RLIMIT_NOFILE, NULL, &old));
+    }
+    if (!strcmp(what, "prlimit-own")) { /* glibc setrlimit: prlimit64(0, ...) */
+        struct rlimit lim = {100, 100};
+        say("setrlimit-own", setrlimit(RLIMIT_NOFILE, &lim));
+        return say("prlimit-own-pid", syscall(SYS_prlimit64, getpid(), RLIMIT_NOFILE, NULL, &lim));
+    }
+    if (!strcmp(what, "setpriority")) {
+        long pid = pid_arg(argv, 2);
+        say("setpriority-process", setpriority(PRIO_PROCESS, (id_t)pid, 19));
+        say("setpriority-pgrp", setpriority(PRIO_PGRP, (id_t)pid, 19));
+        say("setpriority-user", setpriority(PRIO_USER, 0, 19));
+        return say("setpriority-self", setpriority(PRIO_PROCESS, 0, 5));
+    }
+    if (!strcmp(what, "sched")) {
+        long pid = pid_arg(argv, 2);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(0, &one);
+        struct sched_param none = {0};
+        say("sched_setaffinity", syscall(SYS_sched_setaffinity, pid, sizeof one, &one));
+        say("sched_setscheduler", syscall(SYS_sched_setscheduler, pid, SCHED_IDLE, &none));
+        say("sched_setparam", syscall(SYS_sched_setparam, pid, &none));
+        return say("sched_setattr", syscall(SYS_sched_setattr, pid, NULL, 0));
+    }
+    if (!strcmp(what, "sched-own")) { /* a thread pinning itself by its tid */
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(0, &one);
+        return say("sched_setaffinity-own-tid",
+                   syscall(SYS_sched_setaffinity, syscall(SYS_gettid), sizeof one, &one));
+    }
+    if (!strcmp(what, "high-pid")) { /* 0x100000001 is pid 1 to the kernel */
+        struct rlimit zero = {0, 0};
+        long pid = 0x100000001L;
+        return say("prlimit-high-pid", syscall(SYS_prlimit64, pid, RLIMIT_NOFILE, &zero, NULL));
+    }
+    if (!strcmp(what, "vm")) {
+        char buf[16];
+        struct iovec local = {buf, sizeof buf}, remote = {(void *)0x400000, sizeof buf};
+        long pid = pid_arg(argv, 2);
+        say("process_vm_readv", syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0));
+        say("process_vm_writev", syscall(SYS_process_vm_writev, pid, &local, 1, &remote, 1, 0));
+        return say("kcmp", syscall(SYS_kcmp, pid, getpid(), 0, 0, 0));
+    }
+    if (!strcmp(what, "pidfd")) { /* steal PID 1's stdout */
+        long fd = syscall(SYS_pidfd_open, pid_arg(argv, 2), 0);
+        say("pidfd_open", fd);
+        return say("pidfd_getfd", fd < 0 ? fd : syscall(SYS_pidfd_getfd, fd, 1, 0));
+    }
+#ifdef __x86_64__
+    if (!strcmp(what, "x32")) { /* getpid through the x32 ABI: killed by SIGSYS */
+        say("x32-getpid", syscall(__NR_getpid | 0x40000000));
+        return 0;
+    }
+    if (!strcmp(what, "int80")) { /* i386 ptrace(PTRACE_TRACEME) through int $0x80 */
+        long rc;
+        __asm__ volatile("int $0x80" : "=a"(rc) : "a"(26), "b"(0), "c"(0), "d"(0) : "memory");
+        errno = rc < 0 ? (int)-rc : 0;
+        return say("int80-ptrace", rc < 0 ? -1 : rc);
+    }
+#endif
+    if (!strcmp(what, "clock")) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        say("clock_settime-monotonic", clock_settime(CLOCK_MONOTONIC, &now));
+        clock_gettime(CLOCK_REALTIME, &now);
+        now.tv_sec -= 3600;
+        return say("clock_settime-realtime", clock_settime(CLOCK_REALTIME, &now));
+    }
+    if (!strcmp(what, "ids")) { /* for the setuid copy */
+        uid_t r, e, s;
+        getresuid(&r, &e, &s);
+        printf("uid=%d euid=%d suid=%d\n", (int)r, (int)e, (int)s);
+        return say("setuid-0", setuid(0));
+    }
+    if (!strcmp(what, "forkbomb")) {
+        for (;;)
+            fork();
+    }
+    if (!strcmp(what, "membomb")) { /* touch memory until the OOM killer stops us */
+        for (;;) {
+            int anon = MAP_PRIVATE | MAP_ANONYMOUS;
+            char *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, anon, -1, 0);
+            if (p == MAP_FAILED)
+                continue;
+            memset(p, 1, 1 << 20);
+        }
+    }
+    if (!strcmp(what, "oom-adj")) { /* write a score to /proc/PID/oom_score_adj */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%s/oom_score_adj", argc > 2 ? argv[2] : "self");
+        int fd = open(path, O_WRONLY);
+        const char *value = argc > 3 ? argv[3] : "1000";
+        long rc = fd < 0 ? -1 : write(fd, value, strlen(value));
+        return say(path, rc);
+    }
+    if (!strcmp(what, "pipes")) { /* fill memory with pipe buffers: charged, not RSS */
+        char page[4096];
+        memset(page, 7, sizeof page);
+        long bytes = 0;
+        for (;;) {
+            int p[2];
+            if (pipe2(p, O_NONBLOCK) != 0)
+                break;
+            fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+            ssize_t n;
+            while ((n = write(p[1], page, sizeof page)) > 0)
+                bytes += n;
+            if (n < 0 && errno != EAGAIN)
+                break;
+        }
+        printf("pipes: %ld MiB buffered: %s\n", bytes >> 20, strerror(errno));
+        fflush(stdout);
+        pause(); /* hold it until killed */
+    }
+    if (!strcmp(what, "files")) { /* N empty files in the current folder */
+        long n = argc > 2 ? strtol(argv[2], NULL, 0) : 1000, made = 0;
+        char name[32];
+        for (; made < n; made++) {
+            snprintf(name, sizeof name, "f%ld", made);
+            int fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+            if (fd < 0)
+                break;
+            close(fd);
+        }
+        printf("files: %ld made\n", made);
+        return 0;
+    }
+    fprintf(stderr, "attack: unknown %s\n", what);
+    return 2;
+}
+"""
+
+
+def script(body: str) -> str:
+    """A /submission/run: ``body`` (dedented) under ``#!/bin/sh``."""
+    return "#!/bin/sh\n" + textwrap.dedent(body).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The benchmark's run limits for one case (small: attacks hit them fast)."""
+
+    timeout_s: int = 10
+    memory: int = 128 << 20
+    pids: int = 64
+    tmpfs: int = 16 << 20
+    output_tmpfs: int = 1 << 20
+    # The OOM killer may take the supervisor itself (engines that cannot protect it):
+    # then there is no trusted interval, and the run must be the entrant's error.
+    supervisor_may_be_oom_killed: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run: Run
+    submission: Submission
+    log: str  # the run log the entrant sees: its stdout and stderr tails
+
+    @property
+    def why(self) -> str:
+        """For assertion messages: the verdict's reason and the end of the log."""
+        return f"{self.run.verdict}: {self.run.verdict_reason}\n{self.log[-3000:]}"
+
+    @property
+    def wall_ns(self) -> int:
+        """The trusted duration (every case has one: the supervisor always reported)."""
+        assert self.run.wall_time_ns is not None
+        return self.run.wall_time_ns
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_ns / SECOND
+
+    def saw(self, *lines: str) -> None:
+        """Each of ``lines`` is a whole line of the entrant's log."""
+        have = set(self.log.splitlines())
+        missing = [line for line in lines if line not in have]
+        assert not missing, f"not in the run log: {missing}\n{self.log}"
+
+
+def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = len(data), mode, 0, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def commit_image(base: str, files: dict[str, tuple[bytes, int]], tag: str) -> str:
+    """``base`` plus ``files`` (path: (bytes, mode), root-owned), committed as ``tag``."""
+    repository, name = tag.rsplit(":", 1)
+    container_id = engine.create_container(image=base, command=["/bin/true"], entrypoint=[])
+    try:
+        engine.put_archive(container_id, "/", _tar(files))
+        engine.commit(container_id, repository=repository, tag=name)
+    finally:
+        engine.remove_container(container_id)
+    return tag
+
+
+@pytest.fixture(scope="session")
+def supervisor_binary() -> Path:
+    build = subprocess.run(
+        ["make", "scoring/supervisor/supervise"], cwd=REPO, capture_output=True, text=True
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    return REPO / "scoring" / "supervisor" / "supervise"
+
+
+@pytest.fixture(scope="session")
+def repository() -> str:
+    return f"podium-test/hostile-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def base_image(repository: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """busybox + ``attack`` (and a root-owned setuid copy) + ``answer`` + ``try``."""
+    if not engine.available():
+        pytest.skip("no Docker Engine here")  # the docker marker decides skip vs fail
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler for the attack helper (and the supervisor)")
+    folder = tmp_path_factory.mktemp("attack")
+    (folder / "attack.c").write_text(ATTACK_SOURCE)
+    cc = subprocess.run(
+        ["cc", "-O2", "-static", "-Wall", "-o", "attack", "attack.c"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    assert cc.returncode == 0, cc.stderr
+    attack = (folder / "attack").read_bytes()
+    tag = commit_image(
+        BASE,
+        {
+            "usr/local/bin/attack": (attack, 0o755),
+            "usr/local/bin/suid-attack": (attack, 0o4755),
+            "usr/local/bin/answer": (ANSWER.encode(), 0o755),
+            "usr/local/bin/try": (TRY.encode(), 0o755),
+        },
+        f"{repository}:base",
+    )
+    try:
+        yield tag
+    finally:
+        engine.remove_image(tag)
+
+
+@pytest.fixture(scope="session")
+def good_image(base_image: str, repository: str) -> Iterator[str]:
+    tag = commit_image(
+        base_image,
+        {"submission/run": (script("exec answer\n").encode(), 0o755)},
+        f"{repository}:canary",
+    )
+    try:
+        yield tag
+    finally:
+        engine.remove_image(tag)
+
+
+@pytest.fixture(scope="module")
+def images(
+    request: pytest.FixtureRequest, base_image: str, repository: str
+) -> Iterator[dict[str, str]]:
+    """The module's ``SCRIPTS`` (name: script, or name: {path: (bytes, mode)}) as images."""
+    scripts: dict[str, str | dict[str, tuple[bytes, int]]] = request.module.SCRIPTS
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+
+    def build(item: tuple[str, Any]) -> tuple[str, str]:
+        name, content = item
+        files = (
+            {"submission/run": (content.encode(), 0o755)} if isinstance(content, str) else content
+        )
+        return name, commit_image(base_image, files, f"{repository}:{module}-{name}")
+
+    with ThreadPoolExecutor(8) as pool:
+        built = dict(pool.map(build, scripts.items()))
+    try:
+        yield built
+    finally:
+        for tag in built.values():
+            engine.remove_image(tag)
+
+
+@pytest.fixture(scope="session")
+def engine_lowers_oom_score() -> bool:
+    """Whether the engine may give the supervisor oom_score_adj -1000 (CAP_SYS_RESOURCE)."""
+    try:
+        container_id = engine.create_container(
+            image=BASE, command=["/bin/true"], entrypoint=[], oom_score_adj=-1000
+        )
+    except engine.EngineError:
+        return False
+    try:
+        engine.start(container_id)
+        return engine.wait(container_id, timeout_s=30) == 0
+    except engine.EngineError:
+        return False
+    finally:
+        engine.remove_container(container_id)
+
+
+def _processes_of(container_id: str) -> list[int]:
+    """Host pids still in the container's cgroup (there must be none once it is removed)."""
+    found = []
+    for cgroup in Path("/proc").glob("[0-9]*/cgroup"):
+        try:
+            if container_id in cgroup.read_text():
+                found.append(int(cgroup.parent.name))
+        except OSError:  # the process ended meanwhile
+            continue
+    return found
+
+
+class Hostile:
+    def __init__(self, entrant: Any, benchmark: Benchmark, images: dict[str, str], good: str):
+        self.entrant = entrant
+        self.benchmark = benchmark
+        self.images = images
+        self.good = good
+
+    def _score(self, image: str, limits: Limits) -> Outcome:
+        benchmark = self.benchmark
+        benchmark.score_timeout_s = limits.timeout_s
+        benchmark.run_memory_bytes = limits.memory
+        benchmark.run_pids_limit = limits.pids
+        benchmark.run_tmpfs_bytes = limits.tmpfs
+        benchmark.run_output_tmpfs_bytes = limits.output_tmpfs
+        benchmark.save()
+        submission = make_submission(self.entrant, benchmark, image_tag=image)
+        started = time.monotonic()
+        runner.score_submission(submission.pk)
+        elapsed = time.monotonic() - started
+        submission.refresh_from_db()
+        run = Run.objects.filter(submission=submission).latest("try_number")
+        log_path = storage.run_dir(run.pk) / runner.RUN_LOG
+        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        where = f"{image}: {run.status} {run.verdict} {run.verdict_reason!r}\n{log_text}"
+
+        # Never the platform's fault, and never settled by the host's own timer.
+        assert run.status == Run.FINISHED, where
+        assert submission.status in (Submission.PASSED, Submission.FAILED, Submission.ERRORED)
+        assert run.verdict == submission.status, where
+        assert run.host_start_ns is not None and run.host_end_ns is not None
+        if run.trusted_start_ns is None and limits.supervisor_may_be_oom_killed:
+            assert run.verdict == Submission.ERRORED, where
+            assert "memory limit" in run.verdict_reason, where
+            assert run.wall_time_ns is None  # no time without the trusted clock
+        else:
+            assert run.trusted_start_ns is not None and run.trusted_end_ns is not None, where
+            assert (
+                run.host_start_ns <= run.trusted_start_ns <= run.trusted_end_ns <= run.host_end_ns
+            ), where
+            assert run.wall_time_ns == run.trusted_end_ns - run.trusted_start_ns > 0
+            assert run.wall_time_ns < limits.timeout_s * SECOND
+        assert elapsed < limits.timeout_s + 30, where  # the host was never held up
+        # Nothing of the container is left on the host.
+        assert run.container_id
+        with pytest.raises(engine.NoSuchObject):
+            engine.state(run.container_id)
+        assert _processes_of(run.container_id) == []
+        assert not (storage.run_dir(run.pk) / "input").exists()
+        return Outcome(run=run, submission=submission, log=log_text)
+
+    def score(self, name: str, limits: Limits | None = None) -> Outcome:
+        """Score the case ``name``, check what every case owes, then the canary."""
+        outcome = self._score(self.images[name], limits or Limits())
+        canary = self._score(self.good, Limits())
+        assert canary.run.verdict == "passed", (
+            f"the run after {name!r}: {canary.run.verdict_reason}\n{canary.log}"
+        )
+        assert (canary.run.matches, canary.run.total) == (ROWS, ROWS)
+        return outcome
+
+
+@pytest.fixture
+def hostile(
+    alice,
+    benchmark,
+    images,
+    good_image,
+    supervisor_binary,
+    engine_lowers_oom_score,
+    settings,
+    monkeypatch,
+) -> Hostile:
+    settings.PODIUM_SUPERVISOR = supervisor_binary
+    settings.PODIUM_RUN_OOM_SCORE_ADJ = -1000 if engine_lowers_oom_score else None
+    # The machine lock and gates are not under test here: a scoring host of our own
+    # (its build freezer touches no one else's containers) and gates that pass.
+    settings.PODIUM_SCORING_HOST = f"hostile-{uuid.uuid4().hex[:8]}"
+    settings.PODIUM_GATE_CPU_BUSY_MAX = 1e6
+    settings.PODIUM_GATE_CPU_SAMPLE_S = 0.05
+    settings.PODIUM_GATE_MIN_MEMORY_BYTES = 0
+    settings.PODIUM_GATE_MIN_DISK_BYTES = 0
+    settings.PODIUM_GPU_GATES = False
+    monkeypatch.setattr("portal.jobs.app.send_task", lambda *args, **kwargs: None)
+    benchmark.cohort_size = ROWS
+    benchmark.pass_min_matches = ROWS
+    benchmark.save()
+    make_cohort(benchmark, [CLASS] * ROWS)
+    return Hostile(alice, benchmark, images, good_image)

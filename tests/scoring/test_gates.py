@@ -1,0 +1,146 @@
+"""The health gates' decisions, on fake readings (no Docker, no database, no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scoring import gates
+from scoring.gates import GpuSample, Limits, Reading
+
+MEMINFO = """MemTotal:       24683616 kB
+MemFree:        22425600 kB
+MemAvailable:    2097152 kB
+Buffers:           12345 kB
+"""
+
+
+def proc_stat(idle: int, busy: int, cpus: int = 2) -> str:
+    """A /proc/stat with ``busy`` jiffies of user time and ``idle`` of idle (+ iowait 0)."""
+    lines = [f"cpu  {busy} 0 0 {idle} 0 0 0 0 7 7"]
+    lines += [f"cpu{n} 1 0 0 1 0 0 0 0 0 0" for n in range(cpus)]
+    lines += ["intr 1 2 3", "ctxt 99"]
+    return "\n".join(lines) + "\n"
+
+
+# Pinned software ----------------------------------------------------------------------
+
+
+def test_an_unpinned_version_is_recorded_and_passes():
+    reading = gates.pinned("engine_version", "20.10.24+dfsg1", "")
+    assert reading == Reading("engine_version", True, "20.10.24+dfsg1", "not pinned")
+
+
+def test_a_pinned_version_must_match_exactly():
+    assert gates.pinned("kernel", "6.1.0-18-amd64", "6.1.0-18-amd64").ok
+    drifted = gates.pinned("kernel", "6.1.0-21-amd64", "6.1.0-18-amd64")
+    assert not drifted.ok
+    assert drifted.value == "6.1.0-21-amd64" and "6.1.0-18-amd64" in drifted.detail
+
+
+# Reserves -----------------------------------------------------------------------------
+
+
+def test_available_memory_is_read_in_bytes():
+    assert gates.mem_available_bytes(MEMINFO) == 2 << 30
+
+
+def test_a_meminfo_without_memavailable_cannot_be_measured():
+    with pytest.raises(gates.ProbeError):
+        gates.mem_available_bytes("MemTotal: 1 kB\n")
+
+
+@pytest.mark.parametrize(("value", "ok"), [(5 << 30, True), ((5 << 30) - 1, False)])
+def test_a_reserve_passes_at_its_minimum_and_fails_below(value, ok):
+    reading = gates.at_least("disk_free", value, 5 << 30)
+    assert reading.ok is ok and reading.value == value
+
+
+# CPU idleness -------------------------------------------------------------------------
+
+
+def test_busy_cpus_are_counted_from_two_snapshots():
+    before = proc_stat(idle=1000, busy=1000)
+    # 200 jiffies passed: 50 busy, 150 idle -> a quarter of 2 CPUs busy = 0.5 CPUs.
+    after = proc_stat(idle=1150, busy=1050)
+    assert gates.idle_fraction(before, after) == pytest.approx(0.75)
+    assert gates.busy_cpus(before, after) == pytest.approx(0.5)
+
+
+def test_iowait_counts_as_idle_and_guest_time_is_not_counted_twice():
+    before = "cpu  100 0 0 100 0 0 0 0 0 0\ncpu0 1\n"
+    after = "cpu  100 0 0 150 50 0 0 0 900 900\ncpu0 1\n"  # guest is inside user already
+    assert gates.idle_fraction(before, after) == 1.0
+
+
+def test_a_sample_with_no_time_passed_cannot_be_measured():
+    with pytest.raises(gates.ProbeError):
+        gates.idle_fraction(proc_stat(1, 1), proc_stat(1, 1))
+
+
+def test_the_quietest_sample_decides_the_cpu_gate():
+    reading = gates.cpu_idle([1.9, 1.2, 1.7], maximum=1.5)
+    assert reading.ok and reading.value == 1.2
+    busy = gates.cpu_idle([1.9, 1.6], maximum=1.5)
+    assert not busy.ok and busy.value == 1.6
+    assert not gates.cpu_idle([], maximum=1.5).ok
+
+
+# GPUs (configured off here: only the decisions are tested) ------------------------------
+
+SMI = "0, 550.54.15, 0, 3, 34\n1, 550.54.15, 1, 0, 36\n"
+
+
+def test_nvidia_smi_output_is_parsed():
+    assert gates.parse_gpu_query(SMI) == [
+        GpuSample(index=0, driver="550.54.15", util_percent=0, memory_used_mib=3, temp_c=34),
+        GpuSample(index=1, driver="550.54.15", util_percent=1, memory_used_mib=0, temp_c=36),
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "0, 550, [N/A], 3, 34\n", "0, 550, 0\n"])
+def test_unreadable_nvidia_smi_output_cannot_be_measured(text):
+    with pytest.raises(gates.ProbeError):
+        gates.parse_gpu_query(text)
+
+
+def by_name(readings: list[Reading]) -> dict[str, Reading]:
+    return {reading.name: reading for reading in readings}
+
+
+def test_idle_cool_gpus_on_the_pinned_driver_pass():
+    readings = by_name(gates.gpu(gates.parse_gpu_query(SMI), Limits(pin_gpu_driver="550.54.15")))
+    assert set(readings) == {"gpu_driver", "gpu_idle", "gpu_temperature"}
+    assert all(reading.ok for reading in readings.values())
+
+
+@pytest.mark.parametrize(
+    ("line", "failing"),
+    [
+        ("1, 550.54.15, 40, 0, 36", "gpu_idle"),  # someone computes on GPU 1
+        ("1, 550.54.15, 0, 20000, 36", "gpu_idle"),  # or holds its memory
+        ("1, 550.54.15, 0, 0, 71", "gpu_temperature"),  # still hot from the last run
+        ("1, 535.104.05, 0, 0, 36", "gpu_driver"),  # a driver nobody pinned
+    ],
+)
+def test_a_busy_hot_or_unpinned_gpu_fails_its_gate(line, failing):
+    samples = gates.parse_gpu_query("0, 550.54.15, 0, 3, 34\n" + line)
+    readings = by_name(gates.gpu(samples, Limits(pin_gpu_driver="550.54.15")))
+    assert [name for name, reading in readings.items() if not reading.ok] == [failing]
+    assert "1" in readings[failing].detail or failing == "gpu_driver"
+
+
+# Readings and backoff -------------------------------------------------------------------
+
+
+def test_readings_are_stored_as_json_by_name():
+    readings = [gates.pinned("kernel", "6.1", ""), gates.probe_failed("disk_free", "OSError")]
+    assert gates.as_json(readings) == {
+        "kernel": {"ok": True, "value": "6.1", "detail": "not pinned"},
+        "disk_free": {"ok": False, "value": None, "detail": "could not be measured: OSError"},
+    }
+    assert [r.name for r in gates.failing(readings)] == ["disk_free"]
+
+
+def test_waiting_backs_off_from_five_minutes_doubling_to_an_hour():
+    delays = [gates.retry_delay_s(n, 300, 3600) for n in range(1, 8)]
+    assert delays == [300, 600, 1200, 2400, 3600, 3600, 3600]

@@ -1,0 +1,725 @@
+"""The machine lock, the build freezer and the gates' wiring (scoring/machine.py).
+
+The lock and the waiting logic run on real rows; the freezer and the end-to-end
+"two builds and a score" test on the real Docker Engine. Every test uses its own
+scoring host name, so the build containers it labels (and pauses) are its own even when
+other test runs share the engine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from portal import storage
+from portal.environments.models import Environment
+from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
+from portal.submissions.services import (
+    MACHINE_WAIT_NOTE,
+    machine_held,
+    machine_lease_acquire,
+    machine_lease_release,
+    machine_lease_renew,
+    submission_accept,
+)
+from scoring import builds, engine, machine, reaper, runner
+from scoring.gates import Reading
+from tests import factories
+from tests.scoring.test_runner import FakeEngine, the_run
+from tests.scoring.test_staging import make_cohort, make_submission
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON_BASE = "podium/python:bookworm"
+BUSYBOX = "podium/busybox:1"
+
+
+@pytest.fixture
+def host(settings) -> str:
+    """A scoring host name of this test's own."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    settings.PODIUM_SCORING_HOST = name
+    return name
+
+
+@pytest.fixture
+def quick_gates(settings) -> None:
+    """Gates that pass on a shared test machine (their decisions are tested in test_gates)."""
+    settings.PODIUM_GATE_CPU_BUSY_MAX = 1024.0
+    settings.PODIUM_GATE_CPU_SAMPLE_S = 0.1
+    settings.PODIUM_GATE_MIN_MEMORY_BYTES = 0
+    settings.PODIUM_GATE_MIN_DISK_BYTES = 0
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, tuple[Any, ...], float | None]]:
+    """Tasks enqueued through portal.jobs: (name, args, countdown)."""
+    calls: list[tuple[str, tuple[Any, ...], float | None]] = []
+    monkeypatch.setattr(
+        "portal.jobs.app.send_task",
+        lambda name, args=(), countdown=None, **kw: calls.append((name, tuple(args), countdown)),
+    )
+    return calls
+
+
+@pytest.fixture
+def queued(alice, benchmark) -> Submission:
+    benchmark.cohort_size = 10
+    benchmark.pass_min_matches = 10
+    benchmark.save()
+    make_cohort(benchmark, [7] * 10)
+    return make_submission(alice, benchmark)
+
+
+class NoFreezer:
+    """Stands in for the build freezer where a test has no builds to freeze."""
+
+    def __init__(self, host: str) -> None:
+        self.paused: set[str] = set()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> int:
+        return 0
+
+
+@pytest.fixture
+def no_builds(monkeypatch) -> None:
+    """No Docker needed: no builds to freeze, and an engine that reports its version."""
+    monkeypatch.setattr(machine, "BuildFreezer", NoFreezer)
+    monkeypatch.setattr(engine, "version", lambda: "20.10.24+dfsg1")
+
+
+def waiting_notes(submission: Submission) -> list[str]:
+    return [
+        event.note
+        for event in SubmissionEvent.objects.filter(submission=submission).order_by("at", "id")
+        if event.note.startswith(MACHINE_WAIT_NOTE)
+    ]
+
+
+def in_thread(target: Callable[[], object]) -> threading.Thread:
+    """Run ``target`` in a thread that closes its own database connection."""
+
+    def body() -> None:
+        try:
+            target()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+# The lease ------------------------------------------------------------------------------
+
+
+def test_one_holder_at_a_time_and_an_expired_lease_is_taken_over(db, host):
+    assert machine_lease_acquire(host=host, holder="scorer-a", lease_s=60)
+    assert not machine_lease_acquire(host=host, holder="scorer-b", lease_s=60)
+    assert machine_held(host)
+
+    # scorer-a stops heartbeating: once its lease has expired, scorer-b may take over.
+    MachineLease.objects.filter(host=host).update(
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    assert not machine_held(host)
+    assert machine_lease_acquire(host=host, holder="scorer-b", lease_s=60)
+
+    # The old holder can neither renew nor release what is no longer its own.
+    assert not machine_lease_renew(host=host, holder="scorer-a", lease_s=60)
+    assert not machine_lease_release(host=host, holder="scorer-a")
+    assert MachineLease.objects.get(host=host).holder == "scorer-b"
+    assert machine_lease_release(host=host, holder="scorer-b")
+    assert not machine_held(host)
+
+
+def test_locks_of_different_hosts_are_independent(db):
+    assert machine_lease_acquire(host="gpu-a", holder="x", lease_s=60)
+    assert machine_lease_acquire(host="gpu-b", holder="y", lease_s=60)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_keeps_the_lock_and_the_run_alive_and_notices_losing_them(
+    host, queued, settings
+):
+    assert machine_lease_acquire(host=host, holder="me", lease_s=0.6)
+    run = Run.objects.create(
+        submission=queued, cohort=queued.benchmark.cohorts.get(), status=Run.RUNNING
+    )
+    lost: list[int | None] = []
+    heartbeat = machine.Heartbeat(host=host, holder="me", lease_s=0.6, on_lost=lost.append)
+    heartbeat.run_id = run.pk
+    heartbeat.start()
+    try:
+        time.sleep(1.5)  # well past the 0.6 s lease: only the heartbeat keeps it
+        assert machine_held(host)
+        run.refresh_from_db()
+        assert run.lease_expires_at is not None and run.lease_expires_at > timezone.now()
+
+        MachineLease.objects.filter(host=host).update(holder="someone-else")
+        deadline = time.monotonic() + 5
+        while not heartbeat.lost.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert heartbeat.lost.is_set()
+        assert lost == [run.pk]  # the session kills this run's container
+    finally:
+        heartbeat.stop()
+
+
+# Waiting for the machine ----------------------------------------------------------------
+
+
+def failing_gate(monkeypatch) -> None:
+    monkeypatch.setattr(
+        machine,
+        "measure",
+        lambda limits: [
+            Reading("kernel", True, "6.1", "not pinned"),
+            Reading("cpu_idle", False, 1.9, "1.90 busy CPUs > 1.5"),
+        ],
+    )
+
+
+def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
+    queued, host, no_builds, monkeypatch, sent, django_capture_on_commit_callbacks
+):
+    fake = FakeEngine().install(monkeypatch)
+    failing_gate(monkeypatch)
+
+    for waits in range(6):
+        with django_capture_on_commit_callbacks(execute=True):
+            runner.score_submission(queued.pk, waits)
+
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED  # waiting, not failed
+    assert not Run.objects.filter(submission=queued).exists()  # nothing claimed
+    assert fake.calls == []  # no container
+    assert not machine_held(host)  # the lock was released each time
+    assert [countdown for _name, _args, countdown in sent] == [300, 600, 1200, 2400, 3600, 3600]
+    assert [args for _name, args, _countdown in sent] == [(queued.pk, n) for n in range(1, 7)]
+    notes = waiting_notes(queued)
+    assert notes[0] == (
+        "waiting for the scoring machine: health check cpu_idle failed (next try in 5 minutes)"
+    )
+    assert notes[-1].endswith("(next try in 60 minutes)")
+    assert "1.9" not in "".join(notes)  # readings are for staff, not in the entrant's timeline
+
+
+def test_the_entrant_sees_queued_and_waiting_not_a_failure(
+    queued, alice, host, no_builds, monkeypatch, sent
+):
+    FakeEngine().install(monkeypatch)
+    failing_gate(monkeypatch)
+    runner.score_submission(queued.pk)
+
+    client = APIClient()
+    client.force_authenticate(alice)
+    data = client.get(f"/api/v1/submissions/{queued.pk}/").json()
+
+    assert data["status"] == "queued" and not data["failure_reason"]
+    assert data["timeline"][-1]["status"] == "queued"
+    assert data["timeline"][-1]["note"].startswith("waiting for the scoring machine:")
+    assert data["attempt"] == {"charged": True, "refunded": False}
+
+
+def test_a_stale_duplicate_of_a_rescheduled_score_does_nothing(
+    queued, host, no_builds, monkeypatch, sent, django_capture_on_commit_callbacks
+):
+    FakeEngine().install(monkeypatch)
+    failing_gate(monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):
+        runner.score_submission(queued.pk)  # waits once: the retry carries waits=1
+    assert sent == [("scoring.score_submission", (queued.pk, 1), 300)]
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        runner.score_submission(queued.pk, 0)  # the original message, delivered again
+
+    assert sent == [] and len(waiting_notes(queued)) == 1
+
+
+def test_a_busy_machine_reschedules_instead_of_scoring_beside_another_score(
+    queued, host, no_builds, monkeypatch, sent, settings
+):
+    fake = FakeEngine().install(monkeypatch)
+    settings.PODIUM_LOCK_WAIT_S = 0
+    assert machine_lease_acquire(host=host, holder="another-scorer", lease_s=60)
+
+    runner.score_submission(queued.pk)
+
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED and fake.calls == []
+    assert waiting_notes(queued) == [
+        "waiting for the scoring machine: another score is using it (next try in 5 minutes)"
+    ]
+    assert MachineLease.objects.get(host=host).holder == "another-scorer"
+
+
+def test_an_engine_that_cannot_freeze_the_builds_is_a_wait_not_a_failure(
+    queued, host, monkeypatch, sent
+):
+    def engine_down(**kw: Any) -> engine.EventStream:
+        raise engine.EngineError("connection refused")
+
+    monkeypatch.setattr(engine, "container_events", engine_down)
+
+    runner.score_submission(queued.pk)
+
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED
+    assert waiting_notes(queued)[0].startswith(
+        "waiting for the scoring machine: health check build_freezer failed"
+    )
+    assert not machine_held(host)
+
+
+def test_a_passing_score_stores_every_reading_on_its_run(
+    queued, host, no_builds, quick_gates, monkeypatch, sent
+):
+    FakeEngine().install(monkeypatch)
+
+    runner.score_submission(queued.pk)
+
+    run = the_run(queued)
+    assert run.verdict == "passed"
+    assert set(run.readings) == {
+        "engine_version",
+        "kernel",
+        "supervisor_sha256",
+        "memory_available",
+        "disk_free",
+        "cpu_idle",
+    }
+    assert all(reading["ok"] for reading in run.readings.values())
+    assert run.readings["supervisor_sha256"]["value"] == run.supervisor_sha256
+    assert not machine_held(host)
+    lease = MachineLease.objects.get(host=host)
+    assert lease.holder == "" and lease.run is None
+
+
+def test_pins_that_do_not_match_keep_the_machine_waiting(
+    queued, host, no_builds, quick_gates, monkeypatch, sent, settings
+):
+    FakeEngine().install(monkeypatch)
+    settings.PODIUM_PIN_KERNEL = "0.0.0-not-this-kernel"
+
+    runner.score_submission(queued.pk)
+
+    assert waiting_notes(queued)[0].startswith(
+        "waiting for the scoring machine: health check kernel failed"
+    )
+
+
+def test_the_runs_lease_is_the_heartbeat_lease_not_the_whole_score_timeout(
+    queued, host, no_builds, quick_gates, monkeypatch, sent, settings
+):
+    settings.PODIUM_LEASE_S = 60
+    fake = FakeEngine().install(monkeypatch)
+    leases: list[dt.timedelta] = []
+
+    def start(container_id: str) -> None:
+        expires = the_run(queued).lease_expires_at
+        assert expires is not None
+        leases.append(expires - timezone.now())
+        fake.calls.append("start")
+        fake.started_ns = time.monotonic_ns()
+
+    monkeypatch.setattr(engine, "start", start)
+    runner.score_submission(queued.pk)
+
+    assert len(leases) == 1 and dt.timedelta(seconds=50) < leases[0] <= dt.timedelta(seconds=60)
+
+
+def test_taking_over_a_dead_holders_lock_stops_its_run_first(
+    queued, bob, host, no_builds, quick_gates, monkeypatch, sent
+):
+    fake = FakeEngine().install(monkeypatch)
+    monkeypatch.setattr(engine, "list_containers", lambda *a, **kw: [])
+    orphaned = make_submission(bob, queued.benchmark, status=Submission.RUNNING)
+    past = timezone.now() - dt.timedelta(seconds=5)
+    dead_run = Run.objects.create(
+        submission=orphaned,
+        cohort=queued.benchmark.cohorts.get(),
+        status=Run.RUNNING,
+        container_id="deadbeef",
+        lease_expires_at=past,
+    )
+    MachineLease.objects.create(host=host, holder="dead-worker", run=dead_run, expires_at=past)
+
+    runner.score_submission(queued.pk)
+
+    # The dead worker's container is killed before this score creates its own.
+    assert fake.calls[:3] == ["kill", "remove", "create"]
+    dead_run.refresh_from_db()
+    orphaned.refresh_from_db()
+    assert dead_run.status == Run.INFRA_FAILED
+    assert orphaned.status == Submission.QUEUED  # its try 2 comes later
+    assert the_run(queued).verdict == "passed"
+
+
+# Builds give way ----------------------------------------------------------------------
+
+
+def test_label_stages_labels_every_stage_and_keeps_the_file_intact():
+    text = (
+        "# escape=`\n"
+        "FROM podium/python:bookworm AS base\n"
+        "RUN echo a `\n"
+        "    b\n"
+        "FROM `\n"
+        "  base\n"
+        "# a comment\n"
+        "COPY x /x\n"
+    )
+    labelled = builds.label_stages(text, {"podium.build": "h1"})
+    assert labelled == (
+        "# escape=`\n"
+        "FROM podium/python:bookworm AS base\n"
+        'LABEL podium.build="h1"\n'
+        "RUN echo a `\n"
+        "    b\n"
+        "FROM `\n"
+        "  base\n"
+        "# a comment\n"
+        'LABEL podium.build="h1"\n'
+        "COPY x /x\n"
+    )
+    assert builds.label_stages("FROM a", {"k": "v"}) == 'FROM a\nLABEL k="v"\n'
+
+
+def test_a_build_cap_counts_only_unfrozen_time(monkeypatch):
+    monkeypatch.setattr(engine, "BUILD_POLL_S", 0.05)
+
+    def worker_thread() -> threading.Thread:
+        thread = threading.Thread(target=time.sleep, args=(1.0,), daemon=True)
+        thread.start()
+        return thread
+
+    # 1 s of work against a 0.6 s cap: too long, unless 0.7 s of it were frozen.
+    assert not engine._join_within(worker_thread(), 0.6, lambda: False)
+    started = time.monotonic()
+    assert engine._join_within(worker_thread(), 0.6, lambda: time.monotonic() - started < 0.7)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_environment_build_starts_while_a_score_holds_the_machine(
+    alice, benchmark, host, monkeypatch
+):
+    environment = factories.EnvironmentFactory(
+        owner=alice, benchmark=benchmark, status=Environment.QUEUED, image_tag=""
+    )
+    build_started: list[float] = []
+
+    def build_image(**kw: Any) -> engine.BuildOutcome:
+        build_started.append(time.monotonic())
+        assert b'LABEL podium.build="' + host.encode() in kw["context"].read()
+        assert kw["labels"] == {"podium.build": ""}
+        return engine.BuildOutcome(ok=False, error="stopped by the test")
+
+    monkeypatch.setattr(engine, "build_image", build_image)
+    monkeypatch.setattr(machine, "LOCK_POLL_S", 0.05)
+    assert machine_lease_acquire(host=host, holder="a-score", lease_s=60)
+
+    thread = in_thread(lambda: builds.build_environment(environment.pk))
+    time.sleep(1.0)
+    assert build_started == []  # claimed, but waiting for the score
+    released = time.monotonic()
+    machine_lease_release(host=host, holder="a-score")
+    thread.join(10)
+
+    assert len(build_started) == 1 and build_started[0] >= released
+
+
+# The freezer on the real engine -----------------------------------------------------
+
+
+@pytest.fixture
+def containers() -> Iterator[Callable[..., str]]:
+    """Start busybox containers that tick; all removed afterwards."""
+    made: list[str] = []
+
+    def start(labels: dict[str, str]) -> str:
+        container_id = engine.create_container(
+            image=BUSYBOX,
+            entrypoint=[],
+            command=["sh", "-c", "while :; do sleep 0.05; done"],
+            labels=labels,
+        )
+        made.append(container_id)
+        engine.start(container_id)
+        return container_id
+
+    yield start
+    for container_id in made:
+        engine.remove_container(container_id)
+
+
+def state_of(container_id: str) -> str:
+    state = engine.state(container_id)
+    return "paused" if state["Paused"] else str(state["Status"])
+
+
+def wait_state(container_id: str, wanted: str, timeout_s: float = 5.0) -> float:
+    started = time.monotonic()
+    while state_of(container_id) != wanted:
+        assert time.monotonic() - started < timeout_s, f"{container_id[:12]} never {wanted}"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+@pytest.mark.docker
+def test_the_freezer_pauses_this_hosts_builds_and_only_them(host, containers):
+    build = containers({"podium.build": host})
+    other_host = containers({"podium.build": f"{host}-other"})
+    scoring = containers({"podium.build": host, "podium.run": "1"})  # inherited label
+
+    freezer = machine.BuildFreezer(host)
+    freezer.start()
+    try:
+        assert state_of(build) == "paused"
+        late = containers({"podium.build": host})  # a build step starting mid-score
+        assert wait_state(late, "paused") < 1.0
+        engine.unpause(build)  # anyone unpausing a build meanwhile is overruled
+        wait_state(build, "paused")
+        assert state_of(other_host) == "running" and state_of(scoring) == "running"
+    finally:
+        assert freezer.stop() == 2
+    assert state_of(build) == "running" and state_of(late) == "running"
+
+
+@pytest.mark.docker
+def test_a_build_sh_left_paused_by_a_dead_holder_resumes_by_itself(db, host, monkeypatch):
+    monkeypatch.setattr(builds, "STRAY_PAUSE_S", 0.3)
+    container_id = engine.create_container(
+        image=BUSYBOX, entrypoint=[], command=["sh", "-c", "sleep 1; exit 3"]
+    )
+    try:
+        engine.start(container_id)
+        engine.pause(container_id)  # and its freezer died: no lock is held
+
+        assert builds._wait_unfrozen(container_id, 30, host) == 3
+    finally:
+        engine.remove_container(container_id)
+
+
+@pytest.mark.docker
+def test_the_reaper_frees_a_dead_holders_lock_and_unpauses_its_builds(db, host, containers):
+    build = containers({"podium.build": host})
+    engine.pause(build)  # the dead holder's freezer paused it
+    assert machine_lease_acquire(host=host, holder="dead-scorer", lease_s=60)
+
+    reaper.reap()
+    assert state_of(build) == "paused"  # still within its lease: hands off
+
+    MachineLease.objects.filter(host=host).update(
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    reaper.reap()
+
+    assert not machine_held(host)
+    assert MachineLease.objects.get(host=host).holder == ""
+    assert state_of(build) == "running"
+
+
+def test_the_reaper_gives_builds_their_frozen_time(db, alice, benchmark, queued):
+    benchmark.build_timeout_s = 1800
+    benchmark.save()
+    now = timezone.now()
+    environment = factories.EnvironmentFactory(
+        owner=alice, benchmark=benchmark, status=Environment.BUILDING, image_tag=""
+    )
+    # 40 minutes building against a 30-minute cap and 5 minutes' grace...
+    Environment.objects.filter(pk=environment.pk).update(
+        build_started_at=now - dt.timedelta(minutes=40)
+    )
+    # ...of which a score held the machine for 16 minutes.
+    Run.objects.create(
+        submission=queued,
+        cohort=queued.benchmark.cohorts.get(),
+        status=Run.FINISHED,
+        started_at=now - dt.timedelta(minutes=30),
+        finished_at=now - dt.timedelta(minutes=14),
+    )
+
+    reaper.reap(now)
+    environment.refresh_from_db()
+    assert environment.status == Environment.BUILDING
+
+    reaper.reap(now + dt.timedelta(minutes=12))
+    environment.refresh_from_db()
+    assert environment.status == Environment.FAILED
+
+
+# Two builds and a score together ----------------------------------------------------------
+
+STAMPS = 250  # about 2.7 s of build work, stamping CLOCK_REALTIME every ~10 ms
+# One process, no fork per stamp: the work takes about as long on a busy machine.
+STAMP_LOOP = (
+    "python3 -c \"import time; [print('stamp', time.time_ns(), flush=True) "
+    f'or time.sleep(0.01) for _ in range({STAMPS})]"'
+)
+# Answers right, and brackets its own work between two realtime stamps.
+ENTRANT = r"""#!/bin/sh
+echo "entrant-start $(date +%s%N)"
+while read -r request_id path; do printf '\007\000\000\000'; done < "$1" > "$3"
+sleep 16
+echo "entrant-end $(date +%s%N)"
+"""
+
+
+def build_context(files: dict[str, tuple[bytes, int]]) -> io.BytesIO:
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    return context
+
+
+@pytest.fixture
+def entrant_image() -> Iterator[str]:
+    tag = f"podium-test/machine-{uuid.uuid4().hex[:12]}:run"
+    dockerfile = f"FROM {PYTHON_BASE}\nCOPY run /submission/run\n".encode()
+    outcome = engine.build_image(
+        context=build_context(
+            {"Dockerfile": (dockerfile, 0o644), "run": (ENTRANT.encode(), 0o755)}
+        ),
+        tag=tag,
+        on_log=lambda _: None,
+        timeout_s=120,
+    )
+    assert outcome.ok, outcome.error
+    yield tag
+    engine.remove_image(tag)
+
+
+def stamps(path: Path) -> list[int]:
+    return [int(n) for n in re.findall(r"^stamp (\d{19})\s*$", path.read_text(), re.M)]
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    return dict(engine.client().api.inspect_image(ref)["Config"]["Labels"] or {})
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
+    alice, bob, benchmark, host, quick_gates, sent, settings, entrant_image, tmp_path
+):
+    settings.PODIUM_LEASE_S = 3  # the heartbeat beats during the score too
+    settings.PODIUM_SUPERVISOR = REPO / "scoring" / "supervisor" / "supervise"
+    # Each build works ~2.7 s plus its own overhead (up to ~7 s more seen on a busy
+    # machine): within 18 s. But the score holds the machine for over 16 s, so each
+    # build takes longer than 18 s on the wall clock: counting frozen time would time
+    # it out.
+    benchmark.build_timeout_s = 18
+    benchmark.cohort_size = 10
+    benchmark.pass_min_matches = 10
+    benchmark.score_timeout_s = 30
+    benchmark.run_memory_bytes = 256 << 20
+    benchmark.save()
+    make_cohort(benchmark, [7] * 10)
+    scored = make_submission(alice, benchmark, image_tag=entrant_image)
+
+    marker = uuid.uuid4().hex  # no cached layer may skip the RUN
+    environment = factories.EnvironmentFactory(
+        owner=alice,
+        benchmark=benchmark,
+        status=Environment.QUEUED,
+        image_tag="",
+        dockerfile=f"FROM {PYTHON_BASE}\nRUN echo {marker} && {STAMP_LOOP}\n",
+    )
+    base = factories.EnvironmentFactory(
+        owner=bob, benchmark=benchmark, image_tag=PYTHON_BASE, dockerfile=f"FROM {PYTHON_BASE}\n"
+    )
+    archive = tmp_path / "source.tar.gz"
+    with tarfile.open(archive, mode="w:gz") as tar:
+        for name, data, mode in (
+            ("build.sh", f"{STAMP_LOOP}\n".encode(), 0o644),
+            ("run", b"#!/bin/sh\nexit 0\n", 0o755),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    built = submission_accept(
+        entrant=bob, benchmark=benchmark, environment=base, source_file=archive, source_name="s"
+    )
+    env_log = storage.environment_dir(environment.pk) / "build.log"
+    sub_log = storage.submission_dir(built.pk) / "build.log"
+    images: list[str] = []
+    try:
+        started = time.monotonic()
+        finished: dict[str, float] = {}
+
+        def timed(name: str, build: Callable[[int], None], pk: int) -> Callable[[], None]:
+            def body() -> None:
+                build(pk)
+                finished[name] = time.monotonic()
+
+            return body
+
+        threads = [
+            in_thread(timed("environment", builds.build_environment, environment.pk)),
+            in_thread(timed("build.sh", builds.build_submission, built.pk)),
+        ]
+        deadline = time.monotonic() + 120
+        while not all(p.exists() and len(stamps(p)) >= 15 for p in (env_log, sub_log)):
+            assert time.monotonic() < deadline, "the builds never got going"
+            time.sleep(0.05)
+
+        runner.score_submission(scored.pk)  # pauses both builds for its whole run
+
+        for thread in threads:
+            thread.join(120)
+            assert not thread.is_alive()
+        environment.refresh_from_db()
+        built.refresh_from_db()
+        images = [tag for tag in (environment.image_tag, built.image_tag) if tag]
+
+        run = the_run(scored)
+        assert run.verdict == "passed", run.verdict_reason
+        log_text = (storage.run_dir(run.pk) / "run.log").read_text()
+        start_match = re.search(r"entrant-start (\d{19})", log_text)
+        end_match = re.search(r"entrant-end (\d{19})", log_text)
+        assert start_match and end_match, log_text
+        entrant_start, entrant_end = int(start_match[1]), int(end_match[1])
+        assert entrant_end - entrant_start >= 16e9
+
+        # Both builds finished within their 18 s cap although they took longer than that
+        # on the wall clock: the time they were frozen did not count.
+        assert environment.status == Environment.READY, environment.failure_reason
+        assert built.status == Submission.QUEUED, built.failure_reason
+        for log_path in (env_log, sub_log):
+            build_stamps = stamps(log_path)
+            assert len(build_stamps) == STAMPS
+            during = [s for s in build_stamps if entrant_start <= s <= entrant_end]
+            assert during == [], f"{log_path.parent.name}: a build ran while the entrant did"
+            assert build_stamps[0] < entrant_start and build_stamps[-1] > entrant_end
+        assert set(finished) == {"environment", "build.sh"}
+        for name, finished_at in finished.items():
+            assert finished_at - started > benchmark.build_timeout_s, name
+
+        # Neither image carries the build label on to the containers made from it.
+        assert image_labels(environment.image_tag).get("podium.build") == ""
+        assert image_labels(built.image_tag).get("podium.build") == ""
+        assert not machine_held(host)
+    finally:
+        for tag in images:
+            engine.remove_image(tag)
