@@ -40,6 +40,24 @@ def run_dir(run_id: int) -> Path:
     return data_dir() / "runs" / str(run_id)
 
 
+BUILD_LOG = "build.log"
+RUN_LOG = "run.log"
+
+
+def environment_build_log(environment_id: int) -> Path:
+    return environment_dir(environment_id) / BUILD_LOG
+
+
+def submission_build_log(submission_id: int) -> Path:
+    """The output of ``build.sh`` for one submission."""
+    return submission_dir(submission_id) / BUILD_LOG
+
+
+def run_log(run_id: int) -> Path:
+    """The tails of the entrant's stdout and stderr in one scored run."""
+    return run_dir(run_id) / RUN_LOG
+
+
 def upload_tmp_dir() -> Path:
     return ensure_dir(data_dir() / "uploads")
 

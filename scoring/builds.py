@@ -59,7 +59,7 @@ from scoring.logfile import CappedLog
 
 log = logging.getLogger(__name__)
 
-BUILD_LOG = "build.log"
+BUILD_LOG = storage.BUILD_LOG
 CONTEXT_ARCHIVE = "context.archive"
 SHELL = "/bin/sh"
 RUN_PATH = "/submission/run"

@@ -43,6 +43,7 @@ from typing import Any
 
 from django.conf import settings
 
+from portal import storage
 from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
@@ -87,7 +88,7 @@ MAX_MARGIN_MS = 10_000
 # starting the container (runc, containerd, dockerd answering the start and our wait):
 # on a small host that work otherwise competes with the entrant's first milliseconds.
 SETTLE_MS = 20
-RUN_LOG = "run.log"
+RUN_LOG = storage.RUN_LOG
 # The memory limit covers the container's tmpfs mounts, so an entrant can fill it with
 # files that outlive its processes; if the OOM killer then picked the supervisor, the
 # run would end without a result line (a platform fault: a free retry). The supervisor

@@ -129,5 +129,5 @@ class EnvironmentBuildLogView(RawAPIView):
     def get(self, request: Request, environment_id: int) -> HttpResponse:
         environment = own_environment(request, environment_id)
         lines = tail_lines(request)
-        log = storage.environment_dir(environment.pk) / "build.log"
+        log = storage.environment_build_log(environment.pk)
         return text_response(storage.read_tail(log, lines))

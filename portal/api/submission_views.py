@@ -117,7 +117,7 @@ class SubmissionBuildLogView(RawAPIView):
     def get(self, request: Request, submission_id: int) -> HttpResponse:
         submission = own_submission(request, submission_id)
         lines = tail_lines(request)
-        log = storage.submission_dir(submission.pk) / "build.log"
+        log = storage.submission_build_log(submission.pk)
         return text_response(storage.read_tail(log, lines))
 
 
@@ -136,7 +136,7 @@ class SubmissionRunLogView(RawAPIView):
         run = s.latest_run(submission)
         if run is None:
             return text_response("")
-        return text_response(storage.read_tail(storage.run_dir(run.pk) / "run.log", lines))
+        return text_response(storage.read_tail(storage.run_log(run.pk), lines))
 
 
 class SubmissionSourceView(RawAPIView):

@@ -29,20 +29,9 @@ def leaderboard_rows(benchmark: Benchmark) -> list[LeaderboardRow]:
     entries = (
         LeaderboardEntry.objects.filter(benchmark=benchmark)
         .select_related("entrant")
-        .order_by("wall_time_ns", "submitted_at", "submission_id")
+        .order_by(*RANK_ORDER)
     )
-    return [
-        LeaderboardRow(
-            rank=index,
-            entrant=entry.entrant.get_username(),
-            wall_time_ns=entry.wall_time_ns,
-            matches=entry.matches,
-            total=entry.total,
-            submission_id=entry.submission_id,
-            submitted_at=entry.submitted_at,
-        )
-        for index, entry in enumerate(entries, start=1)
-    ]
+    return [_row(entry, rank) for rank, entry in enumerate(entries, start=1)]
 
 
 @dataclass(frozen=True)
@@ -52,7 +41,7 @@ class Quota:
     used_today: int
     remaining_today: int
     resets_at: dt.datetime
-    next_available_at: dt.datetime
+    next_available_at: dt.datetime | None
 
 
 def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) -> int:
@@ -66,7 +55,11 @@ def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) 
 
 
 def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> Quota:
-    """How many attempts of ``kind`` the entrant has left on today's attempt day."""
+    """How many attempts of ``kind`` the entrant has left on today's attempt day.
+
+    ``next_available_at`` is when the next upload can be accepted: now, the next reset,
+    the opening if that is later, or None once the window has closed.
+    """
     from portal.submissions.models import Submission
 
     per_day = (
@@ -74,13 +67,19 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
     )
     tz_name = benchmark.attempt_timezone
     used = net_charged_on(entrant, benchmark, kind, rules.attempt_day(now, tz_name))
+    window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
+    next_at: dt.datetime | None = rules.next_attempt_at(now, tz_name, per_day, used)
+    if window == "upcoming":
+        next_at = benchmark.opens_at
+    elif window == "closed" or (next_at is not None and next_at >= benchmark.closes_at):
+        next_at = None
     return Quota(
         kind=kind,
         per_day=per_day,
         used_today=used,
         remaining_today=rules.remaining_attempts(per_day, used),
         resets_at=rules.next_reset(now, tz_name),
-        next_available_at=rules.next_attempt_at(now, tz_name, per_day, used),
+        next_available_at=next_at,
     )
 
 

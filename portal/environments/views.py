@@ -70,9 +70,7 @@ def environment_state(environment: Environment, now: dt.datetime | None = None) 
     """What the page and its status.json show: status, timeline, image, log tail, build time."""
     now = now or timezone.now()
     zone = environment.benchmark.attempt_timezone
-    build_log = storage.read_tail(
-        storage.environment_dir(environment.pk) / "build.log", LOG_TAIL_LINES
-    )
+    build_log = storage.read_tail(storage.environment_build_log(environment.pk), LOG_TAIL_LINES)
     clock_text, elapsed_s, cap_s = build_clock(environment, now)
     return {
         "id": environment.pk,

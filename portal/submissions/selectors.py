@@ -131,10 +131,8 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
     wall_time_ns = run.wall_time_ns if run else None
     charged = AttemptLedger.CHARGE in ledger
     refunded = AttemptLedger.REFUND in ledger
-    build_log = storage.read_tail(
-        storage.submission_dir(submission.pk) / "build.log", LOG_TAIL_LINES
-    )
-    run_log = storage.read_tail(storage.run_dir(run.pk) / "run.log", LOG_TAIL_LINES) if run else ""
+    build_log = storage.read_tail(storage.submission_build_log(submission.pk), LOG_TAIL_LINES)
+    run_log = storage.read_tail(storage.run_log(run.pk), LOG_TAIL_LINES) if run else ""
     phase = current_phase(submission, [(event.status, event.at) for event in events])
     outcome = outcome_sentence(
         status=submission.status,

@@ -320,16 +320,24 @@ def run_mark_running(*, run_id: int, lease_s: int, **fields: Any) -> bool:
 def run_record_verdict(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
     """Write the run's verdict once, the submission's final status and the leaderboard.
 
-    ``status`` is passed, failed or errored. All in one transaction.
+    ``status`` is passed, failed or errored. All in one transaction, holding the
+    submission's row lock: concurrent writers (a redelivered task, the reaper, a staff
+    cancel) serialize on it, and the conditional update below filters on the run's own
+    columns only, which PostgreSQL re-checks after waiting for a lock (a filter through
+    a join would be a subquery evaluated once, before the wait).
     """
     if status not in (Submission.PASSED, Submission.FAILED, Submission.ERRORED):
         raise ValueError(f"not a verdict: {status}")
     with transaction.atomic():
-        done = Run.objects.filter(
-            pk=run_id,
-            status__in=[Run.STAGING, Run.RUNNING],
-            submission__status__in=[Submission.STAGING, Submission.RUNNING],
-        ).update(
+        submission_ids = list(Run.objects.filter(pk=run_id).values_list("submission_id", flat=True))
+        active = list(
+            Submission.objects.select_for_update()
+            .filter(pk__in=submission_ids, status__in=[Submission.STAGING, Submission.RUNNING])
+            .values_list("pk", flat=True)
+        )
+        if not active:
+            return False
+        done = Run.objects.filter(pk=run_id, status__in=[Run.STAGING, Run.RUNNING]).update(
             status=Run.FINISHED,
             verdict=status,
             verdict_reason=reason,

@@ -55,6 +55,9 @@ def filesystem_broker(folder: Path) -> tuple[str, dict[str, Any]]:
 def sender(broker_url: str, transport_options: dict[str, Any] | None = None) -> Celery:
     """A Celery app that only sends, to ``broker_url``, with the portal's queue routes."""
     app = Celery("podium-test-sender", broker=broker_url)
+    # Celery prefers a CELERY_BROKER_URL in the environment (CI sets one) over ``broker``;
+    # the write URL is taken from the configuration first.
+    app.conf.broker_write_url = broker_url
     app.conf.task_routes = settings.CELERY_TASK_ROUTES
     app.conf.broker_transport_options = transport_options or {}
     return app
