@@ -50,7 +50,7 @@ SCRIPTS = {
         """
         for f in environ cmdline maps mem; do try "/proc/1/$f" head -c 64 "/proc/1/$f"; done
         try /proc/1/fd ls /proc/1/fd
-        try /proc/1/root ls /proc/1/root/
+        try /proc/1/root ls -a /proc/1/root
         try /proc/1/exe readlink /proc/1/exe
         echo "pids: $(ls /proc | grep -c '^[0-9]')"
         echo "== env"; env | sort; echo "== end"
