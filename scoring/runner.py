@@ -496,9 +496,17 @@ def _score(
         needed = rules.pass_threshold(
             staged.rows, benchmark.pass_min_matches, benchmark.cohort_size
         )
+        expected_bytes = 4 * staged.rows
+        output_error = result.output_error
+        if not output_error and result.output_bytes > expected_bytes:
+            # The supervisor carries at most one byte too many; say the file's real size.
+            output_error = (
+                f"The output has {result.output_bytes} bytes; "
+                f"4 x {staged.rows} = {expected_bytes} were expected."
+            )
         decision = verdict.decide(
             output=result.output,
-            output_error=result.output_error,
+            output_error=output_error,
             exit_code=result.exit_code,
             signal=result.signal,
             killed=result.killed,

@@ -27,6 +27,16 @@ class InvalidOutput(ValueError):
     """The output breaks the runtime ABI; ``str(exc)`` is one sentence for the entrant."""
 
 
+# The supervisor's words for an output it could not take, as the entrant reads them.
+OUTPUT_ERRORS = {
+    "missing": "The program wrote no output file at /contest/output/predictions.i32.",
+    "not a regular file": (
+        "The output at /contest/output/predictions.i32 is not a regular file "
+        "(a link, a folder or a pipe)."
+    ),
+}
+
+
 def parse_predictions(data: bytes, rows: int) -> list[int]:
     """Decode an output file: exactly ``4 * rows`` bytes of little-endian signed int32,
     one per manifest row, each within ``[0, 999]``.
@@ -129,6 +139,8 @@ def decide(
         return errored("The program ended without reporting an exit status.")
     if exit_code != 0:
         return errored(f"The program exited with code {exit_code}.")
+    if output_error in OUTPUT_ERRORS:
+        return errored(OUTPUT_ERRORS[output_error])
     if output_error:
         reason = output_error.strip()
         if not reason.endswith((".", "!", "?")):

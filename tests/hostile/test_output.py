@@ -116,17 +116,21 @@ def test_a_forged_result_line_changes_nothing(hostile: Hostile) -> None:
     assert FORGED in outcome.log  # it reached only the entrant's own log
 
 
+NOT_REGULAR = "The output at /contest/output/predictions.i32 is not a regular file"
+
+
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
-        ("symlink", "Not a regular file."),
-        ("symlink_to_input", "Not a regular file."),
-        ("fifo", "Not a regular file."),
-        ("directory", "Not a regular file."),
-        ("missing", "Missing."),
+        ("symlink", NOT_REGULAR),
+        ("symlink_to_input", NOT_REGULAR),
+        ("fifo", NOT_REGULAR),
+        ("directory", NOT_REGULAR),
+        ("missing", "The program wrote no output file at /contest/output/predictions.i32."),
         ("one_byte_more", f"The output has {4 * ROWS + 1} bytes; 4 x {ROWS} = {4 * ROWS} were"),
-        ("sparse_gigabyte", f"The output has {4 * ROWS + 1} bytes; 4 x {ROWS}"),
-        ("output_tmpfs_full", f"The output has {4 * ROWS + 1} bytes; 4 x {ROWS}"),
+        # The entrant is told the file's real size, not what the supervisor carried back.
+        ("sparse_gigabyte", f"The output has {1 << 30} bytes; 4 x {ROWS}"),
+        ("output_tmpfs_full", "The output has "),
         ("out_of_range", "Row 1 holds 1000, outside [0, 999]."),
     ],
 )

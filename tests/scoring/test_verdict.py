@@ -229,3 +229,15 @@ def test_valid_output_is_judged_by_its_match_count_alone(
     assert verdict.total == len(references)
     assert verdict.status == ("passed" if matches >= needed else "failed")
     assert verdict.reason.startswith(f"{matches} of {len(references)} predictions match")
+
+
+def test_the_supervisors_output_errors_read_as_sentences_for_the_entrant() -> None:
+    common = {"exit_code": 0, "signal": None, "killed": False, "references": [1], "needed": 1}
+
+    missing = decide(output=None, output_error="missing", **common)
+    linked = decide(output=None, output_error="not a regular file", **common)
+
+    assert missing.reason == (
+        "The program wrote no output file at /contest/output/predictions.i32."
+    )
+    assert linked.status == "errored" and "not a regular file" in linked.reason
