@@ -34,7 +34,7 @@ from portal.api.common import (
 from portal.environments.models import Environment
 from portal.submissions import staff
 from portal.submissions.models import Submission
-from portal.submissions.services import submission_accept
+from portal.submissions.services import submission_accept, submission_check_request_size
 
 
 class BenchmarkSubmissionsView(GenericAPIView[Submission]):
@@ -71,6 +71,10 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        declared = str(request.META.get("CONTENT_LENGTH") or "")
+        submission_check_request_size(
+            benchmark=benchmark, content_length=int(declared) if declared.isdigit() else None
+        )
         serializer = s.SubmissionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

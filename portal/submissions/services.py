@@ -69,6 +69,24 @@ def _place_file(src: Path, dest: Path) -> None:
         shutil.copyfile(src, dest)
 
 
+MULTIPART_ALLOWANCE = 1024 * 1024  # form fields and part headers around the archive
+
+
+def submission_check_request_size(*, benchmark: Benchmark, content_length: int | None) -> None:
+    """Refuse an upload request whose declared size already exceeds the archive cap.
+
+    Called before the body is read, so an oversized upload is refused without being
+    written to disk; uploads without a declared length are checked once stored.
+    """
+    if content_length is not None and content_length > (
+        benchmark.max_upload_bytes + MULTIPART_ALLOWANCE
+    ):
+        raise errors.ArchiveTooLarge(
+            f"The upload is {content_length:,} bytes; this benchmark accepts archives of at "
+            f"most {benchmark.max_upload_bytes:,} bytes."
+        )
+
+
 def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
     """Validate an uploaded archive before anything is charged; return its format."""
     if size > benchmark.max_upload_bytes:

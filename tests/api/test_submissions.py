@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import io
+import os
 import tarfile
 import zipfile
 
+from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from django.utils import timezone
 
 from portal import jobs, storage
@@ -235,6 +237,26 @@ def test_an_archive_over_the_upload_limit_is_too_large(
     assert response.status_code == 413
     assert response.json()["code"] == "archive_too_large"
     assert not AttemptLedger.objects.exists()
+
+
+def test_an_upload_declared_over_the_limit_is_refused_before_it_is_written(
+    benchmark, alice, client_for, ready_environment, make_archive, upload, monkeypatch
+):
+    benchmark.max_upload_bytes = 64
+    benchmark.save(update_fields=["max_upload_bytes"])
+    environment = ready_environment(alice, benchmark)
+    written: list[str] = []
+    monkeypatch.setattr(
+        TemporaryFileUploadHandler, "new_file", lambda self, *a, **kw: written.append("file")
+    )
+    big = make_archive({"run": (b"#!/bin/sh\n", 0o755), "weights": (os.urandom(2 << 20), 0o644)})
+
+    response = upload(client_for(alice), benchmark, environment.pk, big)
+
+    assert response.status_code == 413
+    assert response.json()["code"] == "archive_too_large"
+    assert written == []  # the body was never spooled to disk
+    assert not Submission.objects.exists()
 
 
 def test_a_missing_source_or_bad_kind_is_an_invalid_parameter(
