@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,16 @@ from django.conf import settings
 from django.db import connection
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def worker_command(queue: str, concurrency: int) -> list[str]:
+    """The command line of a real Celery worker on one queue, as the Procfile starts it."""
+    return [
+        sys.executable, "-m", "celery", "-A", "portal", "worker",
+        "--queues", queue, "--concurrency", str(concurrency),
+        "--hostname", f"{queue}-{uuid.uuid4().hex[:8]}@%h", "--loglevel", "INFO",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ]  # fmt: skip
 
 
 def database_url() -> str:
@@ -51,25 +62,7 @@ def celery_workers(transactional_db, data_dir: Path) -> Iterator[None]:
         workers.append(
             (
                 subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "portal",
-                        "worker",
-                        "--queues",
-                        queue,
-                        "--concurrency",
-                        str(concurrency),
-                        "--hostname",
-                        f"{queue}-{os.getpid()}@%h",
-                        "--loglevel",
-                        "INFO",
-                        "--without-gossip",
-                        "--without-mingle",
-                        "--without-heartbeat",
-                    ],
+                    worker_command(queue, concurrency),
                     cwd=REPO,
                     env=env,
                     stdout=log,

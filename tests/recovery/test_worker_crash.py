@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from portal.submissions.models import AttemptLedger, MachineLease, Run, Submission
 from scoring import engine, reaper, runner
-from tests.e2e.conftest import database_url
+from tests.e2e.conftest import database_url, worker_command
 from tests.scoring.test_runner import FakeEngine
 from tests.scoring.test_staging import make_cohort, make_submission
 
@@ -92,25 +92,7 @@ def start_worker(
     if broker_dir is not None:
         env["PODIUM_BROKER_DIR"] = str(broker_dir)
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "--queues",
-            queue,
-            "--concurrency",
-            str(concurrency),
-            "--hostname",
-            f"{queue}-{uuid.uuid4().hex[:8]}@%h",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
+        worker_command(queue, concurrency),
         cwd=REPO,
         env=env,
         stdout=log_path.open("wb"),
