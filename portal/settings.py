@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "portal.submissions",
     "portal.audit",
     "portal.api",
+    "scoring",
 ]
 
 MIDDLEWARE = [
@@ -129,9 +130,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.common.PagePagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_THROTTLE_RATES": {"tokens": "20/min"},
+    # Per client address for token requests, per user for uploads (environments, submissions).
+    "DEFAULT_THROTTLE_RATES": {
+        "tokens": env.str("PODIUM_THROTTLE_TOKENS", default="20/min"),
+        "uploads": env.str("PODIUM_THROTTLE_UPLOADS", default="30/hour"),
+    },
 }
 SPECTACULAR_SETTINGS = {"TITLE": "Podium API", "VERSION": "1.0.0"}
 

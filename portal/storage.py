@@ -6,6 +6,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from django.conf import settings
@@ -58,19 +59,78 @@ def run_log(run_id: int) -> Path:
     return run_dir(run_id) / RUN_LOG
 
 
+# A run's staff-only evidence, beside its log and never mounted into a container: the
+# manifest as staged, the mapping of staged names to canonical members, the output
+# file and the supervisor's result line.
+RUN_MANIFEST = "manifest.tsv"
+RUN_MAPPING = "mapping.tsv"
+RUN_OUTPUT = "output.bin"
+RUN_SUPERVISOR = "supervisor.json"
+
+
+def run_private_dir(run_id: int) -> Path:
+    return run_dir(run_id) / "private"
+
+
 def upload_tmp_dir() -> Path:
     return ensure_dir(data_dir() / "uploads")
 
 
-def read_tail(path: Path, lines: int) -> str:
-    """The last ``lines`` lines of a text file (empty when it does not exist yet)."""
+TAIL_BLOCK_BYTES = 64 * 1024
+TAIL_MAX_BYTES = 8 * 1024 * 1024
+
+
+def read_tail(
+    path: Path,
+    lines: int,
+    *,
+    block_bytes: int = TAIL_BLOCK_BYTES,
+    max_bytes: int = TAIL_MAX_BYTES,
+) -> str:
+    """The last ``lines`` lines of a text file, each ending in ``\\n`` (empty when none yet).
+
+    Reads backwards from the end in ``block_bytes`` blocks until it holds ``lines + 1``
+    newlines or the start of the file, so the cost follows the tail, not the file. Lines
+    are split as ``str.splitlines`` splits them (CRLF counts as one break), invalid UTF-8
+    becomes U+FFFD, and a last line without its newline still counts. At most
+    ``max_bytes`` are read: when the requested lines do not fit, the answer is the lines
+    that do, starting at a line boundary (or, inside one giant line, a character boundary).
+    Safe against a log that grows meanwhile: it reads only what existed when it started.
+    """
+    if lines < 1:
+        return ""
     try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - 256 * 1024))
-            data = handle.read()
+        handle = open(path, "rb")  # noqa: SIM115 - closed below; tests count its reads
     except FileNotFoundError:
         return ""
+    with handle:
+        position = os.fstat(handle.fileno()).st_size
+        floor = max(0, position - max_bytes)
+        blocks: list[bytes] = []
+        newlines = 0
+        while position > floor and newlines <= lines:
+            start = max(floor, position - block_bytes)
+            handle.seek(start)
+            block = handle.read(position - start)
+            if len(block) != position - start:  # truncated under us: keep what is whole
+                break
+            blocks.append(block)
+            newlines += block.count(b"\n")
+            position = start
+    data = b"".join(reversed(blocks))
+    if position > 0:
+        data = _from_line_start(data)
     text = data.decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:]) + ("\n" if text else "")
+
+
+def _from_line_start(data: bytes) -> bytes:
+    """``data`` without its first, partial line; inside one giant line, from a whole character."""
+    first_newline = data.find(b"\n")
+    if 0 <= first_newline < len(data) - 1:
+        return data[first_newline + 1 :]
+    # No line boundary to start at: skip UTF-8 continuation bytes (at most three).
+    skip = 0
+    while skip < min(3, len(data)) and 0x80 <= data[skip] <= 0xBF:
+        skip += 1
+    return data[skip:]

@@ -9,3 +9,6 @@ urlpatterns = [
     path("", include("portal.environments.urls")),
     path("", include("portal.submissions.urls")),
 ]
+
+# Under /api/ an unmatched URL answers in the API's error format; elsewhere the HTML page.
+handler404 = "portal.api.views.not_found"

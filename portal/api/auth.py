@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from portal.api.models import ApiToken
+
+# ``last_used_at`` is kept to the minute: no database write on every request.
+LAST_USED_PRECISION = dt.timedelta(minutes=1)
 
 
 class ApiTokenAuthentication(authentication.TokenAuthentication):
@@ -17,5 +21,7 @@ class ApiTokenAuthentication(authentication.TokenAuthentication):
         token = ApiToken.objects.select_related("user").filter(key=key).first()
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_PRECISION:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token

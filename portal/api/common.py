@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from django.core.files.uploadedfile import UploadedFile
+from django.core.paginator import Paginator as DjangoPaginator
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal import errors, storage
@@ -32,7 +38,7 @@ TAIL_MAX = 2000
 
 TAIL_PARAMETER = OpenApiParameter(
     "tail",
-    int,
+    {"type": "integer", "minimum": 1, "maximum": TAIL_MAX, "default": TAIL_DEFAULT},
     OpenApiParameter.QUERY,
     description=f"How many last lines (1 to {TAIL_MAX}, default {TAIL_DEFAULT}).",
 )
@@ -47,6 +53,46 @@ class IsStaff(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return bool(request.user and request.user.is_staff)
+
+
+class PostRateThrottle(ScopedRateThrottle):
+    """The view's ``throttle_scope``, on POST only; rates read from settings at each request.
+
+    (DRF's own throttles read ``DEFAULT_THROTTLE_RATES`` once, at import.) Anonymous callers
+    are counted by address, signed-in ones by user; a refusal is 429 ``throttled``.
+    """
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        if request.method != "POST":
+            return True
+        return super().allow_request(request, view)
+
+    def get_rate(self) -> str | None:
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(str(self.scope))
+        return None if rate is None else str(rate)
+
+
+class PagePagination(PageNumberPagination):
+    """``?page=N`` (from 1): a page that is not a whole number is 400 ``invalid_parameter``,
+    one past the end 404 ``not_found`` (DRF's default reads ``?page=`` as page 1 and
+    ``?page=last`` as the last page; the schema promises an integer)."""
+
+    last_page_strings = ()
+
+    def get_page_number(self, request: Request, paginator: DjangoPaginator) -> int:
+        raw = request.query_params.get(self.page_query_param)
+        if raw is None:
+            return 1
+        if not PAGE_PATTERN.fullmatch(raw):
+            raise errors.InvalidParameter("page must be a whole number from 1.")
+        return int(raw)
+
+    def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+        return parameters
 
 
 class JsonErrorsNegotiation(BaseContentNegotiation):
@@ -87,13 +133,24 @@ def get_benchmark(slug: str) -> Benchmark:
     return benchmark
 
 
-def own_environment(request: Request, environment_id: int) -> Environment:
-    environment = (
-        Environment.objects.select_related("benchmark")
-        .prefetch_related("events")
-        .filter(pk=environment_id, owner_id=caller_id(request))
-        .first()
-    )
+def staff_reads(request: Request) -> bool:
+    """Whether the caller is staff, who may READ any entrant's environments and submissions
+    (detail and log tails) for review; changing them goes through the staff actions only."""
+    return bool(request.user and request.user.is_staff)
+
+
+def own_environment(
+    request: Request, environment_id: int, *, staff_may_read: bool = False, details: bool = True
+) -> Environment:
+    """The caller's environment; with ``staff_may_read``, any entrant's for a staff caller.
+    Anything else is ``not_found``. ``details=False`` skips what only the serializer reads
+    (a log tail needs the row alone)."""
+    environments = Environment.objects.filter(pk=environment_id)
+    if details:
+        environments = environments.select_related("benchmark").prefetch_related("events")
+    if not (staff_may_read and staff_reads(request)):
+        environments = environments.filter(owner_id=caller_id(request))
+    environment = environments.first()
     if environment is None:
         raise errors.NotFound("No such environment.")
     return environment
@@ -112,16 +169,34 @@ def get_submission(submission_id: int) -> Submission:
     return submission
 
 
-def own_submission(request: Request, submission_id: int) -> Submission:
-    submission = get_submission(submission_id)
-    if submission.entrant_id != caller_id(request):
+def own_submission(
+    request: Request, submission_id: int, *, staff_may_read: bool = False, details: bool = True
+) -> Submission:
+    """The caller's submission; with ``staff_may_read``, any entrant's for a staff caller.
+    Anything else is ``not_found``. ``details=False`` skips the prefetches only the
+    serializer reads (a log tail needs the row alone)."""
+    if details:
+        submission = get_submission(submission_id)
+    else:
+        found = Submission.objects.filter(pk=submission_id).first()
+        if found is None:
+            raise errors.NotFound("No such submission.")
+        submission = found
+    if submission.entrant_id != caller_id(request) and not (
+        staff_may_read and staff_reads(request)
+    ):
         raise errors.NotFound("No such submission.")
     return submission
 
 
+TAIL_PATTERN = re.compile(r"[0-9]{1,4}")
+PAGE_PATTERN = re.compile(r"[0-9]{1,9}")
+
+
 def tail_lines(request: Request) -> int:
-    raw = request.query_params.get("tail", str(TAIL_DEFAULT)).strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= TAIL_MAX:
+    """``?tail=``: ASCII digits only (no sign, blank, space or other script's digits), 1 to 2000."""
+    raw = request.query_params.get("tail", str(TAIL_DEFAULT))
+    if not TAIL_PATTERN.fullmatch(raw) or not 1 <= int(raw) <= TAIL_MAX:
         raise errors.InvalidParameter(f"tail must be a whole number from 1 to {TAIL_MAX}.")
     return int(raw)
 
@@ -154,7 +229,3 @@ def dockerfile_text(upload: UploadedFile) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise errors.InvalidParameter("The Dockerfile must be UTF-8 text.") from exc
-
-
-def remote_addr(request: Request) -> str:
-    return str(request.META.get("REMOTE_ADDR", ""))

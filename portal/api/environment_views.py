@@ -18,6 +18,7 @@ from portal.api.common import (
     NOT_FOUND,
     TAIL_PARAMETER,
     TEXT_RESPONSE,
+    PostRateThrottle,
     RawAPIView,
     caller_id,
     dockerfile_text,
@@ -39,6 +40,8 @@ class BenchmarkEnvironmentsView(APIView):
     """Your environments on a benchmark; POST a Dockerfile to create one (attempt-free)."""
 
     parser_classes = [MultiPartParser, FormParser]
+    throttle_scope = "uploads"
+    throttle_classes = [PostRateThrottle]
 
     @extend_schema(
         operation_id="environments_list",
@@ -59,7 +62,10 @@ class BenchmarkEnvironmentsView(APIView):
         operation_id="environments_create",
         tags=["environments"],
         request={"multipart/form-data": s.EnvironmentCreateSerializer},
-        responses={201: s.EnvironmentSerializer, **s.error_responses(400, 401, 404, 409)},
+        responses={
+            201: s.EnvironmentSerializer,
+            **s.error_responses(400, 401, 404, 409, 413, 415, 429),
+        },
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
@@ -82,7 +88,10 @@ class BenchmarkEnvironmentsView(APIView):
 
 
 class EnvironmentDetailView(APIView):
-    """One of your environments with its timeline; DELETE removes an unused one."""
+    """One of your environments with its timeline; DELETE removes an unused one.
+
+    Staff may read any entrant's (review); DELETE stays the owner's own.
+    """
 
     @extend_schema(
         operation_id="environments_retrieve",
@@ -90,7 +99,8 @@ class EnvironmentDetailView(APIView):
         responses={200: s.EnvironmentSerializer, **NOT_FOUND},
     )
     def get(self, request: Request, environment_id: int) -> Response:
-        return Response(s.EnvironmentSerializer(own_environment(request, environment_id)).data)
+        environment = own_environment(request, environment_id, staff_may_read=True)
+        return Response(s.EnvironmentSerializer(environment).data)
 
     @extend_schema(
         operation_id="environments_destroy",
@@ -127,7 +137,7 @@ class EnvironmentBuildLogView(RawAPIView):
         responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, environment_id: int) -> HttpResponse:
-        environment = own_environment(request, environment_id)
+        environment = own_environment(request, environment_id, staff_may_read=True, details=False)
         lines = tail_lines(request)
         log = storage.environment_build_log(environment.pk)
         return text_response(storage.read_tail(log, lines))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -34,6 +35,11 @@ class OffsetDateTimeField(serializers.DateTimeField):
         return iso(value)
 
 
+@extend_schema_field(OpenApiTypes.BINARY)
+class UploadField(serializers.FileField):
+    """A multipart file part (the schema says ``format: binary``, so clients send a file)."""
+
+
 class ErrorSerializer(serializers.Serializer):
     code = serializers.CharField()
     detail = serializers.CharField()
@@ -43,8 +49,10 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class TokenCreateSerializer(serializers.Serializer):
-    username = serializers.CharField()
-    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    username = serializers.CharField(min_length=1)
+    password = serializers.CharField(
+        min_length=1, style={"input_type": "password"}, trim_whitespace=False
+    )
     # DRF pops declared fields off the class, so a name shadowing a Field attribute is fine.
     label = serializers.CharField(  # type: ignore[assignment]
         max_length=100, required=False, allow_blank=True, default=""
@@ -121,7 +129,7 @@ class QuotaKindSerializer(serializers.Serializer):
     used_today = serializers.IntegerField()
     remaining_today = serializers.IntegerField()
     resets_at = OffsetDateTimeField()
-    next_available_at = OffsetDateTimeField()
+    next_available_at = OffsetDateTimeField(allow_null=True)  # null once the window closed
 
 
 class QuotaSerializer(QuotaKindSerializer):
@@ -188,9 +196,9 @@ class EnvironmentSerializer(serializers.ModelSerializer):
 
 
 class EnvironmentCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
-    dockerfile = serializers.FileField(help_text="The Dockerfile, UTF-8 text.")
-    context = serializers.FileField(  # type: ignore[assignment]
+    name = serializers.CharField(min_length=1, max_length=100)
+    dockerfile = UploadField(help_text="The Dockerfile, UTF-8 text.")
+    context = UploadField(  # type: ignore[assignment]
         required=False, help_text="Optional build context archive (.tar.gz, .tar or .zip)."
     )
 
@@ -200,7 +208,7 @@ class EnvironmentCreateSerializer(serializers.Serializer):
 
 class SubmissionCreateSerializer(serializers.Serializer):
     environment = serializers.IntegerField(help_text="Id of one of your ready environments.")
-    source = serializers.FileField(  # type: ignore[assignment]
+    source = UploadField(  # type: ignore[assignment]
         help_text="The source archive: .tar.gz, .tar or .zip."
     )
     kind = serializers.ChoiceField(
@@ -351,7 +359,9 @@ class StaffReasonSerializer(serializers.Serializer):
 
 
 class DisqualifySerializer(serializers.Serializer):
-    reason = serializers.CharField(help_text="Why the submission is disqualified (recorded).")
+    reason = serializers.CharField(
+        min_length=1, help_text="Why the submission is disqualified (recorded)."
+    )
 
 
 def error_responses(*statuses: int) -> dict[int, Any]:

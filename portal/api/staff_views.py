@@ -16,9 +16,11 @@ from portal.api.common import (
     RawAPIView,
     get_submission,
 )
+from portal.audit import export
+from portal.audit.services import Origin
 from portal.submissions import staff
 
-STAFF_ERRORS = s.error_responses(400, 401, 404)
+STAFF_ERRORS = s.error_responses(400, 401, 404, 415)
 
 
 class SubmissionCancelView(APIView):
@@ -39,6 +41,7 @@ class SubmissionCancelView(APIView):
             submission=get_submission(submission_id),
             actor=request.user,
             reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
         )
         return Response(s.SubmissionSerializer(get_submission(submission_id)).data)
 
@@ -61,6 +64,7 @@ class SubmissionDisqualifyView(APIView):
             submission=get_submission(submission_id),
             actor=request.user,
             reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
         )
         return Response(s.SubmissionSerializer(get_submission(submission_id)).data)
 
@@ -83,6 +87,7 @@ class SubmissionRescoreView(APIView):
             submission=get_submission(submission_id),
             actor=request.user,
             reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
         )
         return Response(
             s.SubmissionSerializer(get_submission(submission_id)).data,
@@ -90,18 +95,41 @@ class SubmissionRescoreView(APIView):
         )
 
 
-AUDIT_CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+AUDIT_PARAMETERS = [
+    OpenApiParameter("format", str, OpenApiParameter.QUERY, enum=list(export.FORMATS)),
+    OpenApiParameter(
+        "since", str, OpenApiParameter.QUERY, description="ISO 8601 date or date-time (inclusive)."
+    ),
+    OpenApiParameter(
+        "until",
+        str,
+        OpenApiParameter.QUERY,
+        description="ISO 8601 date-time (exclusive), or a date (that whole day included).",
+    ),
+    OpenApiParameter(
+        "actor",
+        str,
+        OpenApiParameter.QUERY,
+        description="Usernames, comma-separated.",
+    ),
+    OpenApiParameter(
+        "action",
+        str,
+        OpenApiParameter.QUERY,
+        description="Actions, comma-separated.",
+    ),
+]
 
 
 class AuditExportView(RawAPIView):
-    """Staff: every audit event, oldest first, as CSV or JSON lines."""
+    """Staff: the audit trail, oldest first, as CSV or JSON lines (the export is audited)."""
 
     permission_classes = [IsStaff]
 
     @extend_schema(
         operation_id="audit_export",
         tags=["audit"],
-        parameters=[OpenApiParameter("format", str, OpenApiParameter.QUERY, enum=["csv", "jsonl"])],
+        parameters=AUDIT_PARAMETERS,
         responses={
             (200, "text/csv"): OpenApiTypes.STR,
             (200, "application/x-ndjson"): OpenApiTypes.STR,
@@ -110,7 +138,12 @@ class AuditExportView(RawAPIView):
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         fmt = request.query_params.get("format", "csv")
-        lines = staff.audit_export(fmt=fmt)
-        response = StreamingHttpResponse(lines, content_type=AUDIT_CONTENT_TYPES[fmt])
+        lines = export.audit_export(
+            fmt=fmt,
+            wanted=export.audit_filter_parse(request.query_params),
+            actor=request.user,
+            origin=Origin.of(request),
+        )
+        response = StreamingHttpResponse(lines, content_type=export.FORMATS[fmt])
         response["Content-Disposition"] = f'attachment; filename="podium-audit.{fmt}"'
         return response

@@ -20,17 +20,19 @@ from portal.api.common import (
     NOT_FOUND,
     TAIL_PARAMETER,
     TEXT_RESPONSE,
+    PagePagination,
+    PostRateThrottle,
     RawAPIView,
     caller_id,
     get_benchmark,
     get_submission,
     own_submission,
-    remote_addr,
     submissions_with_details,
     tail_lines,
     text_response,
     upload_path,
 )
+from portal.audit.services import Origin
 from portal.environments.models import Environment
 from portal.submissions import staff
 from portal.submissions.models import Submission
@@ -42,6 +44,9 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
 
     serializer_class = s.SubmissionSerializer
     parser_classes = [MultiPartParser, FormParser]
+    pagination_class = PagePagination
+    throttle_scope = "uploads"
+    throttle_classes = [PostRateThrottle]
 
     def get_queryset(self) -> QuerySet[Submission]:
         if getattr(self, "swagger_fake_view", False):  # schema generation
@@ -57,7 +62,8 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
     @extend_schema(
         operation_id="submissions_list",
         tags=["submissions"],
-        responses=s.SubmissionSerializer(many=True),
+        # 400: a page that is not a whole number; 404: one past the last page.
+        responses={200: s.SubmissionSerializer(many=True), **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         page = self.paginate_queryset(self.get_queryset())
@@ -67,7 +73,10 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
         operation_id="submissions_create",
         tags=["submissions"],
         request={"multipart/form-data": s.SubmissionCreateSerializer},
-        responses={201: s.SubmissionSerializer, **s.error_responses(400, 401, 404, 409, 413, 429)},
+        responses={
+            201: s.SubmissionSerializer,
+            **s.error_responses(400, 401, 404, 409, 413, 415, 429),
+        },
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
@@ -98,7 +107,7 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
 
 
 class SubmissionDetailView(APIView):
-    """One of your submissions: status, timeline, result, digests, attempt."""
+    """One of your submissions: status, timeline, result, digests, attempt (staff: anyone's)."""
 
     @extend_schema(
         operation_id="submissions_retrieve",
@@ -106,7 +115,8 @@ class SubmissionDetailView(APIView):
         responses={200: s.SubmissionSerializer, **NOT_FOUND},
     )
     def get(self, request: Request, submission_id: int) -> Response:
-        return Response(s.SubmissionSerializer(own_submission(request, submission_id)).data)
+        submission = own_submission(request, submission_id, staff_may_read=True)
+        return Response(s.SubmissionSerializer(submission).data)
 
 
 class SubmissionBuildLogView(RawAPIView):
@@ -119,7 +129,7 @@ class SubmissionBuildLogView(RawAPIView):
         responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, submission_id: int) -> HttpResponse:
-        submission = own_submission(request, submission_id)
+        submission = own_submission(request, submission_id, staff_may_read=True, details=False)
         lines = tail_lines(request)
         log = storage.submission_build_log(submission.pk)
         return text_response(storage.read_tail(log, lines))
@@ -135,7 +145,7 @@ class SubmissionRunLogView(RawAPIView):
         responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, submission_id: int) -> HttpResponse:
-        submission = own_submission(request, submission_id)
+        submission = own_submission(request, submission_id, staff_may_read=True, details=False)
         lines = tail_lines(request)
         run = s.latest_run(submission)
         if run is None:
@@ -170,8 +180,8 @@ class SubmissionSourceView(RawAPIView):
             handle = staff.submission_source_review(
                 submission=submission,
                 actor=request.user,
-                remote_addr=remote_addr(request),
                 reason=request.query_params.get("reason", ""),
+                origin=Origin.of(request),
             )
         else:
             raise errors.NotFound("No such submission.")

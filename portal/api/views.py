@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.contrib.auth import authenticate
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.views import defaults
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -22,7 +23,6 @@ from rest_framework import exceptions, status
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal import errors
@@ -30,6 +30,7 @@ from portal.api import downloads
 from portal.api import serializers as s
 from portal.api.common import (
     NOT_FOUND,
+    PostRateThrottle,
     RawAPIView,
     caller_id,
     get_benchmark,
@@ -47,20 +48,18 @@ class TokenListCreateView(APIView):
     """POST: exchange username and password for a new token (rate limited). GET: your tokens."""
 
     throttle_scope = "tokens"
+    throttle_classes = [PostRateThrottle]
 
     def get_permissions(self) -> list[BasePermission]:
         if self.request.method == "POST":
             return [AllowAny()]
         return [IsAuthenticated()]
 
-    def get_throttles(self) -> list[BaseThrottle]:
-        return [ScopedRateThrottle()] if self.request.method == "POST" else []
-
     @extend_schema(
         operation_id="tokens_create",
         tags=["tokens"],
         request=s.TokenCreateSerializer,
-        responses={201: s.TokenCreatedSerializer, **s.error_responses(400, 401, 429)},
+        responses={201: s.TokenCreatedSerializer, **s.error_responses(400, 401, 415, 429)},
         auth=[],
     )
     def post(self, request: Request) -> Response:
@@ -212,6 +211,18 @@ class PracticeDownloadView(RawAPIView):
             filename=f"{benchmark.slug}-practice.tar.gz",
             content_type="application/gzip",
         )
+
+
+# Unknown URLs -----------------------------------------------------------------------
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """``handler404``: under ``/api/`` a URL no route matches (``/api/v1/submissions/abc/``)
+    is the error format's ``not_found`` too, not Django's HTML page."""
+    if request.path_info.startswith("/api/"):
+        body = {"code": "not_found", "detail": "No such endpoint or object."}
+        return JsonResponse(body, status=status.HTTP_404_NOT_FOUND)
+    return defaults.page_not_found(request, exception or Http404())
 
 
 # OpenAPI ----------------------------------------------------------------------------

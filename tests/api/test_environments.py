@@ -272,12 +272,13 @@ def test_the_tail_must_be_between_1_and_2000(benchmark, alice, client_for, ready
     client = client_for(alice)
     url = f"/api/v1/environments/{environment.pk}/build-log"
 
-    for tail in ["0", "5000", "abc", "-1", "2001", ""]:
+    for tail in ["0", "5000", "abc", "-1", "2001", "", "1.5", " 5", "\u00b2", "9" * 5000]:
         response = client.get(url, {"tail": tail})
         assert response.status_code == 400, tail
         assert response["Content-Type"] == "application/json"
         assert response.json()["code"] == "invalid_parameter"
     assert client.get(url, {"tail": "2000"}).status_code == 200
+    assert client.get(url, {"tail": "1"}).status_code == 200
 
 
 def test_an_oversized_dockerfile_is_refused_by_the_policy(benchmark, alice, client_for):

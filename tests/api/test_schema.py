@@ -38,3 +38,10 @@ def test_the_docs_page_needs_nothing_from_outside(db, anon):
     assert "/api/v1/submissions/{submission_id}/source" in page
     assert "<script" not in page
     assert "https://" not in page
+
+
+def test_the_schema_says_when_no_attempt_comes_next(db, anon):
+    schema = anon.get("/api/schema/", {"format": "json"}).json()
+
+    quota = schema["components"]["schemas"]["QuotaKind"]["properties"]
+    assert quota["next_available_at"]["nullable"] is True  # null once the window closed

@@ -410,10 +410,25 @@ def test_log_tails_refuse_a_bad_tail(benchmark, alice, client_for, ready_environ
     client = client_for(alice)
 
     for log in ("build-log", "run-log"):
-        for tail in ("0", "5000", "abc"):
+        for tail in (
+            "0",
+            "-1",
+            "2001",
+            "5000",
+            "abc",
+            "1.5",
+            "",
+            " 5",
+            "5 ",
+            "+5",
+            "\u0665",
+            "9" * 5000,
+        ):
             response = client.get(f"/api/v1/submissions/{submission.pk}/{log}", {"tail": tail})
             assert response.status_code == 400, (log, tail)
             assert response.json()["code"] == "invalid_parameter"
+        ok = client.get(f"/api/v1/submissions/{submission.pk}/{log}", {"tail": "2000"})
+        assert ok.status_code == 200, log
 
 
 def test_an_entrant_downloads_their_own_source_unaudited(

@@ -1,0 +1,443 @@
+"""Who may call what: every route of ``portal.api.urls``, every method, every kind of caller.
+
+The matrix below is checked against the URL patterns themselves, so an endpoint (or a
+method) added without a row here fails ``test_every_route_has_a_row_in_the_matrix``.
+
+Kinds of endpoint:
+
+- ``PUBLIC``: anyone, no token needed.
+- ``CALLER``: needs a token; answers about the caller only (their quota, their lists).
+- ``OWNED``: one entrant's object by id; anyone else's is 404 ``not_found``, staff included.
+- ``OWNED_STAFF_READS``: as ``OWNED``, but staff may read it for review (200).
+- ``OWNED_STAFF_AUDITED``: the source archive; staff read it with ``?reason=``, audited.
+- ``STAFF``: staff only; to an entrant it does not exist (404 ``not_found``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import URLPattern, reverse
+from rest_framework.test import APIClient
+
+from portal import storage
+from portal.api import urls as api_urls
+from portal.api.common import PagePagination
+from portal.api.models import ApiToken
+from portal.audit.models import AuditEvent
+from portal.contests.models import Cohort, CohortItem
+from portal.environments.models import Environment
+from portal.submissions.models import Submission
+
+PUBLIC = "public"
+CALLER = "caller"
+OWNED = "owned"
+OWNED_STAFF_READS = "owned, staff reads"
+OWNED_STAFF_AUDITED = "owned, staff reads with a reason (audited)"
+STAFF = "staff"
+
+MATRIX: dict[str, dict[str, str]] = {
+    "tokens": {"POST": PUBLIC, "GET": CALLER},
+    "token-detail": {"DELETE": OWNED},
+    "benchmarks": {"GET": PUBLIC},
+    "benchmark-detail": {"GET": PUBLIC},
+    "leaderboard": {"GET": PUBLIC},
+    "quota": {"GET": CALLER},
+    "practice": {"GET": CALLER},
+    "practice-download": {"GET": CALLER},
+    "benchmark-environments": {"GET": CALLER, "POST": CALLER},
+    "benchmark-submissions": {"GET": CALLER, "POST": CALLER},
+    "environment-detail": {"GET": OWNED_STAFF_READS, "DELETE": OWNED},
+    "environment-rebuild": {"POST": OWNED},
+    "environment-build-log": {"GET": OWNED_STAFF_READS},
+    "submission-detail": {"GET": OWNED_STAFF_READS},
+    "submission-build-log": {"GET": OWNED_STAFF_READS},
+    "submission-run-log": {"GET": OWNED_STAFF_READS},
+    "submission-source": {"GET": OWNED_STAFF_AUDITED},
+    "submission-cancel": {"POST": STAFF},
+    "submission-disqualify": {"POST": STAFF},
+    "submission-rescore": {"POST": STAFF},
+    "audit": {"GET": STAFF},
+    "schema": {"GET": PUBLIC},
+    "docs": {"GET": PUBLIC},
+}
+
+ROWS = [
+    (name, method, kind) for name, methods in MATRIX.items() for method, kind in methods.items()
+]
+
+
+def _rows(*kinds: str) -> list[Any]:
+    return [
+        pytest.param(name, method, id=f"{method} {name}")
+        for name, method, kind in ROWS
+        if kind in kinds
+    ]
+
+
+def _methods(pattern: URLPattern) -> set[str]:
+    """The HTTP methods a route's view answers (besides HEAD and OPTIONS)."""
+    view = pattern.callback
+    view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
+    if view_class is None:  # a plain Django function view
+        return {"GET"}
+    return {
+        method.upper()
+        for method in view_class.http_method_names
+        if method not in ("head", "options") and hasattr(view_class, method)
+    }
+
+
+def test_every_route_has_a_row_in_the_matrix() -> None:
+    routes = {
+        str(pattern.name): _methods(pattern)
+        for pattern in api_urls.urlpatterns
+        if isinstance(pattern, URLPattern)
+    }
+    assert len(routes) == len(api_urls.urlpatterns), "every API route needs its own name"
+
+    unclassified = {f"{name} {sorted(routes[name])}" for name in set(routes) - set(MATRIX)}
+    assert not unclassified, (
+        f"API routes with no row in the authorization matrix: {sorted(unclassified)}; "
+        "classify each method as PUBLIC, CALLER, OWNED, OWNED_STAFF_READS, "
+        "OWNED_STAFF_AUDITED or STAFF in tests/api/test_authorization.py"
+    )
+    assert not set(MATRIX) - set(routes), (
+        f"matrix rows for gone routes: {set(MATRIX) - set(routes)}"
+    )
+    for name, methods in routes.items():
+        assert methods == set(MATRIX[name]), (
+            f"{name}: the view answers {sorted(methods)}, the matrix classifies "
+            f"{sorted(MATRIX[name])}"
+        )
+
+
+# The world: alice's objects, bob the rival, staff ---------------------------------------
+
+
+@dataclass
+class World:
+    slug: str
+    environment: Environment
+    submission: Submission
+    token: ApiToken
+    alice: APIClient
+    bob: APIClient
+    staff: APIClient
+    anon: APIClient
+    archive: Callable[[], Any]
+
+    def url(self, name: str) -> str:
+        pattern = next(p for p in api_urls.urlpatterns if p.name == name)
+        values = {
+            "slug": self.slug,
+            "environment_id": self.environment.pk,
+            "submission_id": self.submission.pk,
+            "token_id": self.token.pk,
+        }
+        kwargs = {key: values[key] for key in pattern.pattern.converters}
+        return reverse(f"api:{name}", kwargs=kwargs)
+
+    def call(self, client: APIClient, method: str, name: str, **data: Any) -> Any:
+        """One request with what the endpoint needs to get past validation."""
+        url = self.url(name)
+        if name == "tokens" and method == "POST":
+            data = {"username": "alice", "password": "correct horse battery", **data}
+        if name == "benchmark-environments" and method == "POST":
+            dockerfile = _upload("Dockerfile", b"FROM podium/busybox:1\n")
+            data = {"name": "probe", "dockerfile": dockerfile, **data}
+            return client.post(url, data, format="multipart")
+        if name == "benchmark-submissions" and method == "POST":
+            with self.archive().open("rb") as source:
+                data = {"environment": self.environment.pk, "source": source, **data}
+                return client.post(url, data, format="multipart")
+        if name == "submission-disqualify":
+            data = {"reason": "matrix", **data}
+        if method == "GET":
+            return client.get(url, data)
+        return getattr(client, method.lower())(url, data)
+
+
+def _upload(name: str, content: bytes) -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, content)
+
+
+@pytest.fixture
+def world(
+    benchmark: Any,
+    alice: Any,
+    bob: Any,
+    staff: Any,
+    client_for: Callable[[Any], APIClient],
+    anon: APIClient,
+    ready_environment: Callable[..., Environment],
+    accepted: Callable[..., Submission],
+    make_archive: Callable[..., Any],
+) -> World:
+    environment = ready_environment(alice, benchmark)
+    practice = Cohort.objects.create(benchmark=benchmark, kind=Cohort.PRACTICE)
+    CohortItem.objects.create(
+        cohort=practice, position=0, canonical_name="0001.jpg", sha256="0" * 64, reference_class=7
+    )
+    storage.ensure_dir(storage.cohort_dir(practice.pk)).joinpath("0001.jpg").write_bytes(b"jpg")
+    return World(
+        slug=benchmark.slug,
+        environment=environment,
+        submission=accepted(alice, environment),
+        token=ApiToken.objects.create(user=alice, label="alice's other token"),
+        alice=client_for(alice),
+        bob=client_for(bob),
+        staff=client_for(staff),
+        anon=anon,
+        archive=make_archive,
+    )
+
+
+def _snapshot(world: World) -> tuple[Any, ...]:
+    environment = Environment.objects.get(pk=world.environment.pk)
+    submission = Submission.objects.get(pk=world.submission.pk)
+    return (
+        environment.status,
+        submission.status,
+        submission.disqualified_at,
+        ApiToken.objects.filter(pk=world.token.pk).exists(),
+        AuditEvent.objects.count(),
+    )
+
+
+# Anonymous callers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "method"), _rows(CALLER, OWNED, OWNED_STAFF_READS, OWNED_STAFF_AUDITED, STAFF)
+)
+def test_anonymous_callers_are_not_authenticated(world: World, name: str, method: str) -> None:
+    before = _snapshot(world)
+
+    response = world.call(world.anon, method, name)
+
+    assert response.status_code == 401, response.content
+    assert response.json()["code"] == "not_authenticated"
+    assert _snapshot(world) == before
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(PUBLIC))
+def test_public_endpoints_answer_anyone(world: World, name: str, method: str) -> None:
+    response = world.call(world.anon, method, name)
+
+    assert response.status_code in (200, 201), response.content
+
+
+# Another entrant -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(OWNED, OWNED_STAFF_READS, OWNED_STAFF_AUDITED))
+def test_another_entrants_objects_are_not_found(world: World, name: str, method: str) -> None:
+    before = _snapshot(world)
+
+    response = world.call(world.bob, method, name)
+
+    assert response.status_code == 404, response.content
+    assert response.json()["code"] == "not_found"
+    assert _snapshot(world) == before
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(OWNED, OWNED_STAFF_READS, OWNED_STAFF_AUDITED))
+def test_the_owner_gets_through(world: World, name: str, method: str) -> None:
+    response = world.call(world.alice, method, name)
+
+    # Refusals on the merits (a rebuild of a ready environment: 400; removing one a
+    # submission still uses: 409) are fine: who asks is not the problem.
+    assert response.status_code in (200, 202, 204, 400, 409), response.content
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(CALLER))
+def test_caller_scoped_endpoints_show_bob_only_his_own(
+    world: World, name: str, method: str
+) -> None:
+    response = world.call(world.bob, method, name)
+
+    if name == "benchmark-submissions" and method == "POST":  # with alice's environment id
+        assert response.status_code == 404
+        assert response.json()["code"] == "not_found"
+        assert not Submission.objects.filter(entrant__username="bob").exists()
+        return
+    assert response.status_code in (200, 201), response.content
+    if response.status_code == 201:  # bob made his own environment
+        assert Environment.objects.get(pk=response.json()["id"]).owner.username == "bob"
+    if name in ("benchmark-environments", "benchmark-submissions", "tokens") and method == "GET":
+        body = response.json()
+        rows = body["results"] if isinstance(body, dict) else body
+        assert rows == [] or all(row["id"] not in _alices_ids(world, name) for row in rows)
+    if name == "quota":
+        assert response.json()["used_today"] == 0  # alice's upload is not bob's
+
+
+def _alices_ids(world: World, name: str) -> set[int]:
+    if name == "benchmark-environments":
+        return {world.environment.pk}
+    if name == "benchmark-submissions":
+        return {world.submission.pk}
+    return set(ApiToken.objects.filter(user__username="alice").values_list("pk", flat=True))
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(STAFF))
+def test_staff_endpoints_do_not_exist_for_entrants(world: World, name: str, method: str) -> None:
+    before = _snapshot(world)
+
+    response = world.call(world.alice, method, name)
+
+    assert response.status_code == 404, response.content
+    assert response.json()["code"] == "not_found"
+    assert _snapshot(world) == before
+
+
+# Staff ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(OWNED_STAFF_READS))
+def test_staff_read_any_entrants_details_and_logs(world: World, name: str, method: str) -> None:
+    response = world.call(world.staff, method, name)
+
+    assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(OWNED))
+def test_staff_do_not_change_entrants_objects_through_entrant_endpoints(
+    world: World, name: str, method: str
+) -> None:
+    before = _snapshot(world)
+
+    response = world.call(world.staff, method, name)
+
+    assert response.status_code == 404, response.content
+    assert response.json()["code"] == "not_found"
+    assert _snapshot(world) == before
+
+
+def test_staff_read_a_source_only_with_a_reason_and_on_the_record(world: World) -> None:
+    without = world.call(world.staff, "GET", "submission-source")
+    assert without.status_code == 400
+    assert not AuditEvent.objects.exists()
+
+    response = world.call(world.staff, "GET", "submission-source", reason="plagiarism review")
+
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content)
+    event = AuditEvent.objects.get()
+    assert event.action == "source.download"
+    assert event.reason == "plagiarism review"
+
+
+@pytest.mark.parametrize(("name", "method"), _rows(STAFF))
+def test_staff_endpoints_answer_staff(world: World, name: str, method: str) -> None:
+    response = world.call(world.staff, method, name)
+
+    assert response.status_code in (200, 202, 400), response.content
+    if response.status_code == 400:
+        assert response.json()["code"] == "invalid_parameter"
+
+
+def test_a_staff_read_is_not_a_staff_list(world: World) -> None:
+    """Lists stay the caller's own: staff see other entrants' work one id at a time."""
+    environments = world.call(world.staff, "GET", "benchmark-environments")
+    submissions = world.call(world.staff, "GET", "benchmark-submissions")
+
+    assert environments.json() == []
+    assert submissions.json()["results"] == []
+
+
+# Pagination ------------------------------------------------------------------------------
+
+
+def test_the_submissions_list_is_paginated(
+    world: World, monkeypatch: pytest.MonkeyPatch, alice: Any, accepted: Callable[..., Submission]
+) -> None:
+    monkeypatch.setattr(PagePagination, "page_size", 2)
+    newer = [accepted(alice, world.environment, kind=Submission.PRACTICE) for _ in range(2)]
+
+    first = world.call(world.alice, "GET", "benchmark-submissions").json()
+    second = world.call(world.alice, "GET", "benchmark-submissions", page=2).json()
+
+    assert first["count"] == 3
+    assert [row["id"] for row in first["results"]] == [s.pk for s in reversed(newer)]
+    assert first["previous"] is None
+    assert "page=2" in first["next"]
+    assert [row["id"] for row in second["results"]] == [world.submission.pk]
+    assert second["next"] is None
+
+
+@pytest.mark.parametrize(
+    ("page", "status", "code"),
+    [
+        ("abc", 400, "invalid_parameter"),
+        ("", 400, "invalid_parameter"),
+        ("1.5", 400, "invalid_parameter"),
+        ("-1", 400, "invalid_parameter"),
+        ("last", 400, "invalid_parameter"),
+        ("0", 404, "not_found"),
+        ("99", 404, "not_found"),
+    ],
+)
+def test_a_bad_page_is_refused(world: World, page: str, status: int, code: str) -> None:
+    response = world.call(world.alice, "GET", "benchmark-submissions", page=page)
+
+    assert response.status_code == status
+    assert response.json()["code"] == code
+
+
+def test_unpaginated_lists_are_plain_and_bounded(
+    world: World, benchmark: Any, alice: Any, ready_environment: Callable[..., Environment]
+) -> None:
+    """Environments are bounded by max_environments and benchmarks by staff: plain lists."""
+    ready_environment(alice, benchmark, status=Environment.REMOVED)
+
+    environments = world.call(world.alice, "GET", "benchmark-environments").json()
+    benchmarks = world.call(world.anon, "GET", "benchmarks").json()
+    leaderboard = world.call(world.anon, "GET", "leaderboard").json()
+
+    assert [row["id"] for row in environments] == [world.environment.pk]  # removed ones hidden
+    assert len(environments) <= benchmark.max_environments
+    assert [row["slug"] for row in benchmarks] == [benchmark.slug]
+    assert leaderboard == {"rows": []}
+
+
+# Throttling ------------------------------------------------------------------------------
+
+
+def _rates(settings: Any, **rates: str) -> None:
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], **rates},
+    }
+
+
+def test_token_requests_are_throttled(world: World, settings: Any) -> None:
+    _rates(settings, tokens="3/min")
+
+    codes = [world.call(world.anon, "POST", "tokens").status_code for _ in range(4)]
+
+    assert codes == [201, 201, 201, 429]
+    refused = world.call(world.anon, "POST", "tokens")
+    assert refused.json()["code"] == "throttled"
+    assert "Retry-After" in refused.headers
+    assert world.call(world.alice, "GET", "tokens").status_code == 200  # GET is not counted
+
+
+@pytest.mark.parametrize("name", ["benchmark-environments", "benchmark-submissions"])
+def test_uploads_are_throttled_per_user(world: World, settings: Any, name: str) -> None:
+    _rates(settings, uploads="1/hour")
+
+    first = world.call(world.alice, "POST", name, kind=Submission.PRACTICE)
+    second = world.call(world.alice, "POST", name, kind=Submission.PRACTICE)
+
+    assert first.status_code == 201, first.content
+    assert second.status_code == 429
+    assert second.json()["code"] == "throttled"
+    assert world.call(world.alice, "GET", name).status_code == 200  # reading is not counted
+    other = world.call(world.bob, "POST", name, kind=Submission.PRACTICE)
+    assert other.status_code != 429  # the count is alice's, not everyone's
