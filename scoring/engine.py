@@ -35,6 +35,10 @@ class NoSuchObject(EngineError):
     """The image or container does not exist."""
 
 
+class ImageInUse(EngineError):
+    """A running (or paused) container uses the image, so it was left in place."""
+
+
 @dataclass(frozen=True)
 class BuildOutcome:
     ok: bool
@@ -198,6 +202,34 @@ def remove_image(ref: str) -> None:
     """Remove an image; a missing one is already removed."""
     with contextlib.suppress(NoSuchObject):
         _wrap(lambda: client().api.remove_image(ref, force=True, noprune=False))
+
+
+def remove_image_if_unused(ref: str) -> bool:
+    """Remove image ``ref`` (and the parents only it kept) unless a container runs it.
+
+    True when the engine removed it, False when it was already gone. Raises
+    :class:`ImageInUse` (naming the containers) when a running, paused or restarting
+    container was made from it: nothing is removed then. Stopped containers do not keep
+    it. A container that starts between the check and the removal is safe too: the
+    engine then only untags the image it runs.
+    """
+    try:
+        image_id = image_info(ref).id
+    except NoSuchObject:
+        return False
+    active = _wrap(
+        lambda: client().api.containers(
+            all=True, filters={"status": ["running", "paused", "restarting"]}
+        )
+    )
+    users = [str(c["Id"])[:12] for c in active if c.get("ImageID") == image_id]
+    if users:
+        raise ImageInUse(f"{ref} is used by running container(s) {', '.join(users)}")
+    try:
+        _wrap(lambda: client().api.remove_image(ref, force=True, noprune=False))
+    except NoSuchObject:
+        return False  # removed by someone else meanwhile
+    return True
 
 
 def image_has_path(ref: str, path: str) -> bool:

@@ -52,6 +52,17 @@ class Benchmark(models.Model):
     run_output_tmpfs_bytes = models.PositiveBigIntegerField(
         default=64 * 1024 * 1024, validators=[POSITIVE]
     )
+    retention_days = models.PositiveIntegerField(
+        default=90,
+        help_text=(
+            "Days after the close during which build logs, run logs, run outputs, source "
+            "archives and Docker images are kept; from then on staff may purge them "
+            "(manage.py purge_artifacts). Results, digests and the audit trail stay."
+        ),
+    )
+    artifacts_purged_at = models.DateTimeField(
+        null=True, blank=True, help_text="When purge_artifacts last removed the artifacts."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -61,6 +72,9 @@ class Benchmark(models.Model):
         return self.slug
 
     def clean(self) -> None:
+        # One prefix per line, as stored by default (forms strip the last newline).
+        prefixes = [line.strip() for line in self.allowed_registries.splitlines() if line.strip()]
+        self.allowed_registries = "".join(f"{prefix}\n" for prefix in prefixes)
         errors = {}
         if self.opens_at and self.closes_at and self.opens_at >= self.closes_at:
             errors["closes_at"] = "The window must close after it opens."

@@ -1,5 +1,5 @@
 """The contest rules as pure functions: the upload window, the attempt day, the quota,
-the pass gate and the ranking.
+the artifact retention, the pass gate and the ranking.
 
 Nothing here touches Django or the database: every function takes plain values and
 returns plain values, so services and selectors call them inside their own transactions
@@ -133,6 +133,19 @@ def next_attempt_at(
     if remaining_attempts(per_day, net_charged_today) > 0:
         return now
     return next_reset(now, tz_name)
+
+
+def purge_allowed_from(closes_at: dt.datetime, retention_days: int) -> dt.datetime:
+    """The first instant (aware, UTC) at which a benchmark's artifacts may be purged:
+    ``closes_at`` plus ``retention_days`` days of 24 hours.
+
+    The instant itself is allowed. Raises ``ValueError`` for a naive ``closes_at`` or a
+    negative ``retention_days``; zero days allows purging from the close.
+    """
+    _require_aware(closes_at=closes_at)
+    if retention_days < 0:
+        raise ValueError(f"retention_days must not be negative, got {retention_days}")
+    return closes_at.astimezone(dt.UTC) + dt.timedelta(days=retention_days)
 
 
 def pass_threshold(total: int, pass_min_matches: int, cohort_size: int) -> int:

@@ -21,6 +21,7 @@ from portal.contests.rules import (
     next_reset,
     pass_threshold,
     passes,
+    purge_allowed_from,
     rank_key,
     remaining_attempts,
     window_state,
@@ -354,3 +355,26 @@ def test_best_per_entrant_equals_brute_force_and_ignores_input_order(
     assert best_per_entrant(shuffled) == board
     assert best_per_entrant(reversed(candidates)) == board
     assert len({c.entrant_id for c in board}) == len(board)
+
+
+# Artifact retention -------------------------------------------------------------------
+
+
+def test_purging_is_allowed_from_the_close_plus_the_retention_days_in_utc() -> None:
+    allowed = purge_allowed_from(CLOSES_AT, 90)
+    assert allowed == dt.datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    assert allowed.tzinfo is UTC
+    assert purge_allowed_from(CLOSES_AT, 0) == CLOSES_AT
+
+
+def test_retention_days_are_24_hours_even_across_a_clock_change() -> None:
+    closes_at = dt.datetime(2026, 3, 7, 12, 0, tzinfo=ZoneInfo(NEW_YORK))
+    allowed = purge_allowed_from(closes_at, 2)
+    assert allowed - closes_at == dt.timedelta(hours=48)
+
+
+def test_purge_allowed_from_refuses_naive_times_and_negative_days() -> None:
+    with pytest.raises(ValueError, match="closes_at must be a timezone-aware datetime"):
+        purge_allowed_from(dt.datetime(2026, 8, 31, 9, 0), 90)  # noqa: DTZ001 - on purpose
+    with pytest.raises(ValueError, match="retention_days must not be negative, got -1"):
+        purge_allowed_from(CLOSES_AT, -1)
