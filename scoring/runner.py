@@ -121,6 +121,7 @@ class SupervisorResult:
     output: bytes | None  # at most expect_bytes + 1 bytes of it; None with output_error
     stdout_tail: bytes
     stderr_tail: bytes
+    line: bytes  # the result line itself, kept as evidence for staff
 
 
 # The container ------------------------------------------------------------------
@@ -291,6 +292,7 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
         output=None if output_error else output,
         stdout_tail=_b64(data, "stdout_tail_b64"),
         stderr_tail=_b64(data, "stderr_tail_b64"),
+        line=lines[-1].strip(),
     )
 
 
@@ -326,6 +328,18 @@ def _write_run_log(root: Path, result: SupervisorResult | None, note: str = "") 
     if result is not None:
         parts += [b"== stdout ==\n", result.stdout_tail, b"\n== stderr ==\n", result.stderr_tail]
     (root / RUN_LOG).write_bytes(b"".join(parts))
+
+
+def _keep_evidence(run_id: int, result: SupervisorResult) -> None:
+    """For staff review: the supervisor's result line and the output file as read."""
+    private = storage.ensure_dir(storage.run_private_dir(run_id))
+    files = {storage.RUN_SUPERVISOR: result.line + b"\n"}
+    if result.output is not None:
+        files[storage.RUN_OUTPUT] = result.output
+    for name, data in files.items():
+        path = private / name
+        path.write_bytes(data)
+        path.chmod(0o600)
 
 
 def _log_supervisor_stderr(run_id: int, container_id: str) -> None:
@@ -478,6 +492,7 @@ def _score(
             raise SupervisorError(f"the supervisor exited with status {status_code}")
         result = parse_supervisor_line(engine.logs(container_id, stdout=True, stderr=False))
         _write_run_log(staged.root, result)
+        _keep_evidence(run_id, result)
         overhead["collect"] = _elapsed_ms(started)
         if not host_start <= result.start_ns <= result.end_ns <= host_end:
             log.error(

@@ -41,9 +41,7 @@ log = logging.getLogger(__name__)
 
 INPUT = "input"
 IMAGES = "images"
-MANIFEST = "manifest.tsv"
-PRIVATE = "private"
-MAPPING = "mapping.tsv"
+MANIFEST = storage.RUN_MANIFEST
 
 # Staged names keep the member's extension (decoders may look at it) but only a plain
 # one: anything else could smuggle part of the canonical name into the container.
@@ -138,7 +136,7 @@ def stage(run: Run) -> StagedRun:
     root = storage.run_dir(run.pk)
     input_dir = root / INPUT
     images_dir = input_dir / IMAGES
-    private_dir = root / PRIVATE
+    private_dir = storage.run_private_dir(run.pk)
     if input_dir.exists():
         shutil.rmtree(input_dir)
     images_dir.mkdir(parents=True)
@@ -178,8 +176,12 @@ def stage(run: Run) -> StagedRun:
         encoding="utf-8",
     )
     manifest.chmod(0o644)
-    # Staff-only record of this run's shuffle, for review; never mounted.
-    mapping = private_dir / MAPPING
+    # Staff-only records for review, never mounted: the manifest as staged (the input
+    # folder goes after the run) and this run's shuffle.
+    kept = private_dir / storage.RUN_MANIFEST
+    shutil.copyfile(manifest, kept)
+    kept.chmod(0o600)
+    mapping = private_dir / storage.RUN_MAPPING
     mapping.write_text(
         "".join(
             f"{item.position}\t{rid}\t{name}\t{item.canonical_name}\n"

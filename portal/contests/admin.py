@@ -1,13 +1,24 @@
-"""Benchmarks and cohorts in the admin. Reading a cohort's members is audited."""
+"""Benchmarks and cohorts in the admin.
+
+Every change of a benchmark's rules is audited. A cohort shows its counts and digests;
+its member list is audited whenever it is viewed or exported, and its reference answers
+are shown only by an explicit export that asks for a reason and is audited.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Count, QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.html import format_html
 
-from portal.audit.services import audit_record
+from portal.audit.reasons import reason_given, reason_page
+from portal.audit.services import Origin, audit_record
+from portal.contests import review
 from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
 
 
@@ -23,7 +34,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
     ]
     search_fields = ["slug", "title"]
     prepopulated_fields = {"slug": ["title"]}
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "artifacts_purged_at"]
     fieldsets = [
         (None, {"fields": ["slug", "title", "description", "created_at"]}),
         ("Window", {"fields": ["opens_at", "closes_at"]}),
@@ -57,29 +68,140 @@ class BenchmarkAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        ("Retention", {"fields": ["retention_days", "artifacts_purged_at"]}),
     ]
+
+    def save_model(
+        self, request: HttpRequest, obj: Benchmark, form: ModelForm[Any], change: bool
+    ) -> None:
+        before = None
+        if change:
+            before = Benchmark.objects.filter(pk=obj.pk).values(*form.changed_data).first() or {}
+        review.benchmark_save(
+            benchmark=obj, before=before, actor=request.user, origin=Origin.of(request)
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Benchmark) -> None:
+        audit_record(
+            actor=request.user,
+            action="benchmark.delete",
+            target=f"benchmark:{obj.slug}",
+            origin=Origin.of(request),
+        )
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Benchmark]) -> None:
+        for benchmark in queryset:
+            self.delete_model(request, benchmark)
+
+
+def _tsv(text: str, filename: str) -> HttpResponse:
+    response = HttpResponse(text, content_type="text/tab-separated-values; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
 
 
 @admin.register(Cohort)
 class CohortAdmin(admin.ModelAdmin):
-    list_display = ["benchmark", "kind", "created_at"]
+    """Counts and digests on sight; members and answers only through audited exports."""
+
+    list_display = ["benchmark", "kind", "members", "created_at"]
     list_filter = ["kind", "benchmark"]
     search_fields = ["benchmark__slug"]
-    readonly_fields = ["created_at"]
+    fields = ["benchmark", "kind", "created_at", "members", "digests"]
+    readonly_fields = ["created_at", "members", "digests"]
+    actions = ["export_members", "export_answers"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Cohort]:
+        return super().get_queryset(request).annotate(member_count=Count("items"))
 
-def _remote_addr(request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR", ""))
+    @admin.display(description="Members", ordering="member_count")
+    def members(self, cohort: Cohort) -> int:
+        return int(getattr(cohort, "member_count", 0) or cohort.items.count())
+
+    @admin.display(description="Digests")
+    def digests(self, cohort: Cohort) -> str:
+        summary = review.cohort_summary(cohort)
+        return format_html(
+            "<pre>members  sha256:{}\nanswers  sha256:{}</pre>",
+            summary.members_sha256,
+            summary.answers_sha256,
+        )
+
+    @admin.action(description="Export the member list (audited)")
+    def export_members(
+        self, request: HttpRequest, queryset: QuerySet[Cohort]
+    ) -> HttpResponse | None:
+        return self._export(
+            request,
+            queryset,
+            action="export_members",
+            title="Export the member list",
+            explanation="Positions, canonical names and hashes of the cohort's members. "
+            "The export is recorded in the audit log.",
+            reason_required=False,
+            service=review.cohort_members_export,
+            suffix="members",
+        )
+
+    @admin.action(description="Export the reference answers (reason required, audited)")
+    def export_answers(
+        self, request: HttpRequest, queryset: QuerySet[Cohort]
+    ) -> HttpResponse | None:
+        return self._export(
+            request,
+            queryset,
+            action="export_answers",
+            title="Export the reference answers",
+            explanation="The reference answers are the contest's secret: the export is "
+            "recorded in the audit log with your reason.",
+            reason_required=True,
+            service=review.cohort_answers_export,
+            suffix="answers",
+        )
+
+    def _export(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Cohort],
+        *,
+        action: str,
+        title: str,
+        explanation: str,
+        reason_required: bool,
+        service: Any,
+        suffix: str,
+    ) -> HttpResponse | TemplateResponse | None:
+        cohorts = list(queryset.select_related("benchmark"))
+        if len(cohorts) != 1:
+            self.message_user(request, "Choose exactly one cohort to export.", level="error")
+            return None
+        reason = reason_given(request, required=reason_required)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title=title,
+                explanation=explanation,
+                objects=cohorts,
+                reason_required=reason_required,
+                action=action,
+                submit="Download",
+            )
+        cohort = cohorts[0]
+        text = service(cohort=cohort, actor=request.user, reason=reason, origin=Origin.of(request))
+        return _tsv(text, f"{cohort.benchmark.slug}-{cohort.kind}-{suffix}.tsv")
 
 
 @admin.register(CohortItem)
 class CohortItemAdmin(admin.ModelAdmin):
-    """Members, canonical names and reference answers: staff only, and every read is audited."""
+    """Members, canonical names and hashes: staff only, every view audited; no answers here."""
 
-    list_display = ["cohort", "position", "canonical_name", "reference_class", "sha256"]
+    list_display = ["cohort", "position", "canonical_name", "sha256"]
     list_filter = ["cohort"]
     search_fields = ["canonical_name", "sha256"]
     list_select_related = ["cohort__benchmark"]
+    exclude = ["reference_class"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -95,9 +217,9 @@ class CohortItemAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         audit_record(
             actor=request.user,
-            action="cohort.list",
+            action="cohort.members.view",
             target="cohort items",
-            remote_addr=_remote_addr(request),
+            origin=Origin.of(request),
             details={"query": request.GET.urlencode()},
         )
         return super().changelist_view(request, extra_context)
@@ -111,9 +233,9 @@ class CohortItemAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         audit_record(
             actor=request.user,
-            action="cohort.read",
+            action="cohort.members.view",
             target=f"cohort item {object_id}",
-            remote_addr=_remote_addr(request),
+            origin=Origin.of(request),
         )
         return super().change_view(request, object_id, form_url, extra_context)
 

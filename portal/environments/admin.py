@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html
 
+from portal import storage
 from portal.environments.models import Environment, EnvironmentEvent
+
+LOG_TAIL_LINES = 200
+
+
+def preformatted(text: str) -> str:
+    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text or "(empty)")
+
+
+def log_tail_html(path: Path) -> str:
+    """The last lines of a log for a read-only admin page."""
+    return preformatted(storage.read_tail(path, LOG_TAIL_LINES))
 
 
 class ReadOnlyMixin:
@@ -35,6 +49,11 @@ class EnvironmentAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_select_related = ["owner", "benchmark"]
     date_hierarchy = "created_at"
     inlines = [EnvironmentEventInline]
+    readonly_fields = ["build_log_tail"]
+
+    @admin.display(description=f"Build log (last {LOG_TAIL_LINES} lines)")
+    def build_log_tail(self, environment: Environment) -> str:
+        return log_tail_html(storage.environment_build_log(environment.pk))
 
 
 @admin.register(EnvironmentEvent)

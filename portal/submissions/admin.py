@@ -1,22 +1,43 @@
-"""Submissions, runs, the attempt ledger and timelines in the admin (read-only records)."""
+"""Submissions, runs, the attempt ledger and timelines in the admin (read-only records).
+
+Staff act through actions that ask for a reason and write an audit event: cancel
+(refunds), requeue, rescore, disqualify; a submission's source and a run's evidence
+bundle are downloaded through a page that asks why, and every download is audited.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import FileResponse, HttpRequest
+from django.http.response import HttpResponseBase
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
-from portal.environments.admin import ReadOnlyMixin
+from portal import storage
+from portal.audit.reasons import reason_given, reason_page
+from portal.audit.services import Origin
+from portal.environments.admin import (
+    LOG_TAIL_LINES,
+    ReadOnlyMixin,
+    log_tail_html,
+    preformatted,
+)
 from portal.errors import PodiumError
-from portal.submissions import staff
+from portal.submissions import evidence, staff
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 
 StaffService = Callable[..., Submission]
+
+
+def _download(handle: Any, filename: str) -> FileResponse:
+    return FileResponse(handle, as_attachment=True, filename=filename)
 
 
 class SubmissionEventInline(ReadOnlyMixin, admin.TabularInline):
@@ -54,7 +75,63 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_select_related = ["entrant", "benchmark"]
     date_hierarchy = "submitted_at"
     inlines = [SubmissionEventInline, AttemptLedgerInline, RunInline]
-    actions = ["cancel_and_refund", "disqualify", "rescore"]
+    readonly_fields = ["source_download", "digests", "build_log_tail", "run_log_tail"]
+    actions = ["cancel_and_refund", "requeue", "rescore", "disqualify"]
+
+    @admin.display(description="Source archive")
+    def source_download(self, submission: Submission) -> str:
+        url = reverse("admin:submissions_submission_source", args=[submission.pk])
+        return format_html(
+            '<a href="{}">Download {}</a> ({} bytes; asks a reason, audited)',
+            url,
+            submission.source_name,
+            submission.source_bytes,
+        )
+
+    @admin.display(description="Digests")
+    def digests(self, submission: Submission) -> str:
+        return preformatted(
+            f"source             sha256:{submission.source_sha256}\n"
+            f"environment image  {submission.environment_image_digest or '-'}\n"
+            f"submission image   {submission.image_digest or '-'}"
+        )
+
+    @admin.display(description=f"Build log (last {LOG_TAIL_LINES} lines)")
+    def build_log_tail(self, submission: Submission) -> str:
+        return log_tail_html(storage.submission_build_log(submission.pk))
+
+    @admin.display(description=f"Latest run log (last {LOG_TAIL_LINES} lines)")
+    def run_log_tail(self, submission: Submission) -> str:
+        run = submission.runs.order_by("-try_number").first()
+        return log_tail_html(storage.run_log(run.pk)) if run else preformatted("")
+
+    def get_urls(self) -> list[URLPattern]:
+        source = path(
+            "<int:submission_id>/source/",
+            self.admin_site.admin_view(self.source_view),
+            name="submissions_submission_source",
+        )
+        return [source, *super().get_urls()]
+
+    def source_view(self, request: HttpRequest, submission_id: int) -> HttpResponseBase:
+        """Ask why, then serve the source archive; the download is audited first."""
+        submission = get_object_or_404(Submission, pk=submission_id)
+        reason = reason_given(request, required=True)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title="Download a source archive",
+                explanation="Downloading an entrant's source is recorded in the audit log "
+                "with your reason.",
+                objects=[submission],
+                reason_required=True,
+                submit="Download",
+            )
+        handle = staff.submission_source_review(
+            submission=submission, actor=request.user, reason=reason, origin=Origin.of(request)
+        )
+        return _download(handle, f"submission-{submission.pk}-{submission.source_name}")
 
     @admin.action(description="Cancel the selected submissions (refunds the attempt)")
     def cancel_and_refund(
@@ -68,6 +145,36 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             title="Cancel and refund",
             reason_required=False,
             explanation="Cancel these unfinished submissions and refund their attempts.",
+        )
+
+    @admin.action(description="Requeue the selected submissions (waiting or infra-failed)")
+    def requeue(
+        self, request: HttpRequest, queryset: QuerySet[Submission]
+    ) -> TemplateResponse | None:
+        return self._staff_action(
+            request,
+            queryset,
+            action="requeue",
+            service=staff.submission_requeue,
+            title="Requeue",
+            reason_required=False,
+            explanation="Send these accepted or queued submissions to their queue again, and "
+            "put infra-failed ones back in line (nothing is charged).",
+        )
+
+    @admin.action(description="Rescore the selected submissions (charges nothing)")
+    def rescore(
+        self, request: HttpRequest, queryset: QuerySet[Submission]
+    ) -> TemplateResponse | None:
+        return self._staff_action(
+            request,
+            queryset,
+            action="rescore",
+            service=staff.submission_rescore,
+            title="Rescore",
+            reason_required=False,
+            explanation="Queue a new scored run of these finished submissions, labelled as a "
+            "staff rescore in their timelines.",
         )
 
     @admin.action(description="Disqualify the selected submissions (after review)")
@@ -85,20 +192,6 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "best passing run takes the place.",
         )
 
-    @admin.action(description="Rescore the selected submissions (charges nothing)")
-    def rescore(
-        self, request: HttpRequest, queryset: QuerySet[Submission]
-    ) -> TemplateResponse | None:
-        return self._staff_action(
-            request,
-            queryset,
-            action="rescore",
-            service=staff.submission_rescore,
-            title="Rescore",
-            reason_required=False,
-            explanation="Queue a new scored run of these finished submissions.",
-        )
-
     def _staff_action(
         self,
         request: HttpRequest,
@@ -111,30 +204,29 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         explanation: str,
     ) -> TemplateResponse | None:
         """Ask for a reason on an intermediate page, then call the staff service per row."""
-        reason = request.POST.get("reason", "").strip()
-        if request.POST.get("apply") and (reason or not reason_required):
-            done = 0
-            for submission in queryset.select_related("benchmark"):
-                try:
-                    service(submission=submission, actor=request.user, reason=reason)
-                except PodiumError as exc:
-                    self.message_user(request, f"#{submission.pk}: {exc.detail}", messages.ERROR)
-                else:
-                    done += 1
-            if done:
-                self.message_user(request, f"{title}: {done} submission(s).", messages.SUCCESS)
-            return None
-        context: dict[str, Any] = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": title,
-            "explanation": explanation,
-            "queryset": queryset,
-            "action": action,
-            "reason_required": reason_required,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        }
-        return TemplateResponse(request, "admin/submissions/staff_action.html", context)
+        reason = reason_given(request, required=reason_required)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title=title,
+                explanation=explanation,
+                objects=queryset,
+                reason_required=reason_required,
+                action=action,
+            )
+        done = 0
+        origin = Origin.of(request)
+        for submission in queryset.select_related("benchmark"):
+            try:
+                service(submission=submission, actor=request.user, reason=reason, origin=origin)
+            except PodiumError as exc:
+                self.message_user(request, f"#{submission.pk}: {exc.detail}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"{title}: {done} submission(s).", messages.SUCCESS)
+        return None
 
 
 @admin.register(Run)
@@ -154,6 +246,56 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_filter = ["status", "verdict", "passed", "submission__benchmark"]
     search_fields = ["submission__id", "submission__entrant__username", "container_id"]
     list_select_related = ["submission__entrant"]
+    readonly_fields = ["evidence_download", "health_readings", "run_log_tail"]
+
+    @admin.display(description="Evidence bundle")
+    def evidence_download(self, run: Run) -> str:
+        url = reverse("admin:submissions_run_evidence", args=[run.pk])
+        return format_html(
+            '<a href="{}">Download the evidence bundle</a> (manifest, mapping to canonical '
+            "members, output, digests, supervisor result, health readings, logs; asks a "
+            "reason, audited)",
+            url,
+        )
+
+    @admin.display(description="Health readings")
+    def health_readings(self, run: Run) -> str:
+        return preformatted(json.dumps(run.readings, indent=2, sort_keys=True))
+
+    @admin.display(description=f"Run log (last {LOG_TAIL_LINES} lines)")
+    def run_log_tail(self, run: Run) -> str:
+        return log_tail_html(storage.run_log(run.pk))
+
+    def get_urls(self) -> list[URLPattern]:
+        bundle = path(
+            "<int:run_id>/evidence/",
+            self.admin_site.admin_view(self.evidence_view),
+            name="submissions_run_evidence",
+        )
+        return [bundle, *super().get_urls()]
+
+    def evidence_view(self, request: HttpRequest, run_id: int) -> HttpResponseBase:
+        """Ask why, then serve the run's evidence bundle; the download is audited first."""
+        run = get_object_or_404(
+            Run.objects.select_related("cohort", "submission__benchmark", "submission__entrant"),
+            pk=run_id,
+        )
+        reason = reason_given(request, required=True)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title="Download a run's evidence bundle",
+                explanation="The bundle names the cohort's members and holds the entrant's "
+                "output; downloading it is recorded in the audit log with your reason.",
+                objects=[run],
+                reason_required=True,
+                submit="Download",
+            )
+        handle = evidence.run_evidence_review(
+            run=run, actor=request.user, reason=reason, origin=Origin.of(request)
+        )
+        return _download(handle, f"run-{run.pk}-evidence.tar.gz")
 
 
 @admin.register(AttemptLedger)

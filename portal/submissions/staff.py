@@ -1,26 +1,27 @@
-"""What staff do to submissions after review, and the audit export.
+"""What staff do to submissions: cancel, requeue, rescore, disqualify, read a source.
 
 Each action is a conditional update (so a double click does nothing twice) and writes
-an audit event in the same transaction. Callers have already checked ``is_staff``.
+an audit event (actor, origin, reason) in the same transaction. Callers have already
+checked ``is_staff``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from collections.abc import Iterator
 from typing import IO, Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from portal import errors, jobs
-from portal.audit.models import AuditEvent
-from portal.audit.services import audit_record
+from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.services import leaderboard_refresh_entrant
 from portal.submissions.models import Submission
-from portal.submissions.services import attempt_refund, source_path, submission_transition
+from portal.submissions.services import (
+    attempt_refund,
+    source_path,
+    submission_machine_waits,
+    submission_transition,
+)
 
 UNFINISHED = tuple(status for status, _ in Submission.STATUSES if status not in Submission.FINAL)
 RESCORABLE = (
@@ -35,7 +36,17 @@ def _target(submission: Submission) -> str:
     return f"submission:{submission.pk}"
 
 
-def submission_cancel(*, submission: Submission, actor: Any, reason: str) -> Submission:
+def _refuse_after_purge(submission: Submission) -> None:
+    if submission.benchmark.artifacts_purged_at is not None:
+        raise errors.InvalidParameter(
+            "This benchmark's images and sources were purged after its retention period; "
+            "it cannot be built or scored again."
+        )
+
+
+def submission_cancel(
+    *, submission: Submission, actor: Any, reason: str, origin: Origin = NOWHERE
+) -> Submission:
     """Cancel an unfinished submission and refund its attempt (once).
 
     Refuses a submission that already reached a final status. A worker that is
@@ -64,13 +75,19 @@ def submission_cancel(*, submission: Submission, actor: Any, reason: str) -> Sub
                 benchmark=submission.benchmark, entrant_id=submission.entrant_id
             )
         audit_record(
-            actor=actor, action="submission.cancel", target=_target(submission), reason=reason
+            actor=actor,
+            action="submission.cancel",
+            target=_target(submission),
+            origin=origin,
+            reason=reason,
         )
     submission.refresh_from_db()
     return submission
 
 
-def submission_disqualify(*, submission: Submission, actor: Any, reason: str) -> Submission:
+def submission_disqualify(
+    *, submission: Submission, actor: Any, reason: str, origin: Origin = NOWHERE
+) -> Submission:
     """Flag a submission as disqualified (once) and take its runs off the leaderboard.
 
     The entrant's next best passing run takes the place, in the same transaction.
@@ -93,19 +110,71 @@ def submission_disqualify(*, submission: Submission, actor: Any, reason: str) ->
             actor=actor,
             action="submission.disqualify",
             target=_target(submission),
+            origin=origin,
             reason=reason,
         )
     submission.refresh_from_db()
     return submission
 
 
-def submission_rescore(*, submission: Submission, actor: Any, reason: str = "") -> Submission:
+def submission_requeue(
+    *, submission: Submission, actor: Any, reason: str = "", origin: Origin = NOWHERE
+) -> Submission:
+    """Put a waiting or infra-failed submission back in its queue. Charges nothing.
+
+    - ``accepted`` or ``queued`` (its queue message lost, say): the build or the score
+      is sent again. The worker claims it with a conditional update, so a message that
+      was not lost after all does nothing twice; a queued submission's count of waits
+      for the machine starts afresh.
+    - ``infra_failed`` (the platform failed twice; the attempt was refunded and stays
+      refunded): back to ``queued`` when its submission image exists, else to
+      ``accepted`` for a new build.
+
+    Anything building, staging or running is refused: the reaper takes back work whose
+    worker stopped answering, and staff may cancel it.
+    """
+    note = f"requeued by staff: {reason}" if reason else "requeued by staff"
+    with transaction.atomic():
+        current = Submission.objects.select_for_update().get(pk=submission.pk)
+        _refuse_after_purge(current)
+        if current.status == Submission.INFRA_FAILED:
+            target = Submission.QUEUED if current.image_digest else Submission.ACCEPTED
+        elif current.status in (Submission.ACCEPTED, Submission.QUEUED):
+            target = current.status
+        else:
+            raise errors.InvalidParameter(
+                "Only an accepted, queued or infra-failed submission can be requeued; "
+                f"this one is {current.status}."
+            )
+        submission_transition(
+            current.pk, frm=[current.status], to=target, note=note, failure_reason=""
+        )
+        if target == Submission.QUEUED:
+            jobs.enqueue(jobs.SCORE_SUBMISSION, current.pk, submission_machine_waits(current.pk))
+        else:
+            jobs.enqueue(jobs.BUILD_SUBMISSION, current.pk)
+        audit_record(
+            actor=actor,
+            action="submission.requeue",
+            target=_target(submission),
+            origin=origin,
+            reason=reason,
+            details={"from": current.status, "to": target},
+        )
+    submission.refresh_from_db()
+    return submission
+
+
+def submission_rescore(
+    *, submission: Submission, actor: Any, reason: str = "", origin: Origin = NOWHERE
+) -> Submission:
     """Queue a new scored run of a finished submission (passed, failed, errored, infra_failed).
 
     Charges nothing; the new run is the next try, and the leaderboard keeps the
     entrant's best passing run whatever the new one measures.
     """
     note = f"rescore requested by staff: {reason}" if reason else "rescore requested by staff"
+    _refuse_after_purge(submission)
     with transaction.atomic():
         done = submission_transition(
             submission.pk,
@@ -122,14 +191,18 @@ def submission_rescore(*, submission: Submission, actor: Any, reason: str = "") 
             )
         jobs.enqueue(jobs.SCORE_SUBMISSION, submission.pk)
         audit_record(
-            actor=actor, action="submission.rescore", target=_target(submission), reason=reason
+            actor=actor,
+            action="submission.rescore",
+            target=_target(submission),
+            origin=origin,
+            reason=reason,
         )
     submission.refresh_from_db()
     return submission
 
 
 def submission_source_review(
-    *, submission: Submission, actor: Any, remote_addr: str, reason: str
+    *, submission: Submission, actor: Any, reason: str, origin: Origin = NOWHERE
 ) -> IO[bytes]:
     """Open another entrant's source archive for staff review, audited before it is read."""
     reason = reason.strip()
@@ -139,7 +212,7 @@ def submission_source_review(
         actor=actor,
         action="source.download",
         target=_target(submission),
-        remote_addr=remote_addr,
+        origin=origin,
         reason=reason,
     )
     return source_open(submission)
@@ -150,49 +223,3 @@ def source_open(submission: Submission) -> IO[bytes]:
         return source_path(submission).open("rb")
     except FileNotFoundError as exc:
         raise errors.NotFound("This submission's source archive is no longer kept.") from exc
-
-
-# Audit export -----------------------------------------------------------------------
-
-AUDIT_FORMATS = ("csv", "jsonl")
-AUDIT_COLUMNS = ["at", "actor", "action", "target", "remote_addr", "reason", "details"]
-
-
-def _audit_dicts() -> Iterator[dict[str, Any]]:
-    events = AuditEvent.objects.select_related("actor").order_by("at", "id")
-    for event in events.iterator(chunk_size=1000):
-        yield {
-            "at": event.at.isoformat(),
-            "actor": event.actor.get_username() if event.actor else None,
-            "action": event.action,
-            "target": event.target,
-            "remote_addr": event.remote_addr,
-            "reason": event.reason,
-            "details": event.details,
-        }
-
-
-def audit_export(*, fmt: str) -> Iterator[str]:
-    """Every audit event, oldest first, as CSV (with a header) or JSON lines, streamed."""
-    if fmt not in AUDIT_FORMATS:
-        raise errors.InvalidParameter("format must be 'csv' or 'jsonl'.")
-    if fmt == "jsonl":
-        return (json.dumps(row, sort_keys=True) + "\n" for row in _audit_dicts())
-    return _csv_lines()
-
-
-def _csv_lines() -> Iterator[str]:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-
-    def line(values: list[Any]) -> str:
-        buffer.seek(0)
-        buffer.truncate()
-        writer.writerow(values)
-        return buffer.getvalue()
-
-    yield line(AUDIT_COLUMNS)
-    for row in _audit_dicts():
-        row["actor"] = row["actor"] or ""
-        row["details"] = json.dumps(row["details"], sort_keys=True)
-        yield line([row[column] for column in AUDIT_COLUMNS])

@@ -39,8 +39,11 @@ RULE_SETTINGS = {
     "run_pids_limit",
     "run_tmpfs_bytes",
     "run_output_tmpfs_bytes",
+    "retention_days",
 }
-LIMITS = sorted(RULE_SETTINGS - {"opens_at", "closes_at", "attempt_timezone", "allowed_registries"})
+# A retention of 0 days is allowed: the artifacts may go as soon as the benchmark closes.
+NOT_LIMITS = {"opens_at", "closes_at", "attempt_timezone", "allowed_registries", "retention_days"}
+LIMITS = sorted(RULE_SETTINGS - NOT_LIMITS)
 
 
 @pytest.fixture(autouse=True)

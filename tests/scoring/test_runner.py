@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import subprocess
@@ -18,6 +19,7 @@ from django.conf import settings
 
 from portal import storage
 from portal.contests.models import Benchmark, LeaderboardEntry
+from portal.submissions import evidence
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine, runner
 from scoring.staging import StagedRun
@@ -666,3 +668,27 @@ def test_a_forged_result_line_changes_nothing(score):
     assert "pid1 stdout writable" not in log_text
     assert "input read-only" in log_text and "root read-only" in log_text
     assert f"uid={settings.PODIUM_RUN_UID}" in log_text
+
+
+@pytest.mark.docker
+def test_a_real_runs_evidence_bundle_holds_what_was_staged_and_read(score):
+    run = score("right")
+
+    with evidence.run_evidence_open(run) as handle, tarfile.open(fileobj=handle) as bundle:
+        files = {
+            member.name.split("/", 1)[1]: bundle.extractfile(member).read()
+            for member in bundle.getmembers()
+        }
+    record = json.loads(files["run.json"])
+    manifest = files["manifest.tsv"].decode().splitlines()
+    mapping = [line.split("\t") for line in files["mapping.tsv"].decode().splitlines()]
+    supervisor = json.loads(files["supervisor.json"])
+    kept = {"manifest.tsv", "mapping.tsv", "output.bin", "supervisor.json", "run.log"}
+    assert kept <= set(files) and not kept & set(record["missing"])
+    assert len(manifest) == 10
+    assert [f"{request_id}\t{staged}" for _, request_id, staged, _ in mapping] == manifest
+    assert [position for position, *_ in mapping] == [str(n) for n in range(10)]
+    assert hashlib.sha256(files["output.bin"]).hexdigest() == run.output_sha256
+    assert record["digests"]["output"] == run.output_sha256
+    assert supervisor["wall_ns"] == run.wall_time_ns == record["run"]["wall_time_ns"]
+    assert "scored 10 rows" in files["run.log"].decode()
