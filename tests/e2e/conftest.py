@@ -14,6 +14,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from portal.environments.models import Environment
+from portal.submissions.models import Submission
+from scoring import engine
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -84,6 +88,18 @@ def celery_workers(transactional_db, data_dir: Path) -> Iterator[None]:
             log.close()
         for path in logs.iterdir():  # shown by pytest when a test failed
             sys.stderr.write(f"--- {path.name} (tail) ---\n{path.read_text()[-4000:]}\n")
+        remove_built_images()
+
+
+def remove_built_images() -> None:
+    """Remove the images the workers built for this test's rows (the engine outlives it)."""
+    tags = {
+        *Environment.objects.exclude(image_tag="").values_list("image_tag", flat=True),
+        *Submission.objects.exclude(image_tag="").values_list("image_tag", flat=True),
+    }
+    for tag in sorted(tags):
+        if tag.startswith(("podium/env-", "podium/sub-")):  # never a shared base image
+            engine.remove_image(tag)
 
 
 def wait_for(fetch, done, timeout_s: float, interval_s: float = 0.5):

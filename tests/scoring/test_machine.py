@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import re
+import subprocess
 import tarfile
 import threading
 import time
@@ -567,12 +568,27 @@ def test_the_reaper_gives_builds_their_frozen_time(db, alice, benchmark, queued)
 
 # Two builds and a score together ----------------------------------------------------------
 
-STAMPS = 250  # about 2.7 s of build work, stamping CLOCK_REALTIME every ~10 ms
-# One process, no fork per stamp: the work takes about as long on a busy machine.
-STAMP_LOOP = (
-    "python3 -c \"import time; [print('stamp', time.time_ns(), flush=True) "
-    f'or time.sleep(0.01) for _ in range({STAMPS})]"'
-)
+STAMPS = 250  # about 3 s of build work, stamping CLOCK_REALTIME every ~10 ms
+# One static process on the small busybox base, no fork per stamp: the work takes about
+# as long on a busy machine, and each layer commit stays short (on a large base they
+# take seconds each with some storage drivers, which would swamp the build's own work).
+STAMPER_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    int count = argc > 1 ? atoi(argv[1]) : 0;
+    struct timespec pause = {0, 10 * 1000 * 1000}, now;
+    for (int i = 0; i < count; i++) {
+        clock_gettime(CLOCK_REALTIME, &now);
+        printf("stamp %lld%09ld\n", (long long)now.tv_sec, now.tv_nsec);
+        fflush(stdout);
+        nanosleep(&pause, NULL);
+    }
+    return 0;
+}
+"""
+STAMP_LOOP = f"stamp {STAMPS}"
 # Answers right, and brackets its own work between two realtime stamps.
 ENTRANT = r"""#!/bin/sh
 echo "entrant-start $(date +%s%N)"
@@ -593,14 +609,12 @@ def build_context(files: dict[str, tuple[bytes, int]]) -> io.BytesIO:
     return context
 
 
-@pytest.fixture
-def entrant_image() -> Iterator[str]:
-    tag = f"podium-test/machine-{uuid.uuid4().hex[:12]}:run"
-    dockerfile = f"FROM {PYTHON_BASE}\nCOPY run /submission/run\n".encode()
+def built_image(tag: str, base: str, name: str, data: bytes) -> Iterator[str]:
+    """``base`` plus one executable file at ``/bin/<name>`` (or the entrant's ``run``)."""
+    target = "/submission/run" if name == "run" else f"/bin/{name}"
+    dockerfile = f"FROM {base}\nCOPY {name} {target}\n".encode()
     outcome = engine.build_image(
-        context=build_context(
-            {"Dockerfile": (dockerfile, 0o644), "run": (ENTRANT.encode(), 0o755)}
-        ),
+        context=build_context({"Dockerfile": (dockerfile, 0o644), name: (data, 0o755)}),
         tag=tag,
         on_log=lambda _: None,
         timeout_s=120,
@@ -608,6 +622,25 @@ def entrant_image() -> Iterator[str]:
     assert outcome.ok, outcome.error
     yield tag
     engine.remove_image(tag)
+
+
+@pytest.fixture
+def entrant_image() -> Iterator[str]:
+    tag = f"podium-test/machine-{uuid.uuid4().hex[:12]}:run"
+    yield from built_image(tag, PYTHON_BASE, "run", ENTRANT.encode())
+
+
+@pytest.fixture(scope="module")
+def stamper_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """podium/busybox:1 with a static ``stamp N`` program (allowed as a base: ``podium/``)."""
+    folder = tmp_path_factory.mktemp("stamper")
+    (folder / "stamp.c").write_text(STAMPER_C)
+    subprocess.run(
+        ["cc", "-O2", "-static", "-o", str(folder / "stamp"), str(folder / "stamp.c")],
+        check=True,
+    )
+    tag = f"podium/test-stamper-{uuid.uuid4().hex[:12]}:1"
+    yield from built_image(tag, BUSYBOX, "stamp", (folder / "stamp").read_bytes())
 
 
 def stamps(path: Path) -> list[int]:
@@ -621,11 +654,11 @@ def image_labels(ref: str) -> dict[str, str]:
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
-    alice, bob, benchmark, host, quick_gates, sent, settings, entrant_image, tmp_path
+    alice, bob, benchmark, host, quick_gates, sent, settings, entrant_image, stamper_image, tmp_path
 ):
     settings.PODIUM_LEASE_S = 3  # the heartbeat beats during the score too
     settings.PODIUM_SUPERVISOR = REPO / "scoring" / "supervisor" / "supervise"
-    # Each build works ~2.7 s plus its own overhead (up to ~7 s more seen on a busy
+    # Each build works ~3 s plus its own overhead (a few seconds more on a busy
     # machine): within 18 s. But the score holds the machine for over 16 s, so each
     # build takes longer than 18 s on the wall clock: counting frozen time would time
     # it out.
@@ -644,10 +677,13 @@ def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
         benchmark=benchmark,
         status=Environment.QUEUED,
         image_tag="",
-        dockerfile=f"FROM {PYTHON_BASE}\nRUN echo {marker} && {STAMP_LOOP}\n",
+        dockerfile=f"FROM {stamper_image}\nRUN echo {marker} && {STAMP_LOOP}\n",
     )
     base = factories.EnvironmentFactory(
-        owner=bob, benchmark=benchmark, image_tag=PYTHON_BASE, dockerfile=f"FROM {PYTHON_BASE}\n"
+        owner=bob,
+        benchmark=benchmark,
+        image_tag=stamper_image,
+        dockerfile=f"FROM {stamper_image}\n",
     )
     archive = tmp_path / "source.tar.gz"
     with tarfile.open(archive, mode="w:gz") as tar:
@@ -675,14 +711,20 @@ def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
 
             return body
 
-        threads = [
-            in_thread(timed("environment", builds.build_environment, environment.pk)),
-            in_thread(timed("build.sh", builds.build_submission, built.pk)),
-        ]
+        # The environment build reaches its RUN step later (a FROM and a LABEL step
+        # first), so build.sh starts once it stamps: both are mid-work when the score
+        # begins.
         deadline = time.monotonic() + 120
-        while not all(p.exists() and len(stamps(p)) >= 15 for p in (env_log, sub_log)):
-            assert time.monotonic() < deadline, "the builds never got going"
-            time.sleep(0.05)
+
+        def stamping(*logs: Path) -> None:
+            while not all(log.exists() and len(stamps(log)) >= 15 for log in logs):
+                assert time.monotonic() < deadline, "the builds never got going"
+                time.sleep(0.05)
+
+        threads = [in_thread(timed("environment", builds.build_environment, environment.pk))]
+        stamping(env_log)
+        threads.append(in_thread(timed("build.sh", builds.build_submission, built.pk)))
+        stamping(env_log, sub_log)
 
         runner.score_submission(scored.pk)  # pauses both builds for its whole run
 
