@@ -178,7 +178,7 @@ def own_submission(
     if details:
         submission = get_submission(submission_id)
     else:
-        found = Submission.objects.filter(pk=submission_id).first()
+        found = Submission.objects.only("entrant_id").filter(pk=submission_id).first()
         if found is None:
             raise errors.NotFound("No such submission.")
         submission = found

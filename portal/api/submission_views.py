@@ -147,10 +147,10 @@ class SubmissionRunLogView(RawAPIView):
     def get(self, request: Request, submission_id: int) -> HttpResponse:
         submission = own_submission(request, submission_id, staff_may_read=True, details=False)
         lines = tail_lines(request)
-        run = s.latest_run(submission)
-        if run is None:
+        run_id = submission.runs.order_by("-try_number").values_list("pk", flat=True).first()
+        if run_id is None:
             return text_response("")
-        return text_response(storage.read_tail(storage.run_log(run.pk), lines))
+        return text_response(storage.read_tail(storage.run_log(run_id), lines))
 
 
 class SubmissionSourceView(RawAPIView):
