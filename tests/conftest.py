@@ -11,10 +11,12 @@ import os
 import shutil
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
+from portal import jobs
 from tests import factories
 
 
@@ -52,6 +54,18 @@ def quiet_machine_gates(settings) -> None:
     settings.PODIUM_GATE_CPU_BUSY_MAX = 1024.0
     settings.PODIUM_GATE_CPU_SAMPLE_S = 0.1
     settings.PODIUM_SCORING_HOST = f"test-{os.getpid()}"
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
+    """Every task the code under test enqueued, as (name, args), instead of a broker."""
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def send_task(name: str, args: Any = (), **options: Any) -> None:
+        calls.append((name, tuple(args or ())))
+
+    monkeypatch.setattr(jobs.app, "send_task", send_task)
+    return calls
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from portal import jobs
 from portal.api.models import ApiToken
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
@@ -28,15 +27,9 @@ def _fast_and_fresh(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Every task the web enqueued (once its transaction committed): (name, args)."""
-    calls: list[tuple[str, tuple[Any, ...]]] = []
-
-    def send_task(name: str, args: Any = (), **options: Any) -> None:
-        calls.append((name, tuple(args or ())))
-
-    monkeypatch.setattr(jobs.app, "send_task", send_task)
-    return calls
+def sent(sent: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, tuple[Any, ...]]]:
+    """No API test reaches a broker: the shared recorder, for every test here."""
+    return sent
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The audit tests reuse the API tests' archive builder, accepted uploads and broker recorder."""
+"""The audit tests reuse the API tests' archive builder and accepted uploads."""
 
-from tests.api.conftest import accepted, make_archive, sent
+from tests.api.conftest import accepted, make_archive
 
-__all__ = ["accepted", "make_archive", "sent"]
+__all__ = ["accepted", "make_archive"]

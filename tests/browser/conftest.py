@@ -19,7 +19,6 @@ from django.conf import settings
 from django.core.cache import cache
 from django.test import Client
 
-from portal import jobs
 from tests.e2e.conftest import celery_workers  # noqa: F401
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls made by
@@ -87,18 +86,6 @@ def empty_cache() -> Iterator[None]:
     cache.clear()
     yield
     cache.clear()
-
-
-@pytest.fixture
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Tasks the site enqueues are only recorded (no worker runs in these tests)."""
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-
-    def send_task(name: str, args: tuple[Any, ...] = (), **kwargs: object) -> None:
-        sent.append((name, tuple(args)))
-
-    monkeypatch.setattr(jobs.app, "send_task", send_task)
-    return sent
 
 
 def sign_in(context: Any, live_server: Any, user: Any) -> None:

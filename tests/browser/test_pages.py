@@ -85,7 +85,7 @@ def test_a_policy_error_is_shown_inline_with_its_line(live_server, context, page
 
 
 def test_the_quota_after_two_attempts_with_scripts_off(
-    live_server, scriptless, alice, benchmark, tmp_path, no_broker
+    live_server, scriptless, alice, benchmark, tmp_path, sent
 ):
     """The upload form works without JavaScript, and states the quota before each upload."""
     factories.EnvironmentFactory(owner=alice, benchmark=benchmark, name="ready-one")

@@ -18,7 +18,6 @@ from django.core.cache import cache
 
 from podium_cli import config
 from podium_cli.main import main
-from portal import jobs
 from portal.api.models import ApiToken
 from tests.api.conftest import ready_environment  # noqa: F401
 from tests.e2e.conftest import celery_workers  # noqa: F401
@@ -52,18 +51,6 @@ def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("PODIUM_URL", "PODIUM_TOKEN", "PODIUM_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
     return folder
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Every task the site enqueued, recorded instead of sent to a broker."""
-    calls: list[tuple[str, tuple[Any, ...]]] = []
-
-    def send_task(name: str, args: Any = (), **options: Any) -> None:
-        calls.append((name, tuple(args or ())))
-
-    monkeypatch.setattr(jobs.app, "send_task", send_task)
-    return calls
 
 
 @pytest.fixture

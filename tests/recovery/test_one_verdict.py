@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -12,16 +11,6 @@ from portal.contests.models import LeaderboardEntry
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.submissions.services import run_claim, run_record_infra_failure, run_record_verdict
 from tests.scoring.test_staging import make_cohort, make_submission
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[tuple[str, tuple[Any, ...]]]:
-    calls: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(
-        "portal.jobs.app.send_task",
-        lambda name, args=(), countdown=None, **kw: calls.append((name, tuple(args))),
-    )
-    return calls
 
 
 @pytest.fixture

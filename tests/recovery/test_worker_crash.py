@@ -147,17 +147,6 @@ def sleeper_image() -> Iterator[str]:
     engine.remove_image(tag)
 
 
-@pytest.fixture
-def sent(monkeypatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Tasks the test process itself enqueues (the reaper's requeue), kept off any broker."""
-    calls: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(
-        "portal.jobs.app.send_task",
-        lambda name, args=(), countdown=None, **kw: calls.append((name, tuple(args))),
-    )
-    return calls
-
-
 def run_containers(run_id: int, host: str) -> list[dict[str, Any]]:
     return engine.list_containers([f"podium.run={run_id}", f"podium.host={host}"])
 

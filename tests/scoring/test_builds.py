@@ -35,16 +35,6 @@ BASE = "podium/busybox:1"
 
 
 @pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Tasks enqueued through portal.jobs, in order."""
-    calls: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(
-        "portal.jobs.app.send_task", lambda name, args, **kw: calls.append((name, tuple(args)))
-    )
-    return calls
-
-
-@pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
     """Records every build tag and container the code under test asks for; removes them."""
     seen: dict[str, list[str]] = {"tags": [], "containers": [], "images": []}

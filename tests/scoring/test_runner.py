@@ -52,17 +52,6 @@ def supervisor_line(**overrides: Any) -> bytes:
     return json.dumps(fields).encode() + b"\n"
 
 
-@pytest.fixture
-def enqueued(monkeypatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Every task sent to the broker, as (name, args)."""
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(
-        "portal.jobs.app.send_task",
-        lambda name, args=(), countdown=None: sent.append((name, tuple(args))),
-    )
-    return sent
-
-
 # The container spec --------------------------------------------------------------
 
 
@@ -367,7 +356,7 @@ def refunded(submission: Submission) -> bool:
     return AttemptLedger.objects.filter(submission=submission, delta=AttemptLedger.REFUND).exists()
 
 
-def test_a_correct_run_passes_with_its_trusted_time(queued, monkeypatch, enqueued):
+def test_a_correct_run_passes_with_its_trusted_time(queued, monkeypatch, sent):
     fake = FakeEngine().install(monkeypatch)
 
     runner.score_submission(queued.pk)
@@ -390,7 +379,7 @@ def test_a_correct_run_passes_with_its_trusted_time(queued, monkeypatch, enqueue
     assert LeaderboardEntry.objects.filter(run=run).exists()
 
 
-def test_a_redelivered_task_does_nothing(queued, monkeypatch, enqueued):
+def test_a_redelivered_task_does_nothing(queued, monkeypatch, sent):
     fake = FakeEngine().install(monkeypatch)
     runner.score_submission(queued.pk)
     fake.calls.clear()
@@ -401,7 +390,7 @@ def test_a_redelivered_task_does_nothing(queued, monkeypatch, enqueued):
     assert queued.runs.count() == 1
 
 
-def test_a_run_the_host_timer_stops_is_errored_and_counts(queued, monkeypatch, enqueued):
+def test_a_run_the_host_timer_stops_is_errored_and_counts(queued, monkeypatch, sent):
     fake = FakeEngine(wait_result=None).install(monkeypatch)
 
     runner.score_submission(queued.pk)
@@ -417,7 +406,7 @@ def test_a_run_the_host_timer_stops_is_errored_and_counts(queued, monkeypatch, e
 
 
 def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
-    queued, monkeypatch, enqueued, django_capture_on_commit_callbacks
+    queued, monkeypatch, sent, django_capture_on_commit_callbacks
 ):
     fake = FakeEngine().install(monkeypatch)
     fake.stdout = supervisor_line(start_ns=0, end_ns=10, wall_ns=10)  # before the host start
@@ -430,7 +419,7 @@ def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
     assert first.status == Run.INFRA_FAILED
     assert "host clock" in first.verdict_reason
     assert queued.status == Submission.QUEUED  # requeued for try 2
-    assert enqueued == [("scoring.score_submission", (queued.pk,))]
+    assert sent == [("scoring.score_submission", (queued.pk,))]
     assert not refunded(queued)
     assert fake.calls[-1] == "remove"
 
@@ -443,7 +432,7 @@ def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
     assert second.try_number == 2 and second.status == Run.INFRA_FAILED
     assert queued.status == Submission.INFRA_FAILED
     assert refunded(queued)
-    assert len(enqueued) == 1
+    assert len(sent) == 1
     assert not LeaderboardEntry.objects.filter(submission=queued).exists()
 
 
@@ -458,9 +447,7 @@ def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
         ),
     ],
 )
-def test_engine_and_supervisor_failures_are_the_platforms(
-    queued, monkeypatch, enqueued, setup, reason
-):
+def test_engine_and_supervisor_failures_are_the_platforms(queued, monkeypatch, sent, setup, reason):
     fake = FakeEngine().install(monkeypatch)
     setup(fake)
 
@@ -473,7 +460,7 @@ def test_engine_and_supervisor_failures_are_the_platforms(
     assert not (storage.run_dir(run.pk) / "input").exists()
 
 
-def test_a_supervisor_taken_by_the_oom_killer_is_the_entrants_error(queued, monkeypatch, enqueued):
+def test_a_supervisor_taken_by_the_oom_killer_is_the_entrants_error(queued, monkeypatch, sent):
     fake = FakeEngine().install(monkeypatch)
     fake.wait_result, fake.oom_killed = 137, True
 
@@ -484,10 +471,10 @@ def test_a_supervisor_taken_by_the_oom_killer_is_the_entrants_error(queued, monk
     assert run.status == Run.FINISHED and queued.status == Submission.ERRORED
     assert "memory limit" in run.verdict_reason
     assert not refunded(queued)
-    assert enqueued == []  # no free retry
+    assert sent == []  # no free retry
 
 
-def test_a_tampered_cohort_is_the_platforms_fault_and_nothing_starts(queued, monkeypatch, enqueued):
+def test_a_tampered_cohort_is_the_platforms_fault_and_nothing_starts(queued, monkeypatch, sent):
     fake = FakeEngine().install(monkeypatch)
     item = queued.benchmark.cohorts.get().items.get(position=4)
     (storage.cohort_dir(item.cohort_id) / item.canonical_name).write_bytes(b"changed")
@@ -591,7 +578,7 @@ def images() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def score(queued, supervisor_binary, images, settings, enqueued):
+def score(queued, supervisor_binary, images, settings, sent):
     """Score Alice's queued submission with one of the scripts; return its run."""
     settings.PODIUM_SUPERVISOR = supervisor_binary
     benchmark = queued.benchmark

@@ -10,9 +10,9 @@ from django.utils import timezone
 from portal import storage
 from portal.contests.models import Cohort, CohortItem
 from portal.submissions.models import Run, Submission
-from tests.api.conftest import accepted, make_archive, ready_environment, sent
+from tests.api.conftest import accepted, make_archive, ready_environment
 
-__all__ = ["accepted", "make_archive", "ready_environment", "sent"]
+__all__ = ["accepted", "make_archive", "ready_environment"]
 
 
 @pytest.fixture

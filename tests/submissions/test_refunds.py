@@ -45,13 +45,9 @@ AUG_12, AUG_13 = dt.date(2026, 8, 12), dt.date(2026, 8, 13)
 
 
 @pytest.fixture(autouse=True)
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
-    """Tasks handed to the broker once their transaction committed: (name, args)."""
-    calls: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(
-        jobs.app, "send_task", lambda name, args=(), **kw: calls.append((name, tuple(args)))
-    )
-    return calls
+def sent(sent: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, tuple[Any, ...]]]:
+    """Tasks handed to the broker once their transaction committed, for every test here."""
+    return sent
 
 
 @pytest.fixture

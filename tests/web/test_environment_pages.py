@@ -29,20 +29,8 @@ def context_tar() -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture
-def sent_tasks(monkeypatch) -> list[tuple[str, tuple]]:
-    """Every task the web enqueues, instead of a broker."""
-    sent: list[tuple[str, tuple]] = []
-
-    def send_task(name: str, args: tuple = (), **kwargs: object) -> None:
-        sent.append((name, tuple(args)))
-
-    monkeypatch.setattr(jobs.app, "send_task", send_task)
-    return sent
-
-
 def test_creating_from_pasted_text_queues_a_build(
-    client, alice, benchmark, sent_tasks, django_capture_on_commit_callbacks
+    client, alice, benchmark, sent, django_capture_on_commit_callbacks
 ):
     client.force_login(alice)
 
@@ -58,11 +46,11 @@ def test_creating_from_pasted_text_queues_a_build(
     assert environment.name == "cuda-base"
     assert environment.status == Environment.QUEUED
     assert environment.dockerfile == GOOD_DOCKERFILE
-    assert sent_tasks == [(jobs.BUILD_ENVIRONMENT, (environment.pk,))]
+    assert sent == [(jobs.BUILD_ENVIRONMENT, (environment.pk,))]
 
 
 def test_creating_from_an_uploaded_dockerfile_with_a_context(
-    client, alice, benchmark, sent_tasks, django_capture_on_commit_callbacks, data_dir
+    client, alice, benchmark, sent, django_capture_on_commit_callbacks, data_dir
 ):
     client.force_login(alice)
     dockerfile = SimpleUploadedFile("Dockerfile", GOOD_DOCKERFILE.encode())
@@ -79,11 +67,11 @@ def test_creating_from_an_uploaded_dockerfile_with_a_context(
     assert environment.has_context
     stored = data_dir / "environments" / str(environment.pk) / "context.archive"
     assert stored.read_bytes() == context_tar()
-    assert len(sent_tasks) == 1
+    assert len(sent) == 1
 
 
 def test_an_unsafe_context_archive_is_refused_and_nothing_is_created(
-    client, alice, benchmark, sent_tasks
+    client, alice, benchmark, sent
 ):
     client.force_login(alice)
     context = SimpleUploadedFile("context.tar", b"not an archive at all")
@@ -96,11 +84,11 @@ def test_an_unsafe_context_archive_is_refused_and_nothing_is_created(
     assert page.status_code == 400
     assert "context" in page.content.decode()
     assert not Environment.objects.exists()
-    assert sent_tasks == []
+    assert sent == []
 
 
 def test_a_disallowed_from_is_shown_inline_with_its_line_and_nothing_is_created(
-    client, alice, benchmark, sent_tasks, django_capture_on_commit_callbacks
+    client, alice, benchmark, sent, django_capture_on_commit_callbacks
 ):
     client.force_login(alice)
 
@@ -116,7 +104,7 @@ def test_a_disallowed_from_is_shown_inline_with_its_line_and_nothing_is_created(
     assert "line 2" in page.content.decode().lower()
     assert "sneaky" in page.content.decode()  # the form keeps what was typed
     assert not Environment.objects.exists()
-    assert sent_tasks == []
+    assert sent == []
 
 
 def test_the_form_needs_exactly_one_dockerfile(client, alice, benchmark):
@@ -187,7 +175,7 @@ def test_rebuild_button_only_for_a_retryable_environment(client, alice, benchmar
 
 
 def test_rebuild_queues_a_new_build(
-    client, alice, benchmark, sent_tasks, django_capture_on_commit_callbacks
+    client, alice, benchmark, sent, django_capture_on_commit_callbacks
 ):
     environment = factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, status=Environment.TIMED_OUT
@@ -200,7 +188,7 @@ def test_rebuild_queues_a_new_build(
     assert page.status_code == 302
     environment.refresh_from_db()
     assert environment.status == Environment.QUEUED
-    assert sent_tasks == [(jobs.BUILD_ENVIRONMENT, (environment.pk,))]
+    assert sent == [(jobs.BUILD_ENVIRONMENT, (environment.pk,))]
 
 
 def test_rebuild_is_post_only(client, alice, benchmark):

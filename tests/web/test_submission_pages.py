@@ -26,17 +26,6 @@ KST = ZoneInfo("Asia/Seoul")
 
 
 @pytest.fixture
-def sent_tasks(monkeypatch) -> list[tuple[str, tuple]]:
-    sent: list[tuple[str, tuple]] = []
-
-    def send_task(name: str, args: tuple = (), **kwargs: object) -> None:
-        sent.append((name, tuple(args)))
-
-    monkeypatch.setattr(jobs.app, "send_task", send_task)
-    return sent
-
-
-@pytest.fixture
 def ready_env(alice, benchmark) -> Environment:
     return factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, name="ready-one", image_digest="sha256:" + "e" * 64
@@ -78,7 +67,7 @@ def make_submission(entrant, environment, **fields) -> Submission:
 
 
 def test_uploading_a_valid_archive_creates_a_submission_and_charges_an_attempt(
-    client, alice, benchmark, ready_env, tmp_path, sent_tasks, django_capture_on_commit_callbacks
+    client, alice, benchmark, ready_env, tmp_path, sent, django_capture_on_commit_callbacks
 ):
     client.force_login(alice)
 
@@ -100,7 +89,7 @@ def test_uploading_a_valid_archive_creates_a_submission_and_charges_an_attempt(
     assert submission.environment == ready_env
     charges = AttemptLedger.objects.filter(submission=submission)
     assert [entry.delta for entry in charges] == [AttemptLedger.CHARGE]
-    assert sent_tasks == [(jobs.BUILD_SUBMISSION, (submission.pk,))]
+    assert sent == [(jobs.BUILD_SUBMISSION, (submission.pk,))]
 
 
 def test_a_practice_upload_charges_the_practice_allowance(
@@ -447,7 +436,7 @@ def test_the_quota_is_stated_before_an_upload(client, alice, ready_env, time_mac
 
 
 def test_after_two_official_uploads_none_is_left_until_midnight_kst(
-    client, alice, benchmark, ready_env, tmp_path, sent_tasks, time_machine
+    client, alice, benchmark, ready_env, tmp_path, sent, time_machine
 ):
     evening = timezone.now().astimezone(KST).replace(hour=18, minute=48, second=0, microsecond=0)
     time_machine.move_to(evening, tick=False)
