@@ -20,7 +20,6 @@ from portal.api.common import (
     NOT_FOUND,
     TAIL_PARAMETER,
     TEXT_RESPONSE,
-    PagePagination,
     PostRateThrottle,
     RawAPIView,
     caller_id,
@@ -44,7 +43,6 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
 
     serializer_class = s.SubmissionSerializer
     parser_classes = [MultiPartParser, FormParser]
-    pagination_class = PagePagination
     throttle_scope = "uploads"
     throttle_classes = [PostRateThrottle]
 

@@ -10,9 +10,12 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
-from portal import storage
+from portal import errors, storage
 from portal.audit.models import AuditEvent
+from portal.contests import review
+from portal.contests.models import Benchmark, Cohort
 from portal.contests.review import cohort_summary
+from portal.submissions import evidence
 from portal.submissions.models import Submission
 from tests.contests.test_admin_validation import form_data
 
@@ -260,3 +263,45 @@ def test_the_environment_page_shows_its_build_log(admin_client, submission):
     html = page.content.decode()
     assert "step 299" in html and "step 100" in html
     assert "step 99\n" not in html  # the last 200 lines only
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_the_services_refuse_answers_and_evidence_without_a_reason(reason, scored, staff):
+    with pytest.raises(errors.InvalidParameter, match="reason"):
+        review.cohort_answers_export(cohort=scored.cohort, actor=staff, reason=reason)
+    with pytest.raises(errors.InvalidParameter, match="reason"):
+        evidence.run_evidence_review(run=scored, actor=staff, reason=reason)
+
+    assert not AuditEvent.objects.exists()
+
+
+def test_an_export_of_several_cohorts_at_once_is_refused(admin_client, official, benchmark):
+    practice = Cohort.objects.create(benchmark=benchmark, kind=Cohort.PRACTICE)
+
+    response = admin_client.post(
+        reverse("admin:contests_cohort_changelist"),
+        {
+            "action": "export_answers",
+            ACTION_CHECKBOX_NAME: [official.pk, practice.pk],
+            "apply": "yes",
+            "reason": "both",
+        },
+        follow=True,
+    )
+
+    assert "Choose exactly one cohort" in response.content.decode()
+    assert not AuditEvent.objects.exists()
+
+
+def test_creating_and_deleting_a_benchmark_are_audited(admin_client, benchmark, staff):
+    data = {**form_data(benchmark), "slug": "second", "title": "Second"}
+    admin_client.post(reverse("admin:contests_benchmark_add"), data)
+    second = Benchmark.objects.get(slug="second")
+    admin_client.post(reverse("admin:contests_benchmark_delete", args=[second.pk]), {"post": "yes"})
+
+    events = list(AuditEvent.objects.order_by("id").values_list("action", "target", "actor"))
+    assert events == [
+        ("benchmark.create", "benchmark:second", staff.pk),
+        ("benchmark.delete", "benchmark:second", staff.pk),
+    ]
+    assert not Benchmark.objects.filter(slug="second").exists()
