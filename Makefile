@@ -4,12 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUPERVISOR := scoring/supervisor/supervise
 
-.PHONY: run test install supervisor base-images lint typecheck pytest bench clean
+.PHONY: run test install supervisor base-images build-network lint typecheck pytest bench clean
+
+# Builds may reach this machine's own package mirrors (read from its apt and pip
+# configuration now), even where those sit inside ranges the build policy blocks.
+export PODIUM_BUILD_EGRESS_ALLOW ?= $(shell scripts/mirror-allowlist)
 
 run: install supervisor base-images
 	$(BIN)/python manage.py migrate --noinput
+	-$(MAKE) build-network
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/honcho start -f Procfile
+
+# The build network and its firewall rules (root: through sudo when not root). Without
+# them the portal still runs, but builds wait until `manage.py build_network --apply` ran.
+build-network: install
+	@if [ "$$(id -u)" -eq 0 ]; then $(BIN)/python manage.py build_network --apply; \
+	elif sudo -n true 2>/dev/null; then \
+	  sudo -n --preserve-env=PODIUM_BUILD_EGRESS_ALLOW,PODIUM_DATA_DIR,DATABASE_URL \
+	    $(BIN)/python manage.py build_network --apply; \
+	else echo "build-network: not root and no sudo: builds will wait until" \
+	  "'manage.py build_network --apply' runs as root"; fi
 
 # Tests keep their database and broker files apart from the portal's own (var/).
 test: export PODIUM_DATA_DIR ?= $(CURDIR)/var/test
@@ -47,6 +62,7 @@ base-images:
 
 bench: install supervisor base-images
 	$(BIN)/python bench/score_overhead.py
+	$(BIN)/python bench/build_egress.py
 
 clean:
 	rm -rf var build $(SUPERVISOR)

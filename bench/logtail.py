@@ -134,15 +134,15 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
         title="Log tail",
         opens_at=now - dt.timedelta(days=1),
         closes_at=now + dt.timedelta(days=10),
-        allowed_registries="podium/\n",
+        allowed_registries="localhost/podium/\n",
     )
     environment = Environment.objects.create(
         owner=user,
         benchmark=benchmark,
         name="bench",
         status=Environment.READY,
-        dockerfile="FROM podium/busybox:1\n",
-        image_tag="podium/busybox:1",
+        dockerfile="FROM localhost/podium/busybox:1\n",
+        image_tag="localhost/podium/busybox:1",
         image_digest="sha256:" + "e" * 64,
     )
     archive = data_dir / "source.tar.gz"

@@ -12,7 +12,7 @@ What it does, all on this machine and nothing of the developer's own data:
 2. A generated demo cohort (``democohort.generate``, default 10,000 images) imported
    as the official cohort (``cohorts.cohort_import``).
 3. The starter kit (``examples/starter-kit``) built as an environment image on the
-   local base ``podium/python:bookworm`` (``scripts/base-images`` makes it), then its
+   local base ``localhost/podium/python:bookworm`` (``scripts/base-images`` makes it), then its
    ``build.sh`` run and committed as the submission image, as the build worker does.
 4. ``--runs`` scored runs through ``scoring.runner.score_submission``, one fresh
    submission each, then a table of the figures and PASS/MISS against the target.

@@ -16,11 +16,11 @@ The container runs go through the runner's own sandbox: ``scoring.runner.contain
 (network none, read-only, non-root, no capabilities, our seccomp filter on top of
 Docker's default, tmpfs, limits of a default Benchmark), the engine module to create,
 start, wait for and remove the container, and ``parse_supervisor_line`` for the result.
-The images are ``podium/busybox:1`` plus the binary as ``/submission/run``, committed
+The images are ``localhost/podium/busybox:1`` plus the binary as ``/submission/run``, committed
 here and removed at the end with every container and the temp folder.
 
 Exit status: 0 when every figure meets its target, 1 otherwise, 2 when a prerequisite
-(a C compiler, Docker, ``podium/busybox:1``, the supervisor) is missing.
+(a C compiler, Docker, ``localhost/podium/busybox:1``, the supervisor) is missing.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SUPERVISOR = REPO / "scoring" / "supervisor" / "supervise"
-BASE_IMAGE = "podium/busybox:1"
+BASE_IMAGE = "localhost/podium/busybox:1"
 REPRODUCE = "make supervisor base-images && .venv/bin/python bench/timing.py"
 
 FLOOR_MAX_MS = 2.0

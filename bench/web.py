@@ -131,7 +131,7 @@ def fill(entrants: int, runs: int, seed: int = 20260810) -> dict[str, Any]:
                 benchmark=benchmark,
                 name="env",
                 status=Environment.READY,
-                dockerfile="FROM podium/python:bookworm\n",
+                dockerfile="FROM localhost/podium/python:bookworm\n",
             )
             for user in users
         )

@@ -176,13 +176,45 @@ PODIUM_SUPERVISOR = Path(
 PODIUM_LOG_CAP_BYTES = env.int("PODIUM_LOG_CAP_BYTES", default=4 * 1024 * 1024)
 # -1000 on engines that may set it (rootful): the OOM killer then never picks the supervisor.
 PODIUM_RUN_OOM_SCORE_ADJ = env.int("PODIUM_RUN_OOM_SCORE_ADJ", default=None)
-PODIUM_STARTER_BASE_IMAGE = env.str("PODIUM_STARTER_BASE_IMAGE", default="podium/python:bookworm")
+PODIUM_STARTER_BASE_IMAGE = env.str(
+    "PODIUM_STARTER_BASE_IMAGE", default="localhost/podium/python:bookworm"
+)
+
+# The build sandbox (scoring/buildnet.py, scoring/buildbox.py). Every build container
+# (Dockerfile RUN steps, build.sh) joins only this bridge network; host firewall rules
+# scoped to its bridge keep builds off the host, private, link-local, CGNAT, multicast
+# and reserved ranges. `manage.py build_network --apply` installs them; a build waits
+# (uncharged) while `--check` finds any rule missing.
+PODIUM_BUILD_NETWORK = env.str("PODIUM_BUILD_NETWORK", default="podium-build")
+PODIUM_BUILD_BRIDGE = env.str("PODIUM_BUILD_BRIDGE", default="podium-build0")
+PODIUM_BUILD_SUBNET = env.str("PODIUM_BUILD_SUBNET", default="172.29.254.0/24")
+# 0: the MTU of the host's default-route interface.
+PODIUM_BUILD_MTU = env.int("PODIUM_BUILD_MTU", default=0)
+# What builds may reach even inside a blocked range: comma-separated CIDRs ("203.0.113.0/28")
+# or address:port pairs ("203.0.113.80:443", "[2001:db8::1]:3128"), TCP for the pairs.
+PODIUM_BUILD_EGRESS_ALLOW = env.str("PODIUM_BUILD_EGRESS_ALLOW", default="")
+# Resolvers builds may send DNS to; "" reads the host's resolv.conf, as the engine does.
+PODIUM_BUILD_DNS = env.str("PODIUM_BUILD_DNS", default="")
+# A build that finds the rules missing waits this long before it looks again.
+PODIUM_BUILD_NETWORK_WAIT_S = env.int("PODIUM_BUILD_NETWORK_WAIT_S", default=60)
+# The benchmark page calls the policy unverified when no build host checked it this recently.
+PODIUM_BUILD_NETWORK_STALE_S = env.int("PODIUM_BUILD_NETWORK_STALE_S", default=3600)
+# Bounds of every build container. Writes to a container's own layer are capped at the
+# benchmark's image cap (max_image_bytes); the PID and CPU bounds are set on a cgroup
+# made for each build under PODIUM_BUILD_CGROUP_PARENT (cgroupfs driver, v1 or v2).
+PODIUM_BUILD_MEMORY_BYTES = env.int("PODIUM_BUILD_MEMORY_BYTES", default=8 << 30)
+PODIUM_BUILD_PIDS_LIMIT = env.int("PODIUM_BUILD_PIDS_LIMIT", default=1024)
+PODIUM_BUILD_CPUS = env.float("PODIUM_BUILD_CPUS", default=max(1.0, (os.cpu_count() or 2) / 2))
+PODIUM_BUILD_CGROUP_PARENT = env.str("PODIUM_BUILD_CGROUP_PARENT", default="podium-build")
 
 # The machine lock and the health gates (scoring/machine.py, scoring/gates.py).
 # The lock is per scoring host; "" means the Docker Engine's own name, which every
 # worker talking to that engine sees alike (in compose, the builds and scoring services
 # have different container hostnames but share the host's engine).
 PODIUM_SCORING_HOST = env.str("PODIUM_SCORING_HOST", default="")
+# A score pauses every other container on its host; these (comma-separated container
+# names: the deployment's own PostgreSQL, Redis, web and workers) it never pauses.
+PODIUM_FREEZE_EXEMPT = env.list("PODIUM_FREEZE_EXEMPT", default=[])
 # A dead scoring worker's lock and run are taken back this long after its last heartbeat.
 PODIUM_LEASE_S = env.int("PODIUM_LEASE_S", default=60)
 # How long a score waits for another score's lock before rescheduling itself.

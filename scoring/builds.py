@@ -18,11 +18,16 @@ Who pays for what:
 Neither build ever sees a cohort file: the environment build gets its Dockerfile and
 its own context archive, the submission build gets its source archive, nothing else.
 
-Builds give way to scores (``scoring.machine``): every build container carries the
-label ``podium.build=<scoring host>`` (the environment build's RUN steps through a
-``LABEL`` added after each ``FROM``), so a score holding the machine can pause them. A
-build starts no step while a score holds the machine, and its cap counts only time when
-none did.
+Builds run entrant code, so each runs inside ``scoring.buildbox.sandbox``: only on the
+build network, and only once ``scoring.buildnet`` found every firewall rule in place
+(otherwise the build waits, unclaimed and uncharged, and looks again later), with
+memory, swap, PID, CPU and disk bounds; build.sh also runs with every capability
+dropped and ``no-new-privileges``. An engine failure is told to the entrant as one
+plain sentence; its details go to staff (the audit trail's ``build.platform_fault``).
+
+Builds give way to scores (``scoring.machine``): a score holding the machine pauses
+every other container on the host. A build starts no step while a score holds the
+machine, and its cap counts only time when none did.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
@@ -43,9 +49,15 @@ from typing import IO, cast
 from django.conf import settings
 
 from portal import storage
-from portal.environments import dockerfile_policy
+from portal.environments.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.environments.models import Environment
-from portal.environments.services import environment_claim_build, environment_finish_build
+from portal.environments.services import (
+    ENGINE_FAULT_REASON,
+    build_platform_fault_record,
+    environment_claim_build,
+    environment_finish_build,
+    environment_wait_for_build_network,
+)
 from portal.submissions import archives
 from portal.submissions.models import Submission
 from portal.submissions.services import (
@@ -53,8 +65,9 @@ from portal.submissions.services import (
     submission_build_finished,
     submission_build_platform_failure,
     submission_transition,
+    submission_wait_for_build_network,
 )
-from scoring import engine, machine
+from scoring import buildbox, buildnet, engine, machine
 from scoring.logfile import CappedLog
 
 log = logging.getLogger(__name__)
@@ -63,7 +76,6 @@ BUILD_LOG = storage.BUILD_LOG
 CONTEXT_ARCHIVE = "context.archive"
 SHELL = "/bin/sh"
 RUN_PATH = "/submission/run"
-BUILD_PIDS_LIMIT = 1024
 LOG_THREAD_GRACE_S = 10.0
 # How often build.sh's cap is re-checked (and the machine lock consulted).
 WAIT_SLICE_S = 1.0
@@ -85,39 +97,12 @@ EXEC_BITS = 0o111
 OTHERS_EXEC = 0o001
 
 _CLIENT_ERROR = re.compile(r"^engine: 4\d\d Client Error.*?\(\"(?P<message>.*)\"\)\s*$", re.S)
+_STEP_EXIT = re.compile(r"returned a non-zero code: (\d+)")
 
 
 def _short_tag() -> str:
     """A fresh tag per build, so a rebuild never reuses (or untags) an earlier image."""
     return secrets.token_hex(6)
-
-
-def label_stages(dockerfile: str, labels: dict[str, str]) -> str:
-    """``dockerfile`` with a ``LABEL`` instruction right after each ``FROM`` (pure).
-
-    The classic builder creates each RUN step's container from the stage's config so
-    far, labels included, so this labels every RUN container of the build. The LABEL
-    goes in front of the instruction that follows the FROM (or at the end), which
-    keeps line continuations, comments and parser directives intact; instructions are
-    found with the Dockerfile policy's parser, the same one the policy checked.
-    """
-    assignments = " ".join(f'{key}="{value}"' for key, value in labels.items())
-    instructions, _directives = dockerfile_policy._parse(dockerfile)
-    lines = dockerfile.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    after: set[int] = set()  # 0-based line indexes that get a LABEL in front
-    for index, instruction in enumerate(instructions):
-        if instruction.keyword == "FROM":
-            following = instructions[index + 1].line - 1 if index + 1 < len(instructions) else -1
-            after.add(following if following >= 0 else len(lines))
-    out: list[str] = []
-    for number, line in enumerate([*lines, None]):
-        if number in after:
-            out.append(f"LABEL {assignments}")
-        if line is not None:
-            out.append(line)
-    return "\n".join(out) + "\n"
 
 
 def _frozen(host: str) -> bool:
@@ -152,20 +137,26 @@ def build_environment(environment_id: int) -> None:
     capped and flushed as it grows. Whatever the outcome, no image is left tagged
     unless the environment ends ``ready``.
     """
+    if not _build_network_ready(
+        lambda retry_in_s: environment_wait_for_build_network(
+            environment_id=environment_id, retry_in_s=retry_in_s
+        )
+    ):
+        return
     environment = environment_claim_build(environment_id)
     if environment is None:
         return
     cap_s = environment.benchmark.build_timeout_s
     folder = storage.ensure_dir(storage.environment_dir(environment.pk))
-    tag = f"podium/env-{environment.pk}:{_short_tag()}"
+    tag = f"{ENTRANT_NAMESPACE}/env-{environment.pk}:{_short_tag()}"
     try:
         with CappedLog(folder / BUILD_LOG) as build_log:
             build_log.write(f"Building environment {environment.name} (cap {cap_s} s)\n")
             try:
                 result = _build_environment_image(environment, tag, folder, build_log)
-            except engine.EngineError as exc:
+            except (engine.EngineError, buildbox.SandboxError, buildnet.NotEnforced) as exc:
                 _discard_image(tag)
-                result = EnvironmentResult(Environment.FAILED, f"platform error: {exc}")
+                result = _environment_platform_fault(environment.pk, str(exc))
             build_log.write(_environment_outcome_line(result))
     except Exception as exc:
         # Our own bug or a broken data folder: still a platform fault, and still free.
@@ -204,17 +195,23 @@ def _build_environment_image(
         context.seek(0)
         host = machine.scoring_host()
         machine.wait_while_frozen(host)
-        outcome = engine.build_image(
-            context=context,
-            tag=tag,
-            on_log=build_log.write,
-            timeout_s=cap_s,
-            platform=settings.PODIUM_DOCKER_PLATFORM,
-            # The final image must not carry the build label: containers made from it
-            # later (a scored run) are not builds.
-            labels={machine.BUILD_LABEL: ""},
-            frozen=lambda: _frozen(host),
-        )
+        with buildbox.sandbox(
+            job=buildbox.job_name("env", environment.pk), disk_cap_bytes=benchmark.max_image_bytes
+        ) as box:
+            outcome = engine.build_image(
+                context=context,
+                tag=tag,
+                on_log=build_log.write,
+                timeout_s=cap_s,
+                platform=settings.PODIUM_DOCKER_PLATFORM,
+                frozen=lambda: _frozen(host),
+                bounds=box.bounds,
+            )
+            if box.guard.unfiltered:
+                _discard_image(tag)
+                raise buildnet.NotEnforced(box.guard.unfiltered)
+            exit_code = _STEP_EXIT.search(outcome.error)
+            bound = box.explain(exit_code=int(exit_code.group(1)) if exit_code else None)
     if outcome.timed_out:
         _discard_image(tag)
         return EnvironmentResult(
@@ -222,10 +219,12 @@ def _build_environment_image(
         )
     if not outcome.ok:
         _discard_image(tag)
+        if outcome.error.startswith("engine: ") and not _CLIENT_ERROR.match(outcome.error):
+            return _environment_platform_fault(environment.pk, outcome.error)
         reason = _build_failure_reason(outcome.error)
         if outcome.error.startswith("engine: "):
-            build_log.write(outcome.error + "\n")  # the engine did not stream this one
-        return EnvironmentResult(Environment.FAILED, reason)
+            build_log.write(reason + "\n")  # the engine did not stream this one
+        return EnvironmentResult(Environment.FAILED, f"{reason} {bound}".strip())
     info = engine.image_info(tag)
     if info.size > benchmark.max_image_bytes:
         _discard_image(tag)
@@ -244,13 +243,33 @@ def _build_environment_image(
 
 
 def _build_failure_reason(error: str) -> str:
-    """The entrant's sentence for a failed build; engine faults read as platform errors."""
+    """The entrant's sentence for a failed build: the failing step, or the engine's
+    refusal of the Dockerfile itself (a parse error)."""
     client_error = _CLIENT_ERROR.match(error)
-    if client_error:  # the engine refused the Dockerfile itself (a parse error)
+    if client_error:
         return f"The Dockerfile build failed: {client_error.group('message')}"
-    if error.startswith("engine: "):
-        return f"platform error: {error.removeprefix('engine: ')}"
-    return f"The Dockerfile build failed: {error}"
+    return f"The Dockerfile build failed: {error.rstrip('.')}."
+
+
+def _environment_platform_fault(environment_id: int, detail: str) -> EnvironmentResult:
+    """Not the entrant's doing: a plain sentence for them, the details for staff."""
+    log.error("platform fault building environment %s: %s", environment_id, detail)
+    build_platform_fault_record(target=f"environment:{environment_id}", detail=detail)
+    return EnvironmentResult(
+        Environment.FAILED, f"{ENGINE_FAULT_REASON}; rebuild it, it costs nothing."
+    )
+
+
+def _build_network_ready(wait: Callable[[float], bool]) -> bool:
+    """Whether the build network's rules are all in place; if not, ``wait(retry_in_s)``
+    puts the build off (it is looked at again later) and False is returned."""
+    try:
+        buildnet.require()
+    except buildnet.NotEnforced as missing:
+        log.error("build network not enforced, builds wait: %s", missing)
+        wait(float(settings.PODIUM_BUILD_NETWORK_WAIT_S))
+        return False
+    return True
 
 
 def _environment_outcome_line(result: EnvironmentResult) -> str:
@@ -272,7 +291,7 @@ def _write_environment_context(
     at the root of the context archive is skipped (and the log says so). Nothing is held
     in memory: the normalized context goes through a temporary file.
     """
-    dockerfile = label_stages(environment.dockerfile, machine.build_labels()).encode()
+    dockerfile = environment.dockerfile.encode()
     with tarfile.open(fileobj=dest, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
@@ -331,6 +350,12 @@ def build_submission(submission_id: int) -> None:
     build container is always removed; the build log (``submission_dir/build.log``)
     holds build.sh's stdout and stderr, capped.
     """
+    if not _build_network_ready(
+        lambda retry_in_s: submission_wait_for_build_network(
+            submission_id=submission_id, retry_in_s=retry_in_s
+        )
+    ):
+        return
     if not submission_transition(submission_id, frm=[Submission.ACCEPTED], to=Submission.BUILDING):
         return
     submission = Submission.objects.select_related("environment", "benchmark").get(pk=submission_id)
@@ -350,12 +375,9 @@ def build_submission(submission_id: int) -> None:
         # Engine errors, and anything else that is not the entrant's doing: the archive
         # passed validation at upload, so failing to unpack it now is ours too.
         log.exception("platform error while building submission %s", submission_id)
-        reason = (
-            f"Docker Engine: {exc}"
-            if isinstance(exc, engine.EngineError)
-            else f"internal error ({type(exc).__name__})"  # no host paths in entrant text
-        )
-        submission_build_platform_failure(submission_id, reason=reason)
+        build_platform_fault_record(target=f"submission:{submission_id}", detail=repr(exc))
+        # The entrant's sentence names no engine internals (addresses, ids, host paths).
+        submission_build_platform_failure(submission_id, reason=ENGINE_FAULT_REASON.lower())
         return
     if not submission_build_finished(
         submission_id=submission_id,
@@ -382,62 +404,79 @@ def _build_submission_image(
     environment_tag = submission.environment.image_tag
     build_log.write(f"Building submission #{submission.pk} on {environment_tag} (cap {cap_s} s)\n")
     host = machine.scoring_host()
-    container_id = engine.create_container(
-        image=environment_tag,
-        command=[SHELL, "-c", BUILD_SCRIPT],
-        entrypoint=[],  # the environment's ENTRYPOINT must not wrap build.sh
-        working_dir="/submission",
-        user="0",
-        network_mode="bridge",  # the build may fetch from the internet (host firewall applies)
-        labels={"podium.submission": str(submission.pk), machine.BUILD_LABEL: host},
-        mem_limit=benchmark.run_memory_bytes,
-        memswap_limit=benchmark.run_memory_bytes,
-        pids_limit=BUILD_PIDS_LIMIT,
-        log_config={"type": "json-file", "config": {"max-size": "10m"}},
-    )
-    try:
-        with tempfile.TemporaryFile(dir=folder) as source_tar:
-            archives.write_normalized_tar(
-                source_path(submission),
-                cast(archives.ArchiveFormat, submission.source_format),
-                source_tar,
-                prefix="submission",
-            )
-            source_tar.seek(0)
-            engine.put_archive(container_id, "/", source_tar)
-        machine.wait_while_frozen(host)
-        engine.start(container_id)
-        follower = _LogFollower(container_id, build_log)
-        follower.start()
-        exit_code = _wait_unfrozen(container_id, cap_s, host)
-        if exit_code is None:
-            engine.kill(container_id)
-            follower.join(LOG_THREAD_GRACE_S)
-            raise _EntrantFailure(f"build.sh ran past the {cap_s}-second cap.")
-        follower.join(LOG_THREAD_GRACE_S)
-        if exit_code != 0:
-            raise _EntrantFailure(f"build.sh exited with status {exit_code}; see the build log.")
-        _check_run_entrypoint(container_id, build_log)
-        repository = f"podium/sub-{submission.pk}"
-        tag = _short_tag()
-        machine.wait_while_frozen(host)  # committing is heavy disk work: not during a score
-        # The image must not carry the build label on: its scored runs are not builds.
-        info = engine.commit(
-            container_id, repository=repository, tag=tag, labels={machine.BUILD_LABEL: ""}
+    with buildbox.sandbox(
+        job=buildbox.job_name("sub", submission.pk), disk_cap_bytes=benchmark.max_image_bytes
+    ) as box:
+        container_id = engine.create_container(
+            image=environment_tag,
+            command=[SHELL, "-c", BUILD_SCRIPT],
+            entrypoint=[],  # the environment's ENTRYPOINT must not wrap build.sh
+            working_dir="/submission",
+            user="0",
+            labels={"podium.submission": str(submission.pk)},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            log_config={"type": "json-file", "config": {"max-size": "10m"}},
+            **box.bounds.host_config(),
         )
-        image_tag = f"{repository}:{tag}"
-        if info.size > benchmark.max_image_bytes:
-            _discard_image(image_tag)
-            raise _EntrantFailure(
-                f"The submission image is {info.size:,} bytes; "
-                f"the cap is {benchmark.max_image_bytes:,} bytes."
-            )
-        return SubmissionImage(tag=image_tag, digest=info.id, size=info.size)
-    finally:
         try:
-            engine.remove_container(container_id)
-        except engine.EngineError:
-            log.exception("could not remove build container %s", container_id)
+            return _run_build_script(submission, container_id, folder, build_log, box, host)
+        finally:
+            try:
+                engine.remove_container(container_id)
+            except engine.EngineError:
+                log.exception("could not remove build container %s", container_id)
+
+
+def _run_build_script(
+    submission: Submission,
+    container_id: str,
+    folder: Path,
+    build_log: CappedLog,
+    box: buildbox.Box,
+    host: str,
+) -> SubmissionImage:
+    benchmark = submission.benchmark
+    cap_s = benchmark.build_timeout_s
+    with tempfile.TemporaryFile(dir=folder) as source_tar:
+        archives.write_normalized_tar(
+            source_path(submission),
+            cast(archives.ArchiveFormat, submission.source_format),
+            source_tar,
+            prefix="submission",
+        )
+        source_tar.seek(0)
+        engine.put_archive(container_id, "/", source_tar)
+    machine.wait_while_frozen(host)
+    engine.start(container_id)
+    follower = _LogFollower(container_id, build_log)
+    follower.start()
+    exit_code = _wait_unfrozen(container_id, cap_s, host)
+    if exit_code is None:
+        engine.kill(container_id)
+        follower.join(LOG_THREAD_GRACE_S)
+        raise _EntrantFailure(f"build.sh ran past the {cap_s}-second cap.")
+    follower.join(LOG_THREAD_GRACE_S)
+    if box.guard.unfiltered:
+        raise buildnet.NotEnforced(box.guard.unfiltered)
+    if exit_code != 0:
+        bound = box.explain(exit_code=exit_code)
+        raise _EntrantFailure(
+            f"build.sh exited with status {exit_code}; see the build log. {bound}".strip()
+        )
+    _check_run_entrypoint(container_id, build_log)
+    repository = f"{ENTRANT_NAMESPACE}/sub-{submission.pk}"
+    tag = _short_tag()
+    machine.wait_while_frozen(host)  # committing is heavy disk work: not during a score
+    info = engine.commit(container_id, repository=repository, tag=tag)
+    image_tag = f"{repository}:{tag}"
+    if info.size > benchmark.max_image_bytes:
+        _discard_image(image_tag)
+        raise _EntrantFailure(
+            f"The submission image is {info.size:,} bytes; "
+            f"the cap is {benchmark.max_image_bytes:,} bytes."
+        )
+    return SubmissionImage(tag=image_tag, digest=info.id, size=info.size)
 
 
 def _wait_unfrozen(container_id: str, cap_s: float, host: str) -> int | None:

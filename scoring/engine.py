@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import socket
 import tarfile
 import threading
@@ -20,6 +21,7 @@ from typing import IO, Any
 
 import docker
 import docker.errors
+import docker.types
 import requests.exceptions
 
 LABEL = "podium"  # every container and image Podium makes carries this label
@@ -44,6 +46,41 @@ class BuildOutcome:
     ok: bool
     timed_out: bool = False
     error: str = ""
+
+
+@dataclass(frozen=True)
+class BuildBounds:
+    """What confines a build's containers: the network they join, the cgroup they are
+    made under (which carries the PID bound), memory (swap included) and CPUs."""
+
+    network: str
+    cgroup_parent: str
+    memory_bytes: int
+    pids_limit: int
+    cpus: float
+
+    def build_params(self) -> dict[str, Any]:
+        """The ``POST /build`` query parameters: applied to every RUN step's container."""
+        period = 100_000
+        return {
+            "networkmode": self.network,
+            "cgroupparent": self.cgroup_parent,
+            "memory": self.memory_bytes,
+            "memswap": self.memory_bytes,
+            "cpuperiod": period,
+            "cpuquota": int(self.cpus * period),
+        }
+
+    def host_config(self) -> dict[str, Any]:
+        """The same bounds as ``create_container`` keywords (the PID bound is the cgroup
+        parent's, as for RUN steps)."""
+        return {
+            "network_mode": self.network,
+            "cgroup_parent": self.cgroup_parent,
+            "mem_limit": self.memory_bytes,
+            "memswap_limit": self.memory_bytes,
+            "nano_cpus": int(self.cpus * 1e9),
+        }
 
 
 @dataclass(frozen=True)
@@ -74,6 +111,11 @@ def available() -> bool:
         return False
 
 
+def info() -> dict[str, Any]:
+    """The engine's ``docker info`` (storage and cgroup drivers, name, versions)."""
+    return dict(_wrap(lambda: client().info()))
+
+
 def version() -> str:
     return str(_wrap(lambda: client().version()).get("Version", ""))
 
@@ -96,6 +138,7 @@ def build_image(
     platform: str = "",
     labels: dict[str, str] | None = None,
     frozen: Callable[[], bool] | None = None,
+    bounds: BuildBounds | None = None,
 ) -> BuildOutcome:
     """Build ``context`` (a tar with a Dockerfile at its root) as ``tag``.
 
@@ -104,24 +147,27 @@ def build_image(
     time when ``frozen()`` is false counts towards ``timeout_s`` (checked every
     ``BUILD_POLL_S``): a build paused while a score holds the machine keeps its cap.
     ``labels`` are set on the final image (the engine adds them as a last LABEL step).
+    ``bounds`` put every RUN step's container on a network, under a cgroup parent and
+    within memory and CPU limits.
     """
     result: dict[str, BuildOutcome] = {}
     holder: dict[str, Any] = {}
+    params: dict[str, Any] = {
+        "t": tag,
+        "rm": True,
+        "forcerm": True,
+        "pull": False,
+        "buildargs": json.dumps(buildargs or {}),
+        "labels": json.dumps({LABEL: "1", **(labels or {})}),
+    }
+    if platform:
+        params["platform"] = platform
+    if bounds is not None:
+        params.update(bounds.build_params())
 
     def consume() -> None:
         try:
-            stream = client().api.build(
-                fileobj=context,
-                custom_context=True,
-                tag=tag,
-                rm=True,
-                forcerm=True,
-                decode=True,
-                buildargs=buildargs or {},
-                platform=platform or None,
-                labels={LABEL: "1", **(labels or {})},
-                pull=False,
-            )
+            stream = _post_build(context, params)
             holder["stream"] = stream
             for chunk in stream:
                 if "stream" in chunk:
@@ -141,6 +187,18 @@ def build_image(
         _close_stream(holder.get("stream"))
         worker.join(30)
     return result["outcome"]
+
+
+def _post_build(context: IO[bytes], params: dict[str, Any]) -> Any:
+    """``POST /build`` with every query parameter the engine takes (the SDK's ``build``
+    has no ``cgroupparent`` nor CPU quota); the decoded progress stream."""
+    api = client().api
+    headers = {"Content-Type": "application/tar"}
+    api._set_auth_headers(headers)  # registry credentials, as the SDK's build sends them
+    response = api._post(
+        api._url("/build"), data=context, params=params, headers=headers, stream=True, timeout=None
+    )
+    return api._stream_helper(response, decode=True)  # an error status raises when read
 
 
 def _join_within(
@@ -316,6 +374,12 @@ def state(container_id: str) -> dict[str, Any]:
     return dict(_wrap(lambda: client().api.inspect_container(container_id))["State"])
 
 
+def cgroup_parent(container_id: str) -> str:
+    """The cgroup parent the container was created under ("" for the engine's default)."""
+    data = _wrap(lambda: client().api.inspect_container(container_id))
+    return str((data.get("HostConfig") or {}).get("CgroupParent") or "")
+
+
 def logs(container_id: str, *, stdout: bool = True, stderr: bool = False) -> bytes:
     return bytes(
         _wrap(lambda: client().api.logs(container_id, stdout=stdout, stderr=stderr, stream=False))
@@ -416,3 +480,52 @@ def container_events(*, labels: list[str], actions: list[str]) -> EventStream:
     carrying every one of ``labels``. Events are delivered from the moment this returns."""
     filters = {"type": ["container"], "event": actions, "label": labels}
     return EventStream(_wrap(lambda: client().api.events(decode=True, filters=filters)))
+
+
+# Networks ----------------------------------------------------------------------------
+
+
+def network_info(name: str) -> dict[str, Any] | None:
+    """The engine's inspection of network ``name``, or None when it does not exist."""
+    try:
+        return dict(_wrap(lambda: client().api.inspect_network(name)))
+    except NoSuchObject:
+        return None
+
+
+def create_bridge_network(
+    name: str, *, bridge: str, subnet: str, mtu: int, icc: bool = False
+) -> None:
+    """Create a bridge network whose Linux bridge is named ``bridge`` (so host firewall
+    rules can name it), on ``subnet``, masqueraded to the outside, with containers on it
+    unable to reach each other unless ``icc``. It does not depend on ``docker0``."""
+    options = {
+        "com.docker.network.bridge.name": bridge,
+        "com.docker.network.bridge.enable_icc": str(icc).lower(),
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+    }
+    if mtu:
+        options["com.docker.network.driver.mtu"] = str(mtu)
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+    _wrap(
+        lambda: client().api.create_network(
+            name, driver="bridge", options=options, ipam=ipam, labels={LABEL: "1"}
+        )
+    )
+
+
+def remove_network(name: str) -> None:
+    with contextlib.suppress(NoSuchObject):
+        _wrap(lambda: client().api.remove_network(name))
+
+
+def containers_on_network(network: str, *, sizes: bool = False) -> list[dict[str, Any]]:
+    """Running and paused containers attached to ``network``; with ``sizes``, each with
+    ``SizeRw``, the bytes written to its own layer."""
+    return list(
+        _wrap(
+            lambda: client().api.containers(
+                filters={"network": [network], "status": ["running", "paused"]}, size=sizes
+            )
+        )
+    )

@@ -10,22 +10,32 @@ One score at a time per scoring host, across any number of scoring worker proces
   heartbeat finds the lock gone (it could not renew in time and it was taken over)
   kills its run's container: the run ends as a platform failure, never a verdict
   timed beside another score.
-- **Builds are frozen** while the lock is held: every running container labelled
-  ``podium.build=<host>`` (build.sh containers, and the RUN steps of environment
-  builds, whose Dockerfile gets that LABEL after each FROM) is paused with
-  ``docker pause``, and an engine event stream pauses any that start or are unpaused
-  during the score. All are unpaused at release. Build workers start no new step while
-  the lock is held, and count their cap only over time it was not
-  (:func:`builds_frozen`, :func:`wait_while_frozen`).
+- **Everything else on the host is frozen** while the lock is held: every running
+  container is paused with ``docker pause`` except the scored container itself (spared
+  by id: the runner calls :meth:`Session.spare` after creating it, before starting it)
+  and the deployment's own service containers, named in ``PODIUM_FREEZE_EXEMPT``
+  (PostgreSQL, Redis, the web and the workers). What a container *is* decides, never
+  its labels: an entrant sets any label in their own Dockerfile, but chooses neither a
+  container's id nor its name (the builder's step containers and Podium's build.sh
+  containers are created without a name: the engine picks a random ``adjective_name``).
+  An engine event stream pauses any container that starts or is unpaused during the
+  score. At release every paused container on the host is unpaused, except the exempt
+  ones: on a scoring host nothing but this module pauses containers, so whatever is
+  paused there was paused by a score (possibly one whose worker died). A scoring host
+  is one Docker Engine: two ``PODIUM_SCORING_HOST`` names on one engine would freeze
+  and thaw each other's containers. Build workers start no new step while the lock is
+  held, and count their cap only over time it was not (:func:`builds_frozen`,
+  :func:`wait_while_frozen`).
 - **Health gates** (``scoring.gates`` decides; this module measures): pinned engine,
   kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
   freeze, GPU idle and temperature where configured. A failing gate (or an engine that
   does not answer) releases the lock and reschedules the score with backoff (5 minutes
   doubling to an hour); the submission stays ``queued`` with a timeline note.
 
-Only the scoring worker calls :func:`hold` (through ``scoring.runner.machine``); build
-workers call :func:`builds_frozen` and :func:`wait_while_frozen`; the reaper calls
-:func:`reap` and :func:`frozen_seconds`.
+Only the scoring worker calls :func:`hold` (through ``scoring.runner.machine``) and
+:meth:`Session.spare` (for its scored container, before starting it); build workers
+call :func:`builds_frozen` and :func:`wait_while_frozen`; the reaper calls :func:`reap`
+and :func:`frozen_seconds`.
 """
 
 from __future__ import annotations
@@ -68,8 +78,8 @@ from scoring.gates import Reading
 
 log = logging.getLogger(__name__)
 
-BUILD_LABEL = "podium.build"  # value: the scoring host whose lock freezes the container
-RUN_LABEL = "podium.run"  # scoring containers: never frozen
+# Labels are bookkeeping, never what the freezer goes by: an entrant can forge any of them.
+RUN_LABEL = "podium.run"  # on scoring containers: their run (the reaper finds them by it)
 HOST_LABEL = "podium.host"  # on scoring containers: the host whose lock they ran under
 LOCK_POLL_S = 1.0
 GPU_QUERY = (
@@ -101,11 +111,6 @@ def scoring_host() -> str:
     """
     name = str(settings.PODIUM_SCORING_HOST) or _engine_host()
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:100]
-
-
-def build_labels() -> dict[str, str]:
-    """The label every build container of this host carries, so a score can freeze it."""
-    return {BUILD_LABEL: scoring_host()}
 
 
 def builds_frozen(host: str) -> bool:
@@ -152,24 +157,46 @@ def frozen_seconds(since: dt.datetime, now: dt.datetime) -> float:
     return total
 
 
-class BuildFreezer:
-    """Pauses ``host``'s build containers and keeps them paused until :meth:`stop`.
+def freeze_exempt() -> frozenset[str]:
+    """The container names no score pauses: ``PODIUM_FREEZE_EXEMPT`` (comma-separated)."""
+    value = settings.PODIUM_FREEZE_EXEMPT
+    names = value.split(",") if isinstance(value, str) else value
+    return frozenset(name.strip().lstrip("/") for name in names if name.strip())
 
-    :meth:`start` subscribes to the engine's events first and then pauses every running
-    build container, so one that starts in between is caught by its ``start`` event.
-    A thread pauses each build container that starts (or is unpaused) while frozen; a
-    broken event stream is resubscribed, with a fresh sweep. :meth:`stop` ends the
-    watch and unpauses every paused build container of the host (also any a dead
-    holder left paused). Scoring containers (``podium.run``) are never touched.
+
+def _names(container: dict[str, Any]) -> set[str]:
+    """A listed container's names, without the engine's leading slash."""
+    return {str(name).lstrip("/") for name in container.get("Names") or []}
+
+
+class BuildFreezer:
+    """Pauses every container on the host but the scored one and the deployment's own,
+    and keeps them paused until :meth:`stop`.
+
+    :meth:`start` subscribes to the engine's ``start`` and ``unpause`` events of every
+    container first and then pauses every running container, so one that starts in
+    between is caught by its event. A thread pauses each container that starts (or is
+    unpaused) while frozen; a broken event stream is resubscribed, with a fresh sweep.
+    Never paused: containers given to :meth:`spare` (by id; the scored container, spared
+    before it starts) and containers whose name is in ``exempt`` (by default
+    ``PODIUM_FREEZE_EXEMPT``). Labels exempt nothing. :meth:`stop` ends the watch and
+    unpauses every paused container of the host but the exempt ones (also any that a
+    dead holder left paused), see :func:`thaw`.
     """
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, exempt: frozenset[str] | None = None) -> None:
         self.host = host
-        self.label = f"{BUILD_LABEL}={host}"
+        self.exempt = freeze_exempt() if exempt is None else exempt
         self.paused: set[str] = set()
+        self.spared: set[str] = set()
         self._closing = threading.Event()
         self._stream: engine.EventStream | None = None
         self._thread: threading.Thread | None = None
+
+    def spare(self, container_id: str) -> None:
+        """Never pause ``container_id``. Call it before the container starts, so that its
+        ``start`` event finds it spared already."""
+        self.spared.add(container_id)
 
     def start(self) -> None:
         """Freeze; raises :class:`engine.EngineError` if the engine cannot be asked."""
@@ -187,23 +214,34 @@ class BuildFreezer:
             self._stream.close()
         if self._thread is not None:
             self._thread.join(10)
-        return thaw(self.host)
+        return thaw(self.host, self.exempt)
 
     def _subscribe(self) -> engine.EventStream:
-        return engine.container_events(labels=[self.label], actions=["start", "unpause"])
+        return engine.container_events(labels=[], actions=["start", "unpause"])
 
     def _sweep(self) -> None:
-        for container in engine.list_containers(self.label, status="running"):
-            if RUN_LABEL not in (container.get("Labels") or {}):
-                self._pause(str(container["Id"]))
+        for container in engine.list_containers([], status="running"):
+            container_id = str(container["Id"])
+            if container_id not in self.spared and not _names(container) & self.exempt:
+                self._pause(container_id)
 
     def _pause(self, container_id: str) -> None:
         try:
             engine.pause(container_id)
         except engine.EngineError as exc:  # it stopped meanwhile, or is paused already
-            log.debug("could not pause build container %s: %s", container_id[:12], exc)
+            log.debug("could not pause container %s: %s", container_id[:12], exc)
             return
         self.paused.add(container_id)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        actor = event.get("Actor") or {}
+        container_id = str(event.get("id") or actor.get("ID") or "")
+        if not container_id or container_id in self.spared:
+            return
+        # The engine writes the container's own name over any label called "name".
+        name = str((actor.get("Attributes") or {}).get("name") or "")
+        if name not in self.exempt:
+            self._pause(container_id)
 
     def _watch(self) -> None:
         stream = self._stream
@@ -212,15 +250,10 @@ class BuildFreezer:
                 for event in stream:
                     if self._closing.is_set():
                         return
-                    actor = event.get("Actor") or {}
-                    if RUN_LABEL in (actor.get("Attributes") or {}):
-                        continue
-                    container_id = str(event.get("id") or actor.get("ID") or "")
-                    if container_id:
-                        self._pause(container_id)
+                    self._on_event(event)
             if self._closing.is_set():
                 return
-            log.warning("the engine's event stream ended; watching %s again", self.label)
+            log.warning("the engine's event stream ended; watching %s again", self.host)
             try:
                 stream = self._subscribe()
                 self._stream = stream
@@ -229,22 +262,31 @@ class BuildFreezer:
                     return
                 self._sweep()
             except engine.EngineError:
-                log.exception("could not watch %s", self.label)
+                log.exception("could not watch the containers of %s", self.host)
                 stream = None
                 self._closing.wait(0.5)
 
 
-def thaw(host: str) -> int:
-    """Unpause every paused build container of ``host``; how many were unpaused."""
+def thaw(host: str, exempt: frozenset[str] | None = None) -> int:
+    """Unpause every paused container on ``host``'s engine but those named in ``exempt``
+    (by default ``PODIUM_FREEZE_EXEMPT``); how many were unpaused.
+
+    Only a score pauses containers on a scoring host, so every paused one there is a
+    score's to thaw. Callers: the freezer at release, and the reaper while no score holds
+    the lock (a holder that died left them paused).
+    """
+    exempt = freeze_exempt() if exempt is None else exempt
     count = 0
-    for container in engine.list_containers(f"{BUILD_LABEL}={host}", status="paused"):
-        if RUN_LABEL in (container.get("Labels") or {}):
+    for container in engine.list_containers([], status="paused"):
+        if _names(container) & exempt:
             continue
         try:
             engine.unpause(str(container["Id"]))
             count += 1
         except engine.EngineError as exc:
-            log.warning("could not unpause build container %s: %s", container["Id"][:12], exc)
+            log.warning(
+                "could not unpause container %s on %s: %s", str(container["Id"])[:12], host, exc
+            )
     return count
 
 
@@ -422,12 +464,20 @@ class Heartbeat(threading.Thread):
 
 @dataclass
 class Session:
-    """What a score holding the machine gets: the gate readings, and its heartbeat."""
+    """What a score holding the machine gets: the gate readings, its heartbeat and the
+    freezer that keeps everything else on the host paused."""
 
     host: str
     holder: str
     readings: dict[str, Any]
     heartbeat: Heartbeat = field(repr=False)
+    freezer: BuildFreezer | None = field(default=None, repr=False)
+
+    def spare(self, container_id: str) -> None:
+        """Keep the scored container running: call after creating it, before starting it
+        (the freezer would pause it otherwise, as any other container that starts)."""
+        if self.freezer is not None:
+            self.freezer.spare(container_id)
 
     def attach(self, run_id: int) -> None:
         """From now on the heartbeat renews ``run_id``'s lease too (renewed once at once)."""
@@ -523,12 +573,15 @@ def _reschedule(submission_id: int, waits: int, reason: str) -> None:
 
 @contextmanager
 def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
-    """Hold the scoring host's machine for one score: lock, freeze builds, pass the gates.
+    """Hold the scoring host's machine for one score: lock, freeze the host, pass the gates.
 
     Order: take the lock (waiting up to ``PODIUM_LOCK_WAIT_S`` for another score),
-    start the heartbeat, freeze the builds, measure the gates. When all pass, the body
-    runs with a :class:`Session`; afterwards (also on an exception) the heartbeat
-    stops, the builds are unpaused and the lock is released, in that order.
+    start the heartbeat, freeze every container on the host (builds and anything else,
+    except the ``PODIUM_FREEZE_EXEMPT`` services; see :class:`BuildFreezer`), measure
+    the gates. When all pass, the body runs with a :class:`Session`; the body must
+    :meth:`Session.spare` its scored container before starting it, or the freezer
+    pauses it too. Afterwards (also on an exception) the heartbeat stops, the host's
+    paused containers are unpaused and the lock is released, in that order.
 
     When the lock cannot be had, the engine does not answer or a gate fails, nothing
     is claimed: the lock is released, the submission gets a "waiting for the scoring
@@ -555,26 +608,26 @@ def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
         try:
             freezer.start()
         except engine.EngineError as exc:
-            log.error("could not freeze the builds of %s: %s", host, exc)
+            log.error("could not freeze the containers of %s: %s", host, exc)
             failed = [gates.probe_failed("build_freezer", type(exc).__name__)]
         if not failed:
             readings = measure(limits())
             failed = gates.failing(readings)
         if not failed:
             log.info(
-                "machine %s held by %s for submission %s (%d builds paused)",
+                "machine %s held by %s for submission %s (%d containers paused)",
                 host,
                 holder,
                 submission_id,
                 len(freezer.paused),
             )
-            yield Session(host, holder, gates.as_json(readings), heartbeat)
+            yield Session(host, holder, gates.as_json(readings), heartbeat, freezer)
     finally:
         heartbeat.stop()
         try:
             freezer.stop()
         except engine.EngineError:
-            log.exception("could not unpause the builds of %s; the reaper will", host)
+            log.exception("could not unpause the containers of %s; the reaper will", host)
         machine_lease_release(host=host, holder=holder)
     if failed:
         for reading in failed:
@@ -586,11 +639,11 @@ def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
 
 
 def reap(now: dt.datetime | None = None) -> None:
-    """The reaper's part: free this host's lock if its holder died, and unpause builds
-    left paused while nobody holds it.
+    """The reaper's part: free this host's lock if its holder died, and unpause the
+    containers left paused while nobody holds it (see :func:`thaw`).
 
-    A holder that died mid-score left its builds paused; they run again once its lease
-    expired. Engine errors are logged (the reaper tries again next minute).
+    A holder that died mid-score left the host's containers paused; they run again once
+    its lease expired. Engine errors are logged (the reaper tries again next minute).
     """
     now = now or timezone.now()
     try:
@@ -606,7 +659,7 @@ def reap(now: dt.datetime | None = None) -> None:
     try:
         thawed = thaw(host)
     except engine.EngineError:
-        log.exception("reaper: could not unpause the builds of %s", host)
+        log.exception("reaper: could not unpause the containers of %s", host)
         return
     if thawed:
-        log.warning("reaper: unpaused %d build containers of %s", thawed, host)
+        log.warning("reaper: unpaused %d containers of %s", thawed, host)

@@ -52,8 +52,8 @@ AUDIT_ACTION = "artifacts.purge"
 
 # Podium's builds tag every image in a repository of its own row (scoring/builds.py):
 # only such a tag is removed, never a shared image another row merely names.
-_ENVIRONMENT_REPOSITORY = "podium/env-{pk}"
-_SUBMISSION_REPOSITORY = "podium/sub-{pk}"
+_ENVIRONMENT_REPOSITORY = "podium-entrant/env-{pk}"
+_SUBMISSION_REPOSITORY = "podium-entrant/sub-{pk}"
 
 
 class PurgeNotAllowed(Exception):

@@ -35,7 +35,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -384,6 +384,7 @@ def score_submission(submission_id: int, waits: int = 0) -> None:
                 lease_s=lease_s,
                 readings=session.readings,
                 host=session.host,
+                spare=session.spare,
             )
     except machine_lock.MachineWaiting as waiting:
         log.info("submission %s waits for the scoring machine: %s", submission_id, waiting)
@@ -397,6 +398,7 @@ def _score(
     lease_s: int,
     readings: dict[str, Any],
     host: str = "",
+    spare: Callable[[str], None] | None = None,
 ) -> None:
     run_id = int(run.pk)
     overhead: dict[str, float] = {}
@@ -432,6 +434,8 @@ def _score(
         container_id = engine.create_container(**spec)
         overhead["create"] = _elapsed_ms(started)
         known["container_id"] = container_id
+        if spare is not None:  # before it starts: the freezer pauses any other container
+            spare(container_id)
 
         if not run_mark_running(
             run_id=run_id,

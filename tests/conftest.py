@@ -29,12 +29,33 @@ def docker_available() -> bool:
     return engine.available()
 
 
+@cache
+def build_network_problems() -> tuple[str, ...]:
+    """Install the build network and its rules once per session (builds refuse to start
+    without them); what could not be put in place."""
+    from scoring import buildnet
+
+    try:
+        return tuple(buildnet.apply().problems)
+    except Exception as exc:  # not root, no iptables: said once, as the reason to skip
+        return (f"{type(exc).__name__}: {exc}",)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     needs_docker = item.get_closest_marker("docker") or item.get_closest_marker("e2e")
-    if needs_docker and not docker_available():
-        if os.environ.get("REQUIRE_DOCKER") == "1":
+    if not needs_docker:
+        return
+    required = os.environ.get("REQUIRE_DOCKER") == "1"
+    if not docker_available():
+        if required:
             pytest.fail("REQUIRE_DOCKER=1 but no Docker Engine answers here")
         pytest.skip("no Docker Engine here")
+    problems = build_network_problems()
+    if problems:
+        message = f"the build network cannot be put in place: {'; '.join(problems)}"
+        if required:
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 @pytest.fixture(autouse=True)

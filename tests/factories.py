@@ -32,7 +32,7 @@ class BenchmarkFactory(factory.django.DjangoModelFactory[Benchmark]):
     title = factory.LazyAttribute(lambda b: f"Benchmark {b.slug}")
     opens_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(days=1))
     closes_at = factory.LazyFunction(lambda: timezone.now() + dt.timedelta(days=10))
-    allowed_registries = "podium/\n"
+    allowed_registries = "localhost/podium/\n"
 
 
 class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):
@@ -43,5 +43,5 @@ class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):
     benchmark = factory.SubFactory(BenchmarkFactory)
     name = factory.Sequence(lambda n: f"env-{n}")
     status = Environment.READY
-    dockerfile = "FROM podium/busybox:1\n"
-    image_tag = "podium/busybox:1"
+    dockerfile = "FROM localhost/podium/busybox:1\n"
+    image_tag = "localhost/podium/busybox:1"

@@ -16,6 +16,7 @@ from rest_framework import serializers
 from portal.api.models import ApiToken
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
+from portal.environments.selectors import BuildNetworkState
 from portal.submissions.models import AttemptLedger, Run, Submission
 
 
@@ -105,9 +106,68 @@ class BenchmarkSerializer(serializers.ModelSerializer):
         return benchmark.status_at(now)
 
 
+class BuildNetworkSerializer(serializers.Serializer):
+    """The build network as the latest live check of every build host found it.
+
+    Never checked: not enforced, ``checked_at`` null, empty lists. ``allowed`` (the
+    operator's allow-list entries) is present only for staff callers.
+    """
+
+    # The serializer's context says whether the caller is staff: ``{"staff": bool}``.
+
+    enforced = serializers.BooleanField(
+        help_text="Every rule of every build host was in place at its latest check, "
+        "and no check is stale; builds wait while this is false."
+    )
+    checked_at = OffsetDateTimeField(allow_null=True, help_text="The most recent check.")
+    subnet = serializers.CharField()
+    blocked = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Ranges builds cannot reach (CIDRs, IPv4 and IPv6).",
+    )
+    dns = serializers.ListField(
+        child=serializers.CharField(), help_text="The only resolvers builds may send DNS to."
+    )
+    allowed_count = serializers.IntegerField(
+        help_text="How many allow-list entries (mirrors, proxies) the operator admits."
+    )
+    allowed = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Staff only: the allow-list entries (CIDRs or host:port).",
+    )
+
+    def to_representation(self, instance: BuildNetworkState | None) -> dict[str, Any]:
+        if instance is None:
+            return {
+                "enforced": False,
+                "checked_at": None,
+                "subnet": "",
+                "blocked": [],
+                "dns": [],
+                "allowed_count": 0,
+                **({"allowed": []} if self.context.get("staff") else {}),
+            }
+        data = dict(super().to_representation(instance))
+        if not self.context.get("staff"):
+            del data["allowed"]
+        return data
+
+
 class BenchmarkDetailSerializer(BenchmarkSerializer):
+    """Context: ``now``, and ``build_network`` (the selector's state) with ``staff``."""
+
+    build_network = serializers.SerializerMethodField()
+
     class Meta(BenchmarkSerializer.Meta):
-        fields = [*BenchmarkSerializer.Meta.fields, "description", *RULE_FIELDS]
+        fields = [*BenchmarkSerializer.Meta.fields, "description", *RULE_FIELDS, "build_network"]
+
+    @extend_schema_field(BuildNetworkSerializer)
+    def get_build_network(self, benchmark: Benchmark) -> dict[str, Any]:
+        state = self.context.get("build_network")
+        staff = bool(self.context.get("staff"))
+        # to_representation, not .data: ``.data`` of a None instance is the initial value.
+        return BuildNetworkSerializer(context={"staff": staff}).to_representation(state)
 
 
 class LeaderboardRowSerializer(serializers.Serializer):

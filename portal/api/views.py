@@ -39,6 +39,7 @@ from portal.api.models import ApiToken
 from portal.api.services import token_create, token_revoke
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.selectors import leaderboard_rows, quota_for
+from portal.environments.selectors import build_network_state
 from portal.submissions.models import Submission
 
 # Tokens -----------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class BenchmarkListView(APIView):
 
 
 class BenchmarkDetailView(APIView):
-    """One benchmark with every rule setting (public)."""
+    """One benchmark with every rule setting and the build network's state (public)."""
 
     permission_classes = [AllowAny]
 
@@ -126,8 +127,14 @@ class BenchmarkDetailView(APIView):
         responses={200: s.BenchmarkDetailSerializer, **s.error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
-        context = {"now": timezone.now()}
-        return Response(s.BenchmarkDetailSerializer(get_benchmark(slug), context=context).data)
+        benchmark = get_benchmark(slug)
+        now = timezone.now()
+        context = {
+            "now": now,
+            "build_network": build_network_state(now=now),
+            "staff": bool(request.user and request.user.is_staff),
+        }
+        return Response(s.BenchmarkDetailSerializer(benchmark, context=context).data)
 
 
 class LeaderboardView(APIView):

@@ -10,6 +10,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from portal.environments import dockerfile_policy
+
 GIB = 1024**3
 POSITIVE = MinValueValidator(1)
 
@@ -43,8 +45,11 @@ class Benchmark(models.Model):
     max_concurrent_builds = models.PositiveIntegerField(default=2, validators=[POSITIVE])
     max_upload_bytes = models.PositiveBigIntegerField(default=2 * GIB, validators=[POSITIVE])
     allowed_registries = models.TextField(
-        default="podium/\ndocker.io/library/\n",
-        help_text="One image-name prefix per line that a Dockerfile's FROM may name.",
+        default="localhost/podium/\ndocker.io/library/\n",
+        help_text=(
+            "One image-name prefix per line, registry included (localhost/podium/, "
+            "docker.io/library/, ghcr.io/org/), that a Dockerfile's FROM may name."
+        ),
     )
     run_memory_bytes = models.PositiveBigIntegerField(default=8 * GIB, validators=[POSITIVE])
     run_pids_limit = models.PositiveIntegerField(default=512, validators=[POSITIVE])
@@ -72,10 +77,19 @@ class Benchmark(models.Model):
         return self.slug
 
     def clean(self) -> None:
-        # One prefix per line, as stored by default (forms strip the last newline).
-        prefixes = [line.strip() for line in self.allowed_registries.splitlines() if line.strip()]
+        # One prefix per line, as stored by default (forms strip the last newline). Each
+        # names its registry and stays out of the entrant namespace (dockerfile_policy).
+        lines = self.allowed_registries.splitlines()
+        prefixes = [line.strip() for line in lines if line.strip()]
         self.allowed_registries = "".join(f"{prefix}\n" for prefix in prefixes)
-        errors = {}
+        errors: dict[str, str | list[str]] = {}
+        registry_errors = [
+            f"Line {number}: {problem}"
+            for number, line in enumerate(lines, start=1)
+            if line.strip() and (problem := dockerfile_policy.prefix_problem(line))
+        ]
+        if registry_errors:
+            errors["allowed_registries"] = registry_errors
         if self.opens_at and self.closes_at and self.opens_at >= self.closes_at:
             errors["closes_at"] = "The window must close after it opens."
         gate, size = self.pass_min_matches, self.cohort_size

@@ -19,6 +19,7 @@ from portal.contests.selectors import (
     quota_for,
     schedule_at,
 )
+from portal.environments.selectors import build_network_state
 from portal.submissions.models import Submission
 
 BOARD_PREVIEW_ROWS = 20
@@ -58,6 +59,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "practice_size": practice_cohort_size(benchmark),
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
+        "build_network": build_network_state(now=now),
     }
     return render(request, "contests/benchmark_detail.html", context)
 

@@ -1,4 +1,5 @@
-"""Environments in the admin: read-only, since every transition goes through services."""
+"""Environments and build network checks in the admin: read-only, since every transition
+goes through services (the checks are written only by the build worker)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from portal import storage
-from portal.environments.models import Environment, EnvironmentEvent
+from portal.environments.models import BuildNetworkCheck, Environment, EnvironmentEvent
 
 LOG_TAIL_LINES = 200
 
@@ -62,3 +63,11 @@ class EnvironmentEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_filter = ["status"]
     search_fields = ["environment__name", "environment__owner__username", "note"]
     list_select_related = ["environment__owner"]
+
+
+@admin.register(BuildNetworkCheck)
+class BuildNetworkCheckAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["host", "enforced", "checked_at", "problems"]
+    list_filter = ["enforced"]
+    search_fields = ["host", "problems"]
+    fields = ["host", "enforced", "checked_at", "problems", "policy"]

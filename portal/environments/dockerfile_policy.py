@@ -2,18 +2,44 @@
 
 :func:`check_dockerfile` reads a Dockerfile the way Docker's own parser does (line
 continuations and the ``# escape=`` directive, comments, heredoc bodies, case-insensitive
-instructions) and returns every :class:`Violation` of the policy, in line order:
+instructions) and returns every :class:`Violation` of the policy, in line order. The
+build engine is Docker's classic builder, which resolves a name it cannot find as a
+local image id (``FROM 3fa9`` is whatever local image's id starts with ``3fa9``) and
+pulls a missing image; every rule below exists because of what that builder would do.
 
-* every ``FROM`` names an image whose reference starts with an allowed prefix, an earlier
-  stage (``FROM builder``) or ``scratch``; variables in it (``$NAME``, ``${NAME}``,
-  ``${NAME:-default}``) are resolved from the ``ARG``\\ s before the first ``FROM`` and the
-  build arguments, and a variable without a value is itself a violation;
-* ``COPY --from=`` and ``RUN --mount=...,from=`` name a stage or an allowed image (they
-  pull images just as ``FROM`` does);
-* ``ADD`` never fetches from the network: no URL or git source, no ``--checksum``;
-* a ``# syntax=`` directive may name only Docker's official Dockerfile frontend or an
-  allowed image (a custom frontend would decide what every other line means);
-* the file is not empty and has a ``FROM``.
+* **Full references only.** Every image a line names (``FROM``, ``COPY --from=``,
+  ``RUN --mount=...,from=``, the same inside ``ONBUILD``, after variable substitution)
+  is an earlier stage (by alias, or, for ``--from``, by the index of an earlier stage),
+  ``scratch`` (``FROM`` only), or a full reference ``registry/repository[:tag][@sha256:
+  <64 hex>]`` in Docker's grammar whose first component is a registry host (it contains
+  '.' or ':' or is ``localhost``). Names without a registry (``python:3.11``), image
+  ids (``3fa9``, ``sha256:...``), malformed references and stages that do not exist yet
+  (the current one, a later one) are refused. ``docker.io/python`` means
+  ``docker.io/library/python``; ``index.docker.io`` is ``docker.io``.
+* **Allowed registries.** The normalized reference starts with a normalized allowed
+  prefix; a prefix without a registry host never matches.
+* **The entrant namespace** (:data:`ENTRANT_NAMESPACE`, where Podium tags every image
+  entrants build) is refused by name on any registry, whatever the prefixes allow: it
+  holds other entrants' images.
+* ``RUN`` takes no flag but ``--mount`` (no ``--network``, no ``--security``).
+* ``LABEL`` keys ``podium``/``podium.*`` (Podium's own labels, which mark build
+  containers) and ``com.docker.*`` (the engine's) are refused, keys built from variables
+  included.
+* ``VOLUME`` is refused: files written to a volume escape the build's disk cap and the
+  scored run's read-only root.
+* ``ADD`` never fetches from the network: no URL or git source (in any spelling, from
+  a variable or in the JSON form), no ``--checksum`` or ``--keep-git-dir``.
+* A ``# syntax=`` directive names Docker's official ``docker/dockerfile`` frontend or a
+  full reference under an allowed prefix (a custom frontend would decide what every
+  other line means).
+* ``ONBUILD`` triggers are held to the same rules; because they run in some later build,
+  they may not name this file's stages or use variables where a name is checked.
+* The file is not empty and has a ``FROM``.
+
+Variables (``$NAME``, ``${NAME}``, ``${NAME:-default}``...) are resolved as Docker does:
+``FROM`` from the ``ARG``\\ s before the first ``FROM``, other lines from the stage's
+``ENV`` and ``ARG``\\ s, build arguments overriding declared defaults; a variable without
+a known value where a name is checked is itself a violation.
 
 The function never raises for any text: whatever Docker itself would reject is either
 reported or left for the build to fail on, which costs the entrant nothing but time.
@@ -27,10 +53,19 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Violation", "check_dockerfile", "format_violations", "normalize_image"]
+__all__ = [
+    "ENTRANT_NAMESPACE",
+    "Violation",
+    "check_dockerfile",
+    "format_violations",
+    "normalize_image",
+    "prefix_problem",
+]
 
+ENTRANT_NAMESPACE = "podium-entrant"  # every image an entrant builds: podium-entrant/env-12:...
 DOCKER_HUB = "docker.io"
 _OFFICIAL_FRONTEND = "docker.io/docker/dockerfile"
+_EXAMPLE = "docker.io/library/python:3.11"
 _MAX_NESTING = 32  # deepest ${A:-${B:-...}} nesting we follow before giving up
 
 
@@ -44,15 +79,38 @@ class Violation:
 
 
 # Image references ---------------------------------------------------------------------
+# Docker's reference grammar (github.com/distribution/reference), ASCII only.
+
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = re.compile(
+    rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+)
+_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_IMAGE_ID = re.compile(r"[0-9a-fA-F]+|sha256:.*", re.DOTALL)
+_STAGE_INDEX = re.compile(r"[+-]?[0-9]{1,18}")  # strconv.Atoi's form; longer is never a stage
+_MAX_NAME_LENGTH = 255
 
 
 def _has_registry_host(ref: str) -> bool:
-    """Whether the first path component of ``ref`` names a registry host (Docker's rule:
-    it contains '.' or ':', is 'localhost', or has upper-case letters)."""
+    """Whether the first path component of ``ref`` is where Docker looks for a registry
+    host (it contains '.' or ':', is 'localhost', or has upper-case letters)."""
     first, slash, _ = ref.partition("/")
     if not slash:
         return False
     return "." in first or ":" in first or first == "localhost" or first != first.lower()
+
+
+def _names_registry(ref: str) -> bool:
+    """Podium's stricter rule: the first component is a well-formed host that contains
+    '.' or ':' or is exactly 'localhost', and a path follows it."""
+    first, slash, _ = ref.partition("/")
+    return bool(
+        slash
+        and ("." in first or ":" in first or first == "localhost")
+        and _DOMAIN.fullmatch(first)
+    )
 
 
 def normalize_image(ref: str) -> str:
@@ -62,7 +120,7 @@ def normalize_image(ref: str) -> str:
     ``ghcr.io/a/b@sha256:...`` is unchanged. A reference whose first component has no
     '.' or ':' and is not 'localhost' is on Docker Hub (``docker.io``; the legacy
     ``index.docker.io`` is folded into it). Tags and digests are kept as written; no
-    ``:latest`` is added. Also used on policy prefixes: ``podium/`` -> ``docker.io/podium/``,
+    ``:latest`` is added. Also used on policy prefixes: ``localhost/podium/`` stays,
     ``docker.io/`` stays ``docker.io/``.
     """
     ref = ref.strip()
@@ -78,28 +136,121 @@ def normalize_image(ref: str) -> str:
     return f"{domain}/{rest}{at}{digest}"
 
 
-def _image_allowed(image: str, prefixes: Sequence[str]) -> bool:
-    normalized = normalize_image(image)
-    for prefix in prefixes:
-        prefix = prefix.strip()
-        if not prefix:
-            continue  # an empty prefix would allow everything: never meant
-        if normalized.startswith(normalize_image(prefix)):
-            return True
-        # A local image written without a registry (``podium/python``) also matches a
-        # prefix written the same way; a reference naming a host never matches this way.
-        if (
-            not _has_registry_host(prefix)
-            and not _has_registry_host(image)
-            and image.startswith(prefix)
-        ):
-            return True
-    return False
+@dataclass(frozen=True)
+class _Reference:
+    repository: str  # normalized, without tag or digest: docker.io/library/python
+    normalized: str  # normalized, as written otherwise: docker.io/library/python:3.11
+
+
+def _full_reference(ref: str) -> _Reference | None:
+    """``ref`` as a full reference (registry host, repository, optional tag and digest)
+    in Docker's grammar, normalized; ``None`` when it is anything else."""
+    name, at, digest = ref.partition("@")
+    if at and not _DIGEST.fullmatch(digest):
+        return None
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    tag = ""
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _TAG.fullmatch(tag):
+            return None
+    if len(name) > _MAX_NAME_LENGTH or not _names_registry(name):
+        return None
+    _domain, _, path = name.partition("/")
+    if not all(_PATH_COMPONENT.fullmatch(part) for part in path.split("/")):
+        return None
+    repository = normalize_image(name)
+    return _Reference(repository=repository, normalized=normalize_image(ref))
+
+
+def _entrant_image(ref: str) -> bool:
+    """Whether ``ref`` names a repository under the entrant namespace on any registry
+    (``library/`` on Docker Hub looked through), however it is otherwise spelled."""
+    name = _strip_go(ref).partition("@")[0]
+    first, slash, rest = name.partition("/")
+    on_docker_hub = True
+    if slash and _has_registry_host(name):
+        on_docker_hub = first.lower() in (DOCKER_HUB, "index.docker.io")
+        name = rest
+    components = name.split("/")
+    if on_docker_hub and len(components) > 1 and components[0].lower() == "library":
+        components = components[1:]
+    return components[0].partition(":")[0].lower() == ENTRANT_NAMESPACE
+
+
+def _usable_prefixes(prefixes: Sequence[str]) -> list[str]:
+    """The normalized prefixes that can match: an empty prefix would allow everything and
+    one without a registry host was never meant as written."""
+    stripped = (prefix.strip() for prefix in prefixes)
+    return [normalize_image(p) for p in stripped if p and _names_registry(p)]
 
 
 def _allowed_list(prefixes: Sequence[str]) -> str:
     shown = [p.strip() for p in prefixes if p.strip()]
     return ", ".join(shown) if shown else "none are configured"
+
+
+def _suggestion(ref: str) -> str:
+    """The full reference an entrant most likely meant by a name without a registry."""
+    if ref.startswith("podium/"):
+        return "localhost/" + ref  # Podium's local base images
+    return normalize_image(ref)
+
+
+def _reference_problem(ref: str, prefixes: Sequence[str]) -> str | None:
+    """Why ``ref`` may not be used as an image (the rest of a sentence that starts "...
+    names `ref`"), or ``None`` when it may."""
+    if _entrant_image(ref):
+        return (
+            f"another entrant's image ({ENTRANT_NAMESPACE}/), which no Dockerfile may use; "
+            "start from an allowed base image instead."
+        )
+    if _IMAGE_ID.fullmatch(ref):
+        return (
+            "an image id, which could be any image on the build machine; "
+            f"name the image by its full reference instead, like {_EXAMPLE}."
+        )
+    reference = _full_reference(ref)
+    if reference is None:
+        if not _names_registry(ref) and _full_reference(f"{DOCKER_HUB}/{ref}") is not None:
+            return f"which has no registry; write it with its registry, like {_suggestion(ref)}."
+        return (
+            "which is not a valid image reference; write it as registry/repository:tag, "
+            f"like {_EXAMPLE}."
+        )
+    if not any(reference.normalized.startswith(p) for p in _usable_prefixes(prefixes)):
+        return f"which is not from an allowed registry ({_allowed_list(prefixes)})."
+    return None
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why an allowed-registries line cannot be used, as one sentence, or ``None``.
+
+    A prefix must start with a registry host (``localhost/podium/``, ``docker.io/library/``,
+    ``ghcr.io/org/``) and must not reach into the entrant namespace
+    (``localhost/podium-entrant/``, or ``localhost/podium``, which would also match it);
+    a whole registry (``docker.io/``) is fine, since entrant images are refused by name.
+    """
+    written = prefix.strip()
+    if not _names_registry(written):
+        return (
+            f"`{written}` does not start with a registry host; write it with its registry, "
+            "like localhost/podium/ or docker.io/library/."
+        )
+    normalized = normalize_image(written)
+    if _entrant_image(normalized):
+        return (
+            f"`{written}` names the entrant namespace ({ENTRANT_NAMESPACE}/), whose images "
+            "no Dockerfile may use; remove it."
+        )
+    path = normalized.partition("/")[2]
+    if path and "/" not in path and f"{ENTRANT_NAMESPACE}/".startswith(path):
+        return (
+            f"`{written}` would also match the entrant namespace ({ENTRANT_NAMESPACE}/); "
+            f"end it with a slash, like {written}/."
+        )
+    return None
 
 
 # Reading the file the way Docker's parser does -------------------------------------------
@@ -357,17 +508,21 @@ def _parse(text: str) -> tuple[list[_Instruction], _Directives]:
 
 
 class _Unresolved(Exception):
-    """A variable without a value (or, with ``unsupported``, a substitution form the
-    policy does not follow, like ``${NAME#prefix}``)."""
+    """A variable without a value; with ``unsupported``, a substitution form the policy
+    does not follow (``${NAME#prefix}``); with ``trigger``, a variable in an ONBUILD
+    trigger, whose value only the later build that runs it knows."""
 
-    def __init__(self, name: str, *, unsupported: bool = False) -> None:
+    def __init__(self, name: str, *, unsupported: bool = False, trigger: bool = False) -> None:
         super().__init__(name)
         self.name = name
         self.unsupported = unsupported
+        self.trigger = trigger
 
     def why(self) -> str:
         if self.unsupported:
             return f"the variable `{self.name}` in a form this check cannot follow"
+        if self.trigger:
+            return f"the variable `{self.name}`, whose value in the build that runs it is unknown"
         return f"the variable `{self.name}`, which has no value"
 
 
@@ -496,6 +651,7 @@ def _expand(text: str, lookup: Lookup, escape: str) -> str:
 
 _URL_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*://")
 _SCP_LIKE = re.compile(r"[a-z0-9_.\-]+@[a-z0-9_.\-]+:")
+_RESERVED_LABELS = ("podium.", "com.docker.")
 
 
 def _is_remote(source: str) -> bool:
@@ -508,6 +664,11 @@ def _is_remote(source: str) -> bool:
     )
 
 
+def _reserved_label(key: str) -> bool:
+    lowered = _strip_go(key).lower()
+    return lowered == "podium" or lowered.startswith(_RESERVED_LABELS)
+
+
 def _parse_assignments(rest: str) -> list[tuple[str, str | None]]:
     """``NAME=value`` words of ARG (or ENV): the value still unexpanded, ``None`` when absent."""
     pairs: list[tuple[str, str | None]] = []
@@ -517,12 +678,64 @@ def _parse_assignments(rest: str) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def _flag_value(flags: Sequence[str], name: str) -> str | None:
-    for flag in flags:
-        key, _, value = flag.partition("=")
-        if key.lower() == name:
-            return value
-    return None
+def _parse_words(rest: str, escape: str) -> list[str]:
+    """Docker's parseWords (for LABEL): whitespace-separated words, quotes and escapes
+    kept in them; an unterminated quote runs to the end."""
+    words: list[str] = []
+    word: list[str] = []
+    in_word = blank_ok = False
+    quote = ""
+    index = 0
+    while index < len(rest):
+        ch = rest[index]
+        if quote:
+            if ch == quote:
+                quote = ""
+            elif ch == escape and quote != "'":
+                if index + 1 == len(rest):
+                    break  # an escape at the very end is skipped
+                word.append(ch)
+                index += 1
+                ch = rest[index]
+            word.append(ch)
+        elif _is_go_space(ch):
+            if in_word and (blank_ok or word):
+                words.append("".join(word))
+            word, in_word, blank_ok = [], False, False
+        else:
+            in_word = True
+            if ch in "'\"":
+                quote, blank_ok = ch, True
+            elif ch == escape and index + 1 < len(rest):
+                word.append(ch)
+                index += 1
+                ch = rest[index]
+            elif ch == escape:
+                break  # an escape at the very end is skipped
+            word.append(ch)
+        index += 1
+    if in_word and (blank_ok or word):
+        words.append("".join(word))
+    return words
+
+
+def _label_keys(rest: str, escape: str) -> list[str]:
+    """The keys of a LABEL, unexpanded, as Docker's parseNameVal finds them: the first
+    word of the legacy ``LABEL key value`` form, or each ``key=value`` word's key."""
+    words = _parse_words(rest, escape)
+    if not words:
+        return []
+    if "=" not in words[0]:
+        return [_INSTRUCTION_SPACE.split(rest, maxsplit=1)[0]]
+    return [word.partition("=")[0] for word in words if "=" in word]
+
+
+def _trigger_lookup(name: str) -> str | None:
+    raise _Unresolved(name, trigger=True)
+
+
+def _flag_values(flags: Sequence[str], name: str) -> list[str]:
+    return [value for key, _, value in (f.partition("=") for f in flags) if key.lower() == name]
 
 
 @dataclass
@@ -531,25 +744,30 @@ class _Checker:
     build_args: Mapping[str, str]
     escape: str
     violations: list[Violation] = field(default_factory=list)
-    global_vars: dict[str, str | None] = field(default_factory=dict)
-    stage_vars: dict[str, str | None] = field(default_factory=dict)
-    stage_env_by_alias: dict[str, dict[str, str | None]] = field(default_factory=dict)
-    earlier_aliases: set[str] = field(default_factory=set)
+    global_args: dict[str, str | None] = field(default_factory=dict)
+    stage_args: dict[str, str | None] = field(default_factory=dict)
+    stage_env: dict[str, str | None] = field(default_factory=dict)
+    env_by_alias: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    earlier_aliases: set[str] = field(default_factory=set)  # stages that are complete
     all_aliases: set[str] = field(default_factory=set)
-    stage_count: int = 0
+    current_alias: str = ""
+    stage_index: int = -1  # 0-based index of the stage being read
 
     def refuse(self, line: int, message: str) -> None:
         self.violations.append(Violation(line, message))
 
     def _global_lookup(self, name: str) -> str | None:
-        return self.global_vars.get(name)
+        return self.global_args.get(name)
 
     def _stage_lookup(self, name: str) -> str | None:
-        if name in self.stage_vars:
-            return self.stage_vars[name]
-        return self.global_vars.get(name)
+        # As Docker: ENV wins over ARG; a global ARG is visible only when re-declared.
+        if name in self.stage_env:
+            return self.stage_env[name]
+        return self.stage_args.get(name)
 
-    def _declare(self, rest: str, target: dict[str, str | None], lookup: Lookup) -> None:
+    def declare_args(self, rest: str, *, global_scope: bool) -> None:
+        target = self.global_args if global_scope else self.stage_args
+        lookup = self._global_lookup if global_scope else self._stage_lookup
         for name, default in _parse_assignments(rest):
             if name in self.build_args:
                 target[name] = self.build_args[name]
@@ -558,8 +776,8 @@ class _Checker:
                     target[name] = _expand(default, lookup, self.escape)
                 except _Unresolved:
                     target[name] = None
-            elif target is self.stage_vars and name in self.global_vars:
-                target[name] = self.global_vars[name]  # re-declared global ARG
+            elif not global_scope and name in self.global_args:
+                target[name] = self.global_args[name]  # re-declared global ARG
             else:
                 target[name] = None
 
@@ -570,32 +788,51 @@ class _Checker:
             pairs = [(legacy[0], legacy[1] if len(legacy) > 1 else "")]
         for name, value in pairs:
             try:
-                expanded = _expand(value or "", self._stage_lookup, self.escape)
+                self.stage_env[name] = _expand(value or "", self._stage_lookup, self.escape)
             except _Unresolved:
-                self.stage_vars[name] = None
-            else:
-                self.stage_vars[name] = expanded
+                self.stage_env[name] = None
 
-    def _image_or_stage(self, line: int, what: str, written: str) -> None:
-        """Check a ``--from`` reference: a stage (any, by name or index) or an allowed image."""
+    def _check_image(self, line: int, what: str, written: str, ref: str) -> None:
+        problem = _reference_problem(ref, self.allowed_prefixes)
+        if problem:
+            shown = f"`{ref}`" if ref == written else f"`{written}` (that is, `{ref}`)"
+            self.refuse(line, f"{what} names {shown}, {problem}")
+
+    def _from_flag(self, line: int, what: str, written: str, *, trigger: bool) -> None:
+        """Check a ``--from`` (COPY, or RUN --mount): an earlier stage or an image."""
+        lookup = _trigger_lookup if trigger else self._stage_lookup
         try:
-            ref = _expand(written, self._stage_lookup, self.escape)
+            ref = _expand(written, lookup, self.escape)
         except _Unresolved as exc:
+            self.refuse(line, f"{what} uses {exc.why()}; name the stage or image directly.")
+            return
+        stage = ref.lower()
+        is_index = bool(_STAGE_INDEX.fullmatch(ref))
+        if trigger and (is_index or stage in self.all_aliases):
             self.refuse(
                 line,
-                f"{what} uses {exc.why()}; name the stage or image directly.",
+                f"{what} names the stage `{ref}`, but an ONBUILD trigger runs in a later "
+                "build without this file's stages; name a full image reference.",
             )
-            return
-        if ref.isdigit() or ref.lower() in self.all_aliases:
-            return
-        if not _image_allowed(ref, self.allowed_prefixes):
+        elif is_index and not 0 <= int(ref) < self.stage_index:
             self.refuse(
                 line,
-                f"{what} names the image `{ref}`, which is not from an allowed registry "
-                f"({_allowed_list(self.allowed_prefixes)}).",
+                f"{what} names stage {ref}, which is not an earlier stage; name a stage "
+                "defined above this one or a full image reference.",
             )
+        elif not is_index and stage in self.all_aliases - self.earlier_aliases:
+            self.refuse(
+                line,
+                f"{what} names the stage `{ref}`, which is this stage or a later one; "
+                "name a stage defined above this one or a full image reference.",
+            )
+        elif not is_index and stage not in self.earlier_aliases:
+            self._check_image(line, what, written, ref)
 
     def check_from(self, instruction: _Instruction) -> None:
+        if self.current_alias:
+            self.earlier_aliases.add(self.current_alias)
+        self.stage_index += 1
         words = _INSTRUCTION_SPACE.split(instruction.rest) if instruction.rest else []
         alias = words[2].lower() if len(words) >= 3 and words[1].lower() == "as" else ""
         inherited: dict[str, str | None] = {}
@@ -603,13 +840,14 @@ class _Checker:
             self.refuse(instruction.line, "FROM needs an image name.")
         else:
             inherited = self._check_base(instruction.line, words[0])
-        self.stage_count += 1
-        self.stage_vars = dict(inherited)
+        self.stage_args = {}
+        self.stage_env = inherited
+        self.current_alias = alias
         if alias:
-            self.earlier_aliases.add(alias)
-            self.stage_env_by_alias[alias] = self.stage_vars
+            self.env_by_alias[alias] = self.stage_env
 
     def _check_base(self, line: int, written: str) -> dict[str, str | None]:
+        """Check a FROM image; the ENV the new stage starts with, as far as known."""
         try:
             image = _expand(written, self._global_lookup, self.escape)
         except _Unresolved as exc:
@@ -619,23 +857,22 @@ class _Checker:
                 "before the first FROM.",
             )
             return {}
+        stage = image.lower()
         if not image:
             self.refuse(line, f"FROM `{written}` names no image.")
-            return {}
-        if image.lower() == "scratch":
-            return {}
-        if image.lower() in self.earlier_aliases:
-            return dict(self.stage_env_by_alias.get(image.lower(), {}))
-        if not _image_allowed(image, self.allowed_prefixes):
-            shown = f"`{image}`" if image == written else f"`{written}` (that is, `{image}`)"
+        elif stage in self.earlier_aliases:
+            return dict(self.env_by_alias.get(stage, {}))
+        elif stage in self.all_aliases:
             self.refuse(
                 line,
-                f"FROM names {shown}, which is not from an allowed registry "
-                f"({_allowed_list(self.allowed_prefixes)}).",
+                f"FROM names the stage `{image}`, which is this stage or a later one; "
+                "name a stage defined above this one or a full image reference.",
             )
+        elif stage != "scratch":
+            self._check_image(line, "FROM", written, image)
         return {}
 
-    def check_add(self, instruction: _Instruction, what: str = "ADD") -> None:
+    def check_add(self, instruction: _Instruction, what: str, *, trigger: bool) -> None:
         for flag in instruction.flags:
             key = flag.partition("=")[0].lower()
             if key in ("checksum", "keep-git-dir"):
@@ -649,9 +886,10 @@ class _Checker:
         else:
             words = _INSTRUCTION_SPACE.split(instruction.rest) if instruction.rest else []
             sources = [w for w in words[:-1] if not _HEREDOC.fullmatch(w)]
+        lookup = _trigger_lookup if trigger else self._stage_lookup
         for source in sources:
             try:
-                expanded = _expand(source, self._stage_lookup, self.escape)
+                expanded = _expand(source, lookup, self.escape)
             except _Unresolved as exc:
                 self.refuse(
                     instruction.line,
@@ -665,32 +903,75 @@ class _Checker:
                     "or download it in a RUN step instead.",
                 )
 
-    def check_instruction(self, instruction: _Instruction, *, inner: bool = False) -> None:
-        keyword = instruction.keyword
-        label = f"ONBUILD {keyword}" if inner else keyword
-        if keyword == "ADD":
-            self.check_add(instruction, label)
-        elif keyword == "COPY":
-            source_stage = _flag_value(instruction.flags, "from")
-            if source_stage is not None:
-                self._image_or_stage(instruction.line, f"{label} --from", source_stage)
-        elif keyword == "RUN":
-            for flag in instruction.flags:
-                key, _, value = flag.partition("=")
-                if key.lower() != "mount":
-                    continue
+    def check_run(self, instruction: _Instruction, what: str, *, trigger: bool) -> None:
+        for flag in instruction.flags:
+            key, _, value = flag.partition("=")
+            if key.lower() != "mount":
+                self.refuse(
+                    instruction.line,
+                    f"{what} --{key} is not allowed; the only flag RUN may take is --mount.",
+                )
+            elif '"' in value:
+                # BuildKit reads the options as CSV, where quotes would regroup them.
+                self.refuse(
+                    instruction.line,
+                    f"{what} --mount options may not contain quotes; write them as "
+                    "type=bind,from=stage,target=/path.",
+                )
+            else:
                 for option in value.split(","):
                     option_key, _, option_value = option.partition("=")
                     if option_key.strip().lower() == "from":
-                        self._image_or_stage(instruction.line, f"{label} --mount", option_value)
-        elif keyword == "ARG" and not inner:
-            self._declare(instruction.rest, self.stage_vars, self._stage_lookup)
-        elif keyword == "ENV" and not inner:
+                        self._from_flag(
+                            instruction.line, f"{what} --mount", option_value, trigger=trigger
+                        )
+
+    def check_label(self, instruction: _Instruction, what: str, *, trigger: bool) -> None:
+        lookup = _trigger_lookup if trigger else self._stage_lookup
+        for written in _label_keys(instruction.rest, self.escape):
+            try:
+                key = _expand(written, lookup, self.escape)
+            except _Unresolved as exc:
+                self.refuse(
+                    instruction.line,
+                    f"{what} key `{written}` uses {exc.why()}; write the key directly.",
+                )
+                continue
+            if _reserved_label(key):
+                self.refuse(
+                    instruction.line,
+                    f"{what} key `{_strip_go(key)}` is reserved (podium.* is Podium's and "
+                    "com.docker.* is Docker's); choose another key.",
+                )
+
+    def check_instruction(self, instruction: _Instruction, *, trigger: bool = False) -> None:
+        keyword = instruction.keyword
+        what = f"ONBUILD {keyword}" if trigger else keyword
+        if keyword == "ADD":
+            self.check_add(instruction, what, trigger=trigger)
+        elif keyword == "COPY":
+            for source_stage in _flag_values(instruction.flags, "from"):
+                self._from_flag(instruction.line, f"{what} --from", source_stage, trigger=trigger)
+        elif keyword == "RUN":
+            self.check_run(instruction, what, trigger=trigger)
+        elif keyword == "LABEL":
+            self.check_label(instruction, what, trigger=trigger)
+        elif keyword == "VOLUME":
+            self.refuse(
+                instruction.line,
+                f"{what} is not allowed: files written to a volume escape the build's disk "
+                "cap and the scored run's read-only root, so remove it.",
+            )
+        elif trigger and keyword in ("FROM", "ONBUILD"):
+            self.refuse(instruction.line, f"ONBUILD {keyword} is not allowed; remove it.")
+        elif keyword == "ARG" and not trigger:
+            self.declare_args(instruction.rest, global_scope=False)
+        elif keyword == "ENV" and not trigger:
             self._set_env(instruction.rest)
-        elif keyword == "ONBUILD" and not inner:
+        elif keyword == "ONBUILD":
             nested = _make_instruction(instruction.line, instruction.rest)
             if nested is not None:
-                self.check_instruction(nested, inner=True)
+                self.check_instruction(nested, trigger=True)
 
 
 def _syntax_directive(text: str) -> tuple[int, str] | None:
@@ -724,20 +1005,32 @@ def _syntax_directive(text: str) -> tuple[int, str] | None:
     return None
 
 
+def _official_frontend(frontend: str) -> bool:
+    """Whether ``frontend`` is Docker's docker/dockerfile, written with or without
+    ``docker.io/`` and with any tag or digest."""
+    written = frontend if _names_registry(frontend) else f"{DOCKER_HUB}/{frontend}"
+    reference = _full_reference(written)
+    return reference is not None and reference.repository == _OFFICIAL_FRONTEND
+
+
 def _check_syntax_directive(text: str, checker: _Checker) -> None:
     found = _syntax_directive(text)
     if found is None:
         return
     line, frontend = found
-    normalized = normalize_image(frontend)
-    official = normalized == _OFFICIAL_FRONTEND or normalized.startswith(
-        (_OFFICIAL_FRONTEND + ":", _OFFICIAL_FRONTEND + "@")
-    )
-    if not official and not _image_allowed(frontend, checker.allowed_prefixes):
+    if _official_frontend(frontend):
+        return
+    if _entrant_image(frontend):
         checker.refuse(
             line,
-            f"The syntax directive names the frontend `{frontend}`; only "
-            "docker/dockerfile or an allowed image may be used, so remove that line.",
+            f"The syntax directive names `{frontend}`, another entrant's image "
+            f"({ENTRANT_NAMESPACE}/), which no Dockerfile may use; remove that line.",
+        )
+    elif _reference_problem(frontend, checker.allowed_prefixes):
+        checker.refuse(
+            line,
+            f"The syntax directive names the frontend `{frontend}`; only docker/dockerfile "
+            "or a full reference under an allowed prefix may be used, so remove that line.",
         )
 
 
@@ -747,11 +1040,12 @@ def check_dockerfile(
     """Every violation of the Dockerfile policy in ``text``, sorted by line; ``[]`` when
     the file may be built.
 
-    ``allowed_prefixes`` are image-name prefixes (``podium/``, ``docker.io/library/``,
-    ``ghcr.io/org/``): an image is allowed when its normalized reference starts with a
-    normalized prefix, or, for a prefix and a reference both written without a registry
-    host, when the reference starts with the prefix as written. Write prefixes ending in
-    ``/`` or ``:`` (``docker.io/library/python`` would also allow ``python-evil``).
+    ``allowed_prefixes`` are image-name prefixes written with their registry
+    (``localhost/podium/``, ``docker.io/library/``, ``ghcr.io/org/``): a full reference
+    is allowed when its normalized form starts with a normalized prefix. A prefix
+    without a registry host matches nothing, and the entrant namespace is refused
+    whatever the prefixes say. Write prefixes ending in ``/`` or ``:``
+    (``docker.io/library/python`` would also allow ``python-evil``).
     ``build_args`` override the defaults of declared ``ARG``\\ s, as ``--build-arg`` does.
     Never raises.
     """
@@ -779,7 +1073,7 @@ def check_dockerfile(
             checker.check_from(instruction)
         elif not seen_from:
             if instruction.keyword == "ARG":
-                checker._declare(instruction.rest, checker.global_vars, checker._global_lookup)
+                checker.declare_args(instruction.rest, global_scope=True)
         else:
             checker.check_instruction(instruction)
     if not seen_from:

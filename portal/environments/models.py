@@ -55,3 +55,29 @@ class EnvironmentEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.environment_id} {self.status} at {self.at}"
+
+
+class BuildNetworkCheck(models.Model):
+    """What the latest live check of one build host's firewall found: one row per host.
+
+    The worker checks, before each build, that every rule of the build network's policy
+    is in place, and records the result through ``build_network_record``. ``policy``
+    holds ``network``, ``subnet`` and ``bridge`` (strings) and ``blocked``, ``dns`` and
+    ``allowed`` (lists of strings), as computed by the worker.
+    """
+
+    host = models.CharField(max_length=100, unique=True)
+    checked_at = models.DateTimeField()
+    enforced = models.BooleanField()
+    problems = models.TextField(blank=True)
+    policy = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["host"]
+
+    def __str__(self) -> str:
+        verdict = "enforced" if self.enforced else "not enforced"
+        return f"{self.host}: {verdict} at {self.checked_at}"
+
+    def problem_lines(self) -> list[str]:
+        return [line for line in self.problems.splitlines() if line.strip()]

@@ -17,10 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import errors, jobs, storage
+from portal.audit.services import audit_record
 from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.environments import dockerfile_policy
-from portal.environments.models import Environment, EnvironmentEvent
+from portal.environments.models import BuildNetworkCheck, Environment, EnvironmentEvent
 from portal.submissions import archives
 
 MAX_DOCKERFILE_BYTES = 256 * 1024
@@ -205,3 +206,117 @@ def environment_finish_build(
 
 def environments_building() -> Iterable[Environment]:
     return Environment.objects.filter(status=Environment.BUILDING)
+
+
+BUILD_NETWORK_WAIT_NOTE = (
+    "waiting: the build network's firewall is not verified, so no build starts "
+    "(a platform check; nothing is charged)"
+)
+ENGINE_FAULT_REASON = (
+    "The build could not run because of a platform fault, not because of your files"
+)
+
+
+def environment_wait_for_build_network(*, environment_id: int, retry_in_s: float) -> bool:
+    """The build network's rules are not in place: the build waits, uncharged and unclaimed.
+
+    Only while the environment is still ``queued``: notes the wait on its timeline (once
+    per wait, not once per retry) and enqueues the build again after ``retry_in_s``.
+    What is missing is kept for staff (``BuildNetworkCheck`` and the audit trail), not
+    shown to the entrant.
+    """
+    with transaction.atomic():
+        environment = (
+            Environment.objects.select_for_update()
+            .filter(pk=environment_id, status=Environment.QUEUED)
+            .first()
+        )
+        if environment is None:
+            return False
+        last = environment.events.order_by("-at", "-id").first()
+        if last is None or last.note != BUILD_NETWORK_WAIT_NOTE:
+            _event(environment, Environment.QUEUED, BUILD_NETWORK_WAIT_NOTE)
+        jobs.enqueue(jobs.BUILD_ENVIRONMENT, environment_id, countdown=retry_in_s)
+    return True
+
+
+def build_platform_fault_record(*, target: str, detail: str) -> None:
+    """Keep an engine failure's details for staff (the entrant is told only
+    :data:`ENGINE_FAULT_REASON`): an audit event ``build.platform_fault``."""
+    audit_record(
+        actor=None, action="build.platform_fault", target=target, details={"detail": detail}
+    )
+
+
+# The build network's live checks (worker side) -----------------------------------
+
+BUILD_NETWORK_POLICY_TEXT = ("network", "subnet", "bridge")
+BUILD_NETWORK_POLICY_LISTS = ("blocked", "dns", "allowed")
+
+
+def _build_network_policy_check(policy: dict[str, Any]) -> None:
+    expected = {*BUILD_NETWORK_POLICY_TEXT, *BUILD_NETWORK_POLICY_LISTS}
+    if set(policy) != expected:
+        raise ValueError(f"a build network policy has exactly the keys {sorted(expected)}")
+    for key in BUILD_NETWORK_POLICY_TEXT:
+        if not isinstance(policy[key], str):
+            raise ValueError(f"build network policy: {key} must be a string")
+    for key in BUILD_NETWORK_POLICY_LISTS:
+        entries = policy[key]
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise ValueError(f"build network policy: {key} must be a list of strings")
+
+
+def build_network_record(
+    *,
+    host: str,
+    enforced: bool,
+    problems: list[str],
+    policy: dict[str, Any],
+    now: dt.datetime | None = None,
+) -> BuildNetworkCheck:
+    """Store what one live check of ``host``'s build firewall found; returns the host's row.
+
+    Called by the build worker each time it checks, before a build, that every rule of
+    the build network's policy is in place. One row per host, overwritten by each check
+    (``update_or_create``), so recording the same result twice is harmless. ``problems``
+    are one sentence each (stored one per line, newlines inside a sentence folded);
+    ``policy`` must hold exactly ``network``, ``subnet``, ``bridge`` (strings) and
+    ``blocked``, ``dns``, ``allowed`` (lists of strings), or ValueError is raised and
+    nothing is stored.
+
+    When ``enforced`` differs from the host's stored value, or a host's first check is
+    not enforced, an audit event ``build_network.enforced`` / ``build_network.not_enforced``
+    (no actor, the problems as details) is recorded in the same transaction, so staff see
+    when and why builds stopped or resumed. The host's row is locked while it is compared.
+    """
+    _build_network_policy_check(policy)
+    lines = [" ".join(problem.split()) for problem in problems]
+    lines = [line for line in lines if line]
+    with transaction.atomic():
+        previous = (
+            BuildNetworkCheck.objects.select_for_update()
+            .filter(host=host)
+            .values_list("enforced", flat=True)
+            .first()
+        )
+        check, _ = BuildNetworkCheck.objects.update_or_create(
+            host=host,
+            defaults={
+                "checked_at": now or timezone.now(),
+                "enforced": enforced,
+                "problems": "\n".join(lines),
+                "policy": policy,
+            },
+        )
+        flipped = (previous is None and not enforced) or (
+            previous is not None and previous != enforced
+        )
+        if flipped:
+            audit_record(
+                actor=None,
+                action="build_network.enforced" if enforced else "build_network.not_enforced",
+                target=f"build_host:{host}",
+                details={"problems": lines},
+            )
+    return check

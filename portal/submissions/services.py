@@ -27,6 +27,7 @@ from portal.contests import rules, selectors
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.services import leaderboard_refresh_entrant
 from portal.environments.models import Environment
+from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
 from portal.submissions import archives
 from portal.submissions.models import (
     AttemptLedger,
@@ -536,6 +537,33 @@ def submission_machine_waits(submission_id: int) -> int:
             break
         count += 1
     return count
+
+
+def submission_wait_for_build_network(*, submission_id: int, retry_in_s: float) -> bool:
+    """The build network's rules are not in place: the build.sh build waits.
+
+    Only while the submission is still ``accepted`` (its build not claimed): notes the
+    wait on its timeline (once per wait) and enqueues the build again after
+    ``retry_in_s``. Nothing is charged or refunded by waiting.
+    """
+    with transaction.atomic():
+        accepted = (
+            Submission.objects.select_for_update()
+            .filter(pk=submission_id, status=Submission.ACCEPTED)
+            .exists()
+        )
+        if not accepted:
+            return False
+        last = (
+            SubmissionEvent.objects.filter(submission_id=submission_id)
+            .order_by("-at", "-id")
+            .values_list("note", flat=True)
+            .first()
+        )
+        if last != BUILD_NETWORK_WAIT_NOTE:
+            _event(submission_id, Submission.ACCEPTED, BUILD_NETWORK_WAIT_NOTE)
+        jobs.enqueue(jobs.BUILD_SUBMISSION, submission_id, countdown=retry_in_s)
+    return True
 
 
 def submission_wait_for_machine(

@@ -1,1 +1,1 @@
-VALID_DOCKERFILE = "FROM podium/busybox:1\nRUN true\n"
+VALID_DOCKERFILE = "FROM localhost/podium/busybox:1\nRUN true\n"

@@ -148,7 +148,7 @@ class World:
         if name == "tokens" and method == "POST":
             data = {"username": "alice", "password": "correct horse battery", **data}
         if name == "benchmark-environments" and method == "POST":
-            dockerfile = _upload("Dockerfile", b"FROM podium/busybox:1\n")
+            dockerfile = _upload("Dockerfile", b"FROM localhost/podium/busybox:1\n")
             data = {"name": "probe", "dockerfile": dockerfile, **data}
             return client.post(url, data, format="multipart")
         if name == "benchmark-submissions" and method == "POST":

@@ -236,3 +236,111 @@ def test_no_practice_cohort_is_not_found(benchmark, alice, client_for):
 
     assert listing.status_code == download.status_code == 404
     assert listing.json()["code"] == download.json()["code"] == "not_found"
+
+
+# The build network, as the last live check found it -------------------------------
+
+CHECKED_AT = dt.datetime(2026, 8, 12, 3, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def checked_network(time_machine):
+    """One build host whose latest check, a minute ago, found every rule in place."""
+    from portal.environments.services import build_network_record
+
+    time_machine.move_to(CHECKED_AT + dt.timedelta(minutes=1), tick=False)
+    return build_network_record(
+        host="build-1",
+        enforced=True,
+        problems=[],
+        policy={
+            "network": "podium-build",
+            "subnet": "172.29.0.0/24",
+            "bridge": "br-podium",
+            "blocked": ["10.0.0.0/8", "fc00::/7", "198.51.100.7/32"],
+            "dns": ["172.29.0.1"],
+            "allowed": ["203.0.113.80:443", "10.20.30.40/32"],
+        },
+        now=CHECKED_AT,
+    )
+
+
+def test_an_entrant_sees_the_build_network_without_the_allow_list(
+    benchmark, alice, client_for, checked_network
+):
+    response = client_for(alice).get(f"/api/v1/benchmarks/{benchmark.slug}/")
+
+    assert response.status_code == 200
+    assert response.json()["build_network"] == {
+        "enforced": True,
+        "checked_at": "2026-08-12T03:00:00+00:00",
+        "subnet": "172.29.0.0/24",
+        "blocked": ["10.0.0.0/8", "fc00::/7", "198.51.100.7/32"],
+        "dns": ["172.29.0.1"],
+        "allowed_count": 2,
+    }
+
+
+def test_an_anonymous_caller_sees_no_allow_list_either(benchmark, anon, checked_network):
+    network = anon.get(f"/api/v1/benchmarks/{benchmark.slug}/").json()["build_network"]
+
+    assert network["allowed_count"] == 2
+    assert "allowed" not in network
+
+
+def test_staff_see_the_allow_list_entries(benchmark, staff, client_for, checked_network):
+    response = client_for(staff).get(f"/api/v1/benchmarks/{benchmark.slug}/")
+
+    network = response.json()["build_network"]
+    assert network["allowed"] == ["203.0.113.80:443", "10.20.30.40/32"]
+    assert network["allowed_count"] == 2
+
+
+def test_a_stale_check_is_not_enforced(benchmark, anon, settings, checked_network, time_machine):
+    settings.PODIUM_BUILD_NETWORK_STALE_S = 600
+    time_machine.move_to(CHECKED_AT + dt.timedelta(seconds=601), tick=False)
+
+    network = anon.get(f"/api/v1/benchmarks/{benchmark.slug}/").json()["build_network"]
+
+    assert network["enforced"] is False
+    assert network["checked_at"] == "2026-08-12T03:00:00+00:00"
+
+
+def test_a_build_network_never_checked_is_not_enforced_and_empty(benchmark, alice, client_for):
+    response = client_for(alice).get(f"/api/v1/benchmarks/{benchmark.slug}/")
+
+    assert response.json()["build_network"] == {
+        "enforced": False,
+        "checked_at": None,
+        "subnet": "",
+        "blocked": [],
+        "dns": [],
+        "allowed_count": 0,
+    }
+
+
+def test_the_benchmark_list_does_not_carry_the_build_network(db, anon, checked_network):
+    factories.BenchmarkFactory()
+
+    row = anon.get("/api/v1/benchmarks/").json()[0]
+
+    assert "build_network" not in row
+
+
+def test_the_schema_documents_the_build_network_with_a_staff_only_allow_list(db, anon):
+    schemas = anon.get("/api/schema/", {"format": "json"}).json()["components"]["schemas"]
+
+    network = schemas["BuildNetwork"]
+    assert set(network["properties"]) == {
+        "enforced",
+        "checked_at",
+        "subnet",
+        "blocked",
+        "dns",
+        "allowed_count",
+        "allowed",
+    }
+    assert "allowed" not in network["required"]
+    assert "allowed_count" in network["required"]
+    assert network["properties"]["checked_at"]["nullable"] is True
+    assert "build_network" in schemas["BenchmarkDetail"]["required"]

@@ -78,7 +78,7 @@ def test_none_is_accepted_after_closing(db, alice, client_for):
 
 
 def test_it_refuses_a_dockerfile_that_breaks_the_policy(benchmark, alice, client_for, sent):
-    dockerfile = "FROM podium/busybox:1\nRUN true\nADD https://example.com/x.bin /x.bin\n"
+    dockerfile = "FROM localhost/podium/busybox:1\nRUN true\nADD https://example.com/x.bin /x.bin\n"
 
     response = _create(client_for(alice), benchmark, dockerfile=dockerfile)
 
@@ -282,7 +282,7 @@ def test_the_tail_must_be_between_1_and_2000(benchmark, alice, client_for, ready
 
 
 def test_an_oversized_dockerfile_is_refused_by_the_policy(benchmark, alice, client_for):
-    huge = b"FROM podium/busybox:1\n" + b"# pad\n" * 50_000
+    huge = b"FROM localhost/podium/busybox:1\n" + b"# pad\n" * 50_000
 
     response = _create(client_for(alice), benchmark, dockerfile=huge)
 

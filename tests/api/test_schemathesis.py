@@ -114,7 +114,7 @@ def world(settings: Any, alice: Any, staff: Any, benchmark: Any, tmp_path: Any) 
     storage.ensure_dir(storage.run_dir(run.pk))
     storage.run_log(run.pk).write_text("stdout line\nstderr line\n")
     storage.ensure_dir(storage.environment_dir(environment.pk))
-    storage.environment_build_log(environment.pk).write_text("FROM podium/busybox:1\n")
+    storage.environment_build_log(environment.pk).write_text("FROM localhost/podium/busybox:1\n")
     practice = Cohort.objects.create(benchmark=benchmark, kind=Cohort.PRACTICE)
     CohortItem.objects.create(
         cohort=practice, position=0, canonical_name="0001.jpg", sha256="0" * 64, reference_class=7
@@ -182,7 +182,7 @@ def test_accepted_uploads_answer_as_documented(world: World, tmp_path: Any) -> N
         world,
         "/api/v1/benchmarks/{slug}/environments/",
         "POST",
-        body={"name": "second", "dockerfile": b"FROM podium/busybox:1\n"},
+        body={"name": "second", "dockerfile": b"FROM localhost/podium/busybox:1\n"},
         media_type="multipart/form-data",
     )
     submission = _call(

@@ -131,7 +131,7 @@ def test_the_environment_page_follows_a_build_without_reloading(
     assert "Waiting for a build slot" in page.inner_text("[data-field=elapsed]")
 
     environment_services.environment_claim_build(environment.pk)
-    log.write_text("Step 1/2 : FROM podium/busybox:1\n")
+    log.write_text("Step 1/2 : FROM localhost/podium/busybox:1\n")
     page.wait_for_function(
         "document.querySelector('[data-field=build_log]').textContent.includes('Step 1/2')"
     )

@@ -15,7 +15,7 @@ from tests import factories
 from tests.cli.conftest import Podium, tar_members
 
 
-def dockerfile(tmp_path: Path, text: str = "FROM podium/busybox:1\n") -> Path:
+def dockerfile(tmp_path: Path, text: str = "FROM localhost/podium/busybox:1\n") -> Path:
     folder = tmp_path / "my-env"
     folder.mkdir(exist_ok=True)
     path = folder / "Dockerfile"
@@ -40,7 +40,7 @@ def test_create_uploads_the_dockerfile_and_queues_its_build(
     environment = Environment.objects.get(owner=alice)
     assert environment.name == "my-env"  # the Dockerfile's folder
     assert environment.status == Environment.QUEUED
-    assert environment.dockerfile == "FROM podium/busybox:1\n"
+    assert environment.dockerfile == "FROM localhost/podium/busybox:1\n"
     assert result.out.splitlines() == [
         f"Environment {environment.pk} (my-env): queued",
         f"Its build is queued; `podium env list {benchmark.slug}` shows when it is ready.",
@@ -147,7 +147,7 @@ def test_a_dockerfile_against_the_policy_is_refused_with_its_line(
     tmp_path: Path,
 ) -> None:
     sign_in(alice)
-    path = dockerfile(tmp_path, "FROM podium/busybox:1\nFROM elsewhere/tools:2\n")
+    path = dockerfile(tmp_path, "FROM localhost/podium/busybox:1\nFROM elsewhere/tools:2\n")
 
     result = podium("env", "create", benchmark.slug, str(path))
 

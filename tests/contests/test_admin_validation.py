@@ -120,7 +120,7 @@ def test_a_valid_edit_is_saved(admin_client, flagship):
         build_timeout_s=600,
         max_image_bytes=8 * 1024**3,
         max_upload_bytes=1024**3,
-        allowed_registries="podium/\nghcr.io/acme/\n",
+        allowed_registries="localhost/podium/\nghcr.io/acme/\n",
     )
 
     assert response.status_code == 302, errors_of(response)
@@ -131,7 +131,7 @@ def test_a_valid_edit_is_saved(admin_client, flagship):
     assert (flagship.practice_per_day, flagship.max_environments) == (20, 4)
     assert flagship.build_timeout_s == 600
     assert (flagship.max_image_bytes, flagship.max_upload_bytes) == (8 * 1024**3, 1024**3)
-    assert flagship.allowed_registries.split() == ["podium/", "ghcr.io/acme/"]
+    assert flagship.allowed_registries.split() == ["localhost/podium/", "ghcr.io/acme/"]
 
 
 @pytest.mark.parametrize(
@@ -187,6 +187,63 @@ def test_the_allowed_registries_cannot_be_left_empty(admin_client, flagship):
     response = post(admin_client, flagship, allowed_registries="  \n ")
 
     assert list(errors_of(response)) == ["allowed_registries"]
+
+
+def test_a_registry_prefix_must_name_its_registry(admin_client, flagship):
+    response = post(
+        admin_client,
+        flagship,
+        allowed_registries="localhost/podium/\npodium/\ndocker.io/library/\n",
+    )
+
+    assert errors_of(response) == {
+        "allowed_registries": [
+            "Line 2: `podium/` does not start with a registry host; write it with its "
+            "registry, like localhost/podium/ or docker.io/library/."
+        ]
+    }
+    flagship.refresh_from_db()
+    assert flagship.allowed_registries == "localhost/podium/\n"
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "localhost/podium-entrant/",
+        "localhost/podium-entrant/sub-",
+        "docker.io/podium-entrant/",
+        "index.docker.io/podium-entrant/env-",
+        "localhost/podium",
+    ],
+)
+def test_a_registry_prefix_cannot_cover_the_entrant_namespace(admin_client, flagship, prefix):
+    response = post(admin_client, flagship, allowed_registries=f"docker.io/library/\n{prefix}\n")
+
+    errors = errors_of(response)
+    assert list(errors) == ["allowed_registries"]
+    assert len(errors["allowed_registries"]) == 1
+    assert errors["allowed_registries"][0].startswith(f"Line 2: `{prefix}` ")
+    assert "the entrant namespace (podium-entrant/)" in errors["allowed_registries"][0]
+    flagship.refresh_from_db()
+    assert flagship.allowed_registries == "localhost/podium/\n"
+
+
+def test_every_bad_registry_line_is_named(admin_client, flagship):
+    response = post(
+        admin_client, flagship, allowed_registries="ghcr.io\nlocalhost/podium/\npodium-entrant/\n"
+    )
+
+    errors = errors_of(response)["allowed_registries"]
+    assert [error.split(":")[0] for error in errors] == ["Line 1", "Line 3"]
+
+
+def test_whole_registries_may_be_allowed(admin_client, flagship):
+    # Entrant images are refused by name whatever the prefixes allow.
+    response = post(admin_client, flagship, allowed_registries="docker.io/\nlocalhost/\n")
+
+    assert response.status_code == 302, errors_of(response)
+    flagship.refresh_from_db()
+    assert flagship.allowed_registries == "docker.io/\nlocalhost/\n"
 
 
 def test_a_new_benchmark_gets_the_defaults_of_the_rules(admin_client):

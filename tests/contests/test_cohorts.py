@@ -260,7 +260,7 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
     assert demo.status_at(timezone.now()) == "open"
     assert demo.closes_at - demo.opens_at == dt.timedelta(days=30, minutes=1)
     assert (demo.cohort_size, demo.pass_min_matches) == (40, 40)
-    assert demo.allowed_registries == "podium/\n"
+    assert demo.allowed_registries == "localhost/podium/\n"
     assert demo.attempts_per_day == 2
     official = demo.cohorts.get(kind="official")
     practice = demo.cohorts.get(kind="practice")

@@ -182,7 +182,7 @@ class Contest:
         )
         submission_transition(submission.pk, frm=[Submission.ACCEPTED], to=Submission.BUILDING)
         assert submission_build_finished(
-            submission_id=submission.pk, ok=True, image_tag=f"podium/sub-{submission.pk}:t"
+            submission_id=submission.pk, ok=True, image_tag=f"podium-entrant/sub-{submission.pk}:t"
         )
         self.submissions.append(submission.pk)
         return submission

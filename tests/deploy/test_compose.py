@@ -44,3 +44,22 @@ def test_compose_config_is_accepted_and_mounts_the_socket_only_into_workers(tmp_
         return any("docker.sock" in str(volume) for volume in volumes)
 
     assert [name for name in services if mounts_socket(name)] == ["builds", "scoring"]
+
+
+def test_the_portal_image_context_leaves_out_secrets_and_data(tmp_path):
+    """What `docker build` of the portal image sends, read with .dockerignore's own rules."""
+    from docker.utils.build import exclude_paths
+
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for name in ("secret_key", ".env", ".env.production", "var/db.sqlite3", "portal/app.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+
+    sent = exclude_paths(str(tmp_path), patterns)
+
+    assert "portal/app.py" in sent
+    assert not {"secret_key", ".env", ".env.production", "var/db.sqlite3"} & sent

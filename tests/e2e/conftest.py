@@ -98,7 +98,9 @@ def remove_built_images() -> None:
         *Submission.objects.exclude(image_tag="").values_list("image_tag", flat=True),
     }
     for tag in sorted(tags):
-        if tag.startswith(("podium/env-", "podium/sub-")):  # never a shared base image
+        if tag.startswith(
+            ("podium-entrant/env-", "podium-entrant/sub-")
+        ):  # never a shared base image
             engine.remove_image(tag)
 
 

@@ -166,7 +166,9 @@ def test_failures_end_in_the_right_status_and_charge(celery_workers, live_server
     factories.UserFactory(username="bob")
     bob = Entrant(live_server.url, "bob", "correct horse battery")
 
-    broken = bob.create_environment(demo.slug, "broken", b"FROM podium/busybox:1\nRUN exit 7\n")
+    broken = bob.create_environment(
+        demo.slug, "broken", b"FROM localhost/podium/busybox:1\nRUN exit 7\n"
+    )
     env = bob.create_environment(demo.slug, "kit", (STARTER_KIT / "Dockerfile").read_bytes())
     broken = bob.wait_environment(broken["id"])
     assert broken["status"] == "failed"

@@ -65,7 +65,7 @@ def test_the_kit_has_its_executables() -> None:
     instructions = [
         line for line in (KIT / "Dockerfile").read_text().splitlines() if line and line[0] != "#"
     ]
-    assert instructions == ["ARG BASE=podium/python:bookworm", "FROM ${BASE}"]
+    assert instructions == ["ARG BASE=localhost/podium/python:bookworm", "FROM ${BASE}"]
 
 
 def test_run_answers_every_image_in_manifest_order(kit: Path, tmp_path: Path) -> None:

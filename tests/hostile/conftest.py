@@ -1,6 +1,6 @@
 """The hostile suite: real attacks on the scored run, in real containers, through the runner.
 
-Every case is a submission image (``podium/busybox:1`` plus a static attack helper and
+Every case is a submission image (``localhost/podium/busybox:1`` plus a static attack helper and
 its own ``/submission/run``) scored by the real :func:`scoring.runner.score_submission`
 on an 8-image cohort of class 7. :func:`Hostile.score` checks what every case owes,
 whatever the attack:
@@ -44,7 +44,7 @@ from scoring import engine, runner
 from tests.scoring.test_staging import make_cohort, make_submission
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = "podium/busybox:1"
+BASE = "localhost/podium/busybox:1"
 ROWS = 8
 CLASS = 7
 SECOND = 1_000_000_000

@@ -118,7 +118,7 @@ def test_queued_builds_survive_a_redis_restart(alice, benchmark, data_dir, priva
             benchmark=benchmark,
             status=Environment.QUEUED,
             image_tag="",
-            dockerfile="FROM podium/busybox:1\n",
+            dockerfile="FROM localhost/podium/busybox:1\n",
         )
         for _ in range(3)
     ]

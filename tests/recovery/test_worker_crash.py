@@ -134,7 +134,7 @@ def sleeper_image() -> Iterator[str]:
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for name, data, mode in (
-            ("Dockerfile", b"FROM podium/busybox:1\nCOPY run /submission/run\n", 0o644),
+            ("Dockerfile", b"FROM localhost/podium/busybox:1\nCOPY run /submission/run\n", 0o644),
             ("run", b"#!/bin/sh\nsleep 30\n", 0o755),
         ):
             info = tarfile.TarInfo(name)

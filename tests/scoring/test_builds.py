@@ -1,6 +1,6 @@
 """Environment builds and build.sh builds, on the real Docker Engine with real rows.
 
-Every image here is built FROM the local ``podium/busybox:1``. Tags carry a random
+Every image here is built FROM the local ``localhost/podium/busybox:1``. Tags carry a random
 suffix and every image and container a test makes is removed by exact name, because
 other test runs share the engine.
 """
@@ -11,13 +11,13 @@ import io
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from portal import jobs, storage
+from portal.audit.models import AuditEvent
 from portal.environments.models import Environment
 from portal.environments.services import environment_claim_build, environment_create
 from portal.submissions.models import AttemptLedger, Submission
@@ -28,34 +28,10 @@ from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BASE = "podium/busybox:1"
+BASE = "localhost/podium/busybox:1"
 
 
 # Helpers and fixtures ---------------------------------------------------------------
-
-
-@pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
-    """Records every build tag and container the code under test asks for; removes them."""
-    seen: dict[str, list[str]] = {"tags": [], "containers": [], "images": []}
-    real_build, real_create = engine.build_image, engine.create_container
-
-    def build_spy(**kw: Any) -> engine.BuildOutcome:
-        seen["tags"].append(kw["tag"])
-        return real_build(**kw)
-
-    def create_spy(**spec: Any) -> str:
-        container_id = real_create(**spec)
-        seen["containers"].append(container_id)
-        return container_id
-
-    monkeypatch.setattr(engine, "build_image", build_spy)
-    monkeypatch.setattr(engine, "create_container", create_spy)
-    yield seen
-    for container_id in seen["containers"]:
-        engine.remove_container(container_id)
-    for ref in seen["tags"] + seen["images"]:
-        engine.remove_image(ref)
 
 
 def container_gone(container_id: str) -> bool:
@@ -155,7 +131,7 @@ def test_a_good_dockerfile_builds_a_ready_environment(alice, benchmark, sent, ma
     environment.refresh_from_db()
     assert environment.status == Environment.READY, environment.failure_reason
     assert environment.image_tag == made["tags"][0]
-    assert environment.image_tag.startswith(f"podium/env-{environment.pk}:")
+    assert environment.image_tag.startswith(f"podium-entrant/env-{environment.pk}:")
     assert environment.image_digest.startswith("sha256:")
     assert environment.image_bytes and environment.image_bytes > 0
     assert engine.image_info(environment.image_tag).id == environment.image_digest
@@ -290,7 +266,15 @@ def test_an_engine_error_fails_the_environment_as_a_platform_error(
 
     environment.refresh_from_db()
     assert environment.status == Environment.FAILED
-    assert environment.failure_reason == "platform error: the engine went away"
+    # The entrant reads a plain sentence; staff read the engine's own words.
+    assert environment.failure_reason == (
+        "The build could not run because of a platform fault, not because of your files; "
+        "rebuild it, it costs nothing."
+    )
+    assert "went away" not in (storage.environment_dir(environment.pk) / "build.log").read_text()
+    fault = AuditEvent.objects.get(action="build.platform_fault")
+    assert fault.target == f"environment:{environment.pk}"
+    assert fault.details == {"detail": "the engine went away"}
     assert not engine.image_exists(made["tags"][0])
 
 
@@ -332,7 +316,7 @@ def test_build_sh_builds_the_submission_image_and_queues_the_score(
     submission.refresh_from_db()
     made["images"].append(submission.image_tag)
     assert submission.status == Submission.QUEUED, submission.failure_reason
-    assert submission.image_tag.startswith(f"podium/sub-{submission.pk}:")
+    assert submission.image_tag.startswith(f"podium-entrant/sub-{submission.pk}:")
     assert submission.image_digest == engine.image_info(submission.image_tag).id
     assert submission.image_digest.startswith("sha256:")
     assert submission.image_bytes and submission.image_bytes > 0
@@ -463,6 +447,11 @@ def test_an_engine_error_requeues_once_then_refunds(
     submission.refresh_from_db()
     assert submission.status == Submission.INFRA_FAILED
     assert "refunded" in submission.failure_reason
+    assert "went away" not in submission.failure_reason  # the details are for staff
+    faults = AuditEvent.objects.filter(
+        action="build.platform_fault", target=f"submission:{submission.pk}"
+    )
+    assert [("went away" in event.details["detail"]) for event in faults] == [True, True]
     assert timeline(submission) == ["accepted", "building", "accepted", "building", "infra_failed"]
     deltas = sorted(
         AttemptLedger.objects.filter(submission=submission).values_list("delta", flat=True)

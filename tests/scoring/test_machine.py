@@ -2,8 +2,8 @@
 
 The lock and the waiting logic run on real rows; the freezer and the end-to-end
 "two builds and a score" test on the real Docker Engine. Every test uses its own
-scoring host name, so the build containers it labels (and pauses) are its own even when
-other test runs share the engine.
+scoring host name (its own lock). The freezer pauses every container on the engine,
+other test runs' too, so its tests keep each freeze short and always thaw afterwards.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from tests.scoring.test_runner import FakeEngine, the_run
 from tests.scoring.test_staging import make_cohort, make_submission
 
 REPO = Path(__file__).resolve().parents[2]
-PYTHON_BASE = "podium/python:bookworm"
-BUSYBOX = "podium/busybox:1"
+PYTHON_BASE = "localhost/podium/python:bookworm"
+BUSYBOX = "localhost/podium/busybox:1"
 
 
 @pytest.fixture
@@ -89,6 +89,10 @@ class NoFreezer:
 
     def __init__(self, host: str) -> None:
         self.paused: set[str] = set()
+        self.spared: set[str] = set()
+
+    def spare(self, container_id: str) -> None:
+        self.spared.add(container_id)
 
     def start(self) -> None:
         pass
@@ -346,6 +350,19 @@ def test_the_runs_lease_is_the_heartbeat_lease_not_the_whole_score_timeout(
     assert len(leases) == 1 and dt.timedelta(seconds=50) < leases[0] <= dt.timedelta(seconds=60)
 
 
+def test_the_scored_container_is_spared_before_it_starts(
+    queued, host, no_builds, quick_gates, monkeypatch, sent
+):
+    fake = FakeEngine().install(monkeypatch)
+    monkeypatch.setattr(NoFreezer, "spare", lambda self, cid: fake.calls.append(f"spare {cid}"))
+
+    runner.score_submission(queued.pk)
+
+    # Spared after it exists and before its start event, which the freezer would act on.
+    assert fake.calls[:3] == ["create", "spare c0ffee", "start"]
+    assert the_run(queued).verdict == "passed"
+
+
 def test_taking_over_a_dead_holders_lock_stops_its_run_first(
     queued, bob, host, no_builds, quick_gates, monkeypatch, sent
 ):
@@ -376,33 +393,6 @@ def test_taking_over_a_dead_holders_lock_stops_its_run_first(
 # Builds give way ----------------------------------------------------------------------
 
 
-def test_label_stages_labels_every_stage_and_keeps_the_file_intact():
-    text = (
-        "# escape=`\n"
-        "FROM podium/python:bookworm AS base\n"
-        "RUN echo a `\n"
-        "    b\n"
-        "FROM `\n"
-        "  base\n"
-        "# a comment\n"
-        "COPY x /x\n"
-    )
-    labelled = builds.label_stages(text, {"podium.build": "h1"})
-    assert labelled == (
-        "# escape=`\n"
-        "FROM podium/python:bookworm AS base\n"
-        'LABEL podium.build="h1"\n'
-        "RUN echo a `\n"
-        "    b\n"
-        "FROM `\n"
-        "  base\n"
-        "# a comment\n"
-        'LABEL podium.build="h1"\n'
-        "COPY x /x\n"
-    )
-    assert builds.label_stages("FROM a", {"k": "v"}) == 'FROM a\nLABEL k="v"\n'
-
-
 def test_a_build_cap_counts_only_unfrozen_time(monkeypatch):
     monkeypatch.setattr(engine, "BUILD_POLL_S", 0.05)
 
@@ -417,9 +407,10 @@ def test_a_build_cap_counts_only_unfrozen_time(monkeypatch):
     assert engine._join_within(worker_thread(), 0.6, lambda: time.monotonic() - started < 0.7)
 
 
+@pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_no_environment_build_starts_while_a_score_holds_the_machine(
-    alice, benchmark, host, monkeypatch
+    alice, benchmark, host, monkeypatch, settings
 ):
     environment = factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, status=Environment.QUEUED, image_tag=""
@@ -428,8 +419,7 @@ def test_no_environment_build_starts_while_a_score_holds_the_machine(
 
     def build_image(**kw: Any) -> engine.BuildOutcome:
         build_started.append(time.monotonic())
-        assert b'LABEL podium.build="' + host.encode() in kw["context"].read()
-        assert kw["labels"] == {"podium.build": ""}
+        assert kw["bounds"].network == settings.PODIUM_BUILD_NETWORK  # confined, as ever
         return engine.BuildOutcome(ok=False, error="stopped by the test")
 
     monkeypatch.setattr(engine, "build_image", build_image)
@@ -449,25 +439,47 @@ def test_no_environment_build_starts_while_a_score_holds_the_machine(
 # The freezer on the real engine -----------------------------------------------------
 
 
+TICKING = ["sh", "-c", "while :; do sleep 0.05; done"]
+FORGED = {"podium.build": "someone-else"}  # an entrant's LABEL overrides ours
+LOOKS_SCORED = {"podium.run": "1"}  # an entrant's LABEL makes a build look like a score
+
+
 @pytest.fixture
 def containers() -> Iterator[Callable[..., str]]:
-    """Start busybox containers that tick; all removed afterwards."""
+    """Create (and by default start) busybox containers that tick; all removed afterwards,
+    paused or not."""
     made: list[str] = []
 
-    def start(labels: dict[str, str]) -> str:
+    def make(labels: dict[str, str] | None = None, *, name: str = "", start: bool = True) -> str:
         container_id = engine.create_container(
-            image=BUSYBOX,
-            entrypoint=[],
-            command=["sh", "-c", "while :; do sleep 0.05; done"],
-            labels=labels,
+            image=BUSYBOX, entrypoint=[], command=TICKING, labels=labels or {}
         )
         made.append(container_id)
-        engine.start(container_id)
+        if name:  # how the deployment's own services get theirs (compose container_name)
+            engine.client().api.rename(container_id, name)
+        if start:
+            engine.start(container_id)
         return container_id
 
-    yield start
+    yield make
     for container_id in made:
         engine.remove_container(container_id)
+
+
+@pytest.fixture
+def freezer(host, containers) -> Iterator[Callable[[], machine.BuildFreezer]]:
+    """Start this host's freezer; stopped (everything thawed) before the containers go."""
+    started: list[machine.BuildFreezer] = []
+
+    def start() -> machine.BuildFreezer:
+        frozen = machine.BuildFreezer(host)
+        started.append(frozen)
+        frozen.start()
+        return frozen
+
+    yield start
+    for frozen in started:
+        frozen.stop()
 
 
 def state_of(container_id: str) -> str:
@@ -483,24 +495,132 @@ def wait_state(container_id: str, wanted: str, timeout_s: float = 5.0) -> float:
     return time.monotonic() - started
 
 
-@pytest.mark.docker
-def test_the_freezer_pauses_this_hosts_builds_and_only_them(host, containers):
-    build = containers({"podium.build": host})
-    other_host = containers({"podium.build": f"{host}-other"})
-    scoring = containers({"podium.build": host, "podium.run": "1"})  # inherited label
+def events_handled(containers: Callable[..., str]) -> None:
+    """Wait until the freezer has handled every start event so far: it handles them in
+    order, so once a container started now is paused, every earlier one was decided."""
+    wait_state(containers(), "paused")
 
-    freezer = machine.BuildFreezer(host)
-    freezer.start()
+
+def test_the_freeze_exempt_setting_is_a_set_of_names(settings):
+    settings.PODIUM_FREEZE_EXEMPT = ["podium-db", " /podium-redis ", ""]
+    assert machine.freeze_exempt() == {"podium-db", "podium-redis"}
+    settings.PODIUM_FREEZE_EXEMPT = "podium-db, podium-web,"  # the env var's form
+    assert machine.freeze_exempt() == {"podium-db", "podium-web"}
+    settings.PODIUM_FREEZE_EXEMPT = []
+    assert machine.freeze_exempt() == frozenset()
+
+
+@pytest.mark.docker
+def test_the_freezer_pauses_every_container_whatever_its_labels(host, containers, freezer):
+    ours = containers({"podium.build": host})
+    forged = containers(FORGED)
+    looks_scored = containers(LOOKS_SCORED)
+    unlabelled = containers()
+
+    frozen = freezer()
     try:
-        assert state_of(build) == "paused"
-        late = containers({"podium.build": host})  # a build step starting mid-score
-        assert wait_state(late, "paused") < 1.0
-        engine.unpause(build)  # anyone unpausing a build meanwhile is overruled
-        wait_state(build, "paused")
-        assert state_of(other_host) == "running" and state_of(scoring) == "running"
+        for container_id in (ours, forged, looks_scored, unlabelled):
+            assert state_of(container_id) == "paused"
+        # Build steps starting mid-score, forged labels and all (the event path).
+        late = [containers(FORGED), containers(LOOKS_SCORED), containers()]
+        for container_id in late:
+            assert wait_state(container_id, "paused") < 1.0
+        engine.unpause(forged)  # anyone unpausing a container meanwhile is overruled
+        wait_state(forged, "paused")
+        assert {ours, forged, looks_scored, unlabelled, *late} <= frozen.paused
     finally:
-        assert freezer.stop() == 2
-    assert state_of(build) == "running" and state_of(late) == "running"
+        frozen.stop()
+    for container_id in (ours, forged, looks_scored, unlabelled, *late):
+        assert state_of(container_id) == "running"
+
+
+@pytest.mark.docker
+def test_the_scored_container_is_spared_and_never_paused(host, containers, freezer):
+    frozen = freezer()
+    session = machine.Session(
+        host,
+        "me",
+        {},
+        machine.Heartbeat(host=host, holder="me", lease_s=60, on_lost=lambda run_id: None),
+        frozen,
+    )
+    # What the runner does: create, spare, then start, after the freeze began. Labels
+    # are the scored container's own, and spare nothing by themselves (see above).
+    scored = containers(LOOKS_SCORED, start=False)
+    session.spare(scored)
+    engine.start(scored)
+    events_handled(containers)
+
+    for _ in range(20):
+        assert state_of(scored) == "running"
+        time.sleep(0.01)
+    assert scored not in frozen.paused
+
+    # A sweep after a broken event stream spares it too.
+    frozen._sweep()
+    assert state_of(scored) == "running"
+
+
+@pytest.mark.docker
+def test_the_deployments_own_containers_are_never_paused_nor_unpaused(
+    host, containers, freezer, settings
+):
+    tag = uuid.uuid4().hex[:8]
+    names = [f"podium-test-db-{tag}", f"podium-test-web-{tag}", f"podium-test-admin-{tag}"]
+    settings.PODIUM_FREEZE_EXEMPT = ",".join(names)
+    database = containers(FORGED, name=names[0])  # its labels do not matter either
+    # Someone paused this service by hand: a thaw leaves it as it is.
+    held_by_staff = containers(name=names[2])
+    engine.pause(held_by_staff)
+    # A container that claims an exempt name in a label is still paused: an event's
+    # attributes carry its labels and its name side by side, the engine's name winning.
+    impostor = containers({"name": names[1]})
+
+    frozen = freezer()
+    try:
+        web = containers(name=names[1])  # restarted mid-score (the event path)
+        late_impostor = containers({"name": names[0]})
+        events_handled(containers)
+        assert state_of(database) == "running" and state_of(web) == "running"
+        assert state_of(impostor) == "paused" and state_of(late_impostor) == "paused"
+        assert not {database, web} & frozen.paused
+    finally:
+        frozen.stop()
+    assert state_of(impostor) == "running" and state_of(late_impostor) == "running"
+    assert state_of(held_by_staff) == "paused"
+    engine.unpause(held_by_staff)
+
+
+@pytest.mark.docker
+def test_a_broken_event_stream_is_watched_again(host, containers, freezer):
+    frozen = freezer()
+    broken = frozen._stream
+    assert broken is not None
+    broken.close()  # as when the engine drops the connection
+    deadline = time.monotonic() + 5
+    while frozen._stream is broken:
+        assert time.monotonic() < deadline, "the freezer never subscribed again"
+        time.sleep(0.01)
+
+    assert wait_state(containers(FORGED), "paused") < 1.0
+
+
+@pytest.mark.docker
+def test_thaw_unpauses_what_a_dead_holder_left_paused(host, containers, freezer):
+    forged, looks_scored, unlabelled = containers(FORGED), containers(LOOKS_SCORED), containers()
+    frozen = freezer()
+    # Its worker dies: the watch ends, and nothing unpauses what it paused.
+    frozen._closing.set()
+    assert frozen._stream is not None and frozen._thread is not None
+    frozen._stream.close()
+    frozen._thread.join(10)
+    for container_id in (forged, looks_scored, unlabelled):
+        assert state_of(container_id) == "paused"
+
+    assert machine.thaw(host) >= 3
+
+    for container_id in (forged, looks_scored, unlabelled):
+        assert state_of(container_id) == "running"
 
 
 @pytest.mark.docker
@@ -519,13 +639,14 @@ def test_a_build_sh_left_paused_by_a_dead_holder_resumes_by_itself(db, host, mon
 
 
 @pytest.mark.docker
-def test_the_reaper_frees_a_dead_holders_lock_and_unpauses_its_builds(db, host, containers):
-    build = containers({"podium.build": host})
-    engine.pause(build)  # the dead holder's freezer paused it
+def test_the_reaper_frees_a_dead_holders_lock_and_unpauses_what_it_paused(db, host, containers):
+    forged, looks_scored = containers(FORGED), containers(LOOKS_SCORED)
+    engine.pause(forged)  # the dead holder's freezer paused them
+    engine.pause(looks_scored)
     assert machine_lease_acquire(host=host, holder="dead-scorer", lease_s=60)
 
     reaper.reap()
-    assert state_of(build) == "paused"  # still within its lease: hands off
+    assert state_of(forged) == "paused"  # still within its lease: hands off
 
     MachineLease.objects.filter(host=host).update(
         expires_at=timezone.now() - dt.timedelta(seconds=1)
@@ -534,7 +655,7 @@ def test_the_reaper_frees_a_dead_holders_lock_and_unpauses_its_builds(db, host, 
 
     assert not machine_held(host)
     assert MachineLease.objects.get(host=host).holder == ""
-    assert state_of(build) == "running"
+    assert state_of(forged) == "running" and state_of(looks_scored) == "running"
 
 
 def test_the_reaper_gives_builds_their_frozen_time(db, alice, benchmark, queued):
@@ -632,14 +753,14 @@ def entrant_image() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def stamper_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """podium/busybox:1 with a static ``stamp N`` program (allowed as a base: ``podium/``)."""
+    """localhost/podium/busybox:1 with a static ``stamp N`` program (an allowed base)."""
     folder = tmp_path_factory.mktemp("stamper")
     (folder / "stamp.c").write_text(STAMPER_C)
     subprocess.run(
         ["cc", "-O2", "-static", "-o", str(folder / "stamp"), str(folder / "stamp.c")],
         check=True,
     )
-    tag = f"podium/test-stamper-{uuid.uuid4().hex[:12]}:1"
+    tag = f"localhost/podium/test-stamper-{uuid.uuid4().hex[:12]}:1"
     yield from built_image(tag, BUSYBOX, "stamp", (folder / "stamp").read_bytes())
 
 
@@ -758,9 +879,9 @@ def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
         for name, finished_at in finished.items():
             assert finished_at - started > benchmark.build_timeout_s, name
 
-        # Neither image carries the build label on to the containers made from it.
-        assert image_labels(environment.image_tag).get("podium.build") == ""
-        assert image_labels(built.image_tag).get("podium.build") == ""
+        # Builds were found by what they are: nothing labels them, nor the images made.
+        assert "podium.build" not in image_labels(environment.image_tag)
+        assert "podium.build" not in image_labels(built.image_tag)
         assert not machine_held(host)
     finally:
         for tag in images:

@@ -2,7 +2,7 @@
 only once its retention period is over, and keeps results, digests and the audit trail.
 
 Most tests use a fake engine (a set of image tags); the ``docker`` ones build real
-images FROM the local ``podium/busybox:1`` under fresh tags and remove them afterwards.
+images FROM the local ``localhost/podium/busybox:1`` under fresh tags and remove them afterwards.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def fill(benchmark: Benchmark, entrant: Any, fake: FakeEngine | None = None) -> 
         cohort=cohort, position=0, canonical_name="cat.png", sha256="c" * 64, reference_class=7
     )
     environment = factories.EnvironmentFactory(owner=entrant, benchmark=benchmark)
-    environment.image_tag = f"podium/env-{environment.pk}:0123abcd"
+    environment.image_tag = f"podium-entrant/env-{environment.pk}:0123abcd"
     environment.image_digest = "sha256:" + "e" * 64
     environment.save(update_fields=["image_tag", "image_digest"])
     EnvironmentEvent.objects.create(environment=environment, status="ready", at=CLOSES_AT)
@@ -122,7 +122,7 @@ def fill(benchmark: Benchmark, entrant: Any, fake: FakeEngine | None = None) -> 
         environment_image_digest=environment.image_digest,
         image_digest="sha256:" + "d" * 64,
     )
-    submission.image_tag = f"podium/sub-{submission.pk}:4567cdef"
+    submission.image_tag = f"podium-entrant/sub-{submission.pk}:4567cdef"
     submission.save(update_fields=["image_tag"])
     SubmissionEvent.objects.create(submission=submission, status="passed", at=CLOSES_AT)
     AttemptLedger.objects.create(
@@ -161,7 +161,10 @@ def fill(benchmark: Benchmark, entrant: Any, fake: FakeEngine | None = None) -> 
     leftover_input.parent.mkdir(parents=True)
     leftover_input.hardlink_to(cohort_file)  # a staged copy a crashed run left behind
     artifacts = [
-        write(storage.environment_dir(environment.pk) / "Dockerfile", b"FROM podium/busybox:1\n"),
+        write(
+            storage.environment_dir(environment.pk) / "Dockerfile",
+            b"FROM localhost/podium/busybox:1\n",
+        ),
         write(storage.environment_dir(environment.pk) / "context.archive", b"x" * 500),
         write(storage.environment_build_log(environment.pk), b"Step 1/1\n"),
         write(source_path(submission), b"s" * 1000),
@@ -401,14 +404,16 @@ def test_an_image_a_running_container_uses_is_reported_and_kept(
 def test_an_image_podium_did_not_build_for_the_row_is_never_removed(
     filled: Filled, fake_engine: FakeEngine
 ) -> None:
-    Environment.objects.filter(pk=filled.environment.pk).update(image_tag="podium/busybox:1")
-    fake_engine.images.add("podium/busybox:1")
+    Environment.objects.filter(pk=filled.environment.pk).update(
+        image_tag="localhost/podium/busybox:1"
+    )
+    fake_engine.images.add("localhost/podium/busybox:1")
 
     _, err = purge("--benchmark", "closed")
 
-    assert "podium/busybox:1" in fake_engine.images
+    assert "localhost/podium/busybox:1" in fake_engine.images
     assert err.splitlines()[0] == (
-        "left in place: podium/busybox:1: not an image Podium built for this row"
+        "left in place: localhost/podium/busybox:1: not an image Podium built for this row"
     )
 
 
@@ -453,7 +458,9 @@ def test_after_a_purge_log_tails_are_empty_and_the_source_is_no_longer_kept(
 def build_tiny_image(tag: str) -> None:
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
-        dockerfile = f"FROM podium/busybox:1\nLABEL purge-test={uuid.uuid4().hex}\n".encode()
+        dockerfile = (
+            f"FROM localhost/podium/busybox:1\nLABEL purge-test={uuid.uuid4().hex}\n".encode()
+        )
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
         tar.addfile(info, io.BytesIO(dockerfile))
@@ -466,7 +473,7 @@ def build_tiny_image(tag: str) -> None:
 def real_environment(closed: Benchmark, alice: Any) -> Iterator[Environment]:
     """A ready environment of the closed benchmark whose image is really in the engine."""
     environment = factories.EnvironmentFactory(owner=alice, benchmark=closed)
-    environment.image_tag = f"podium/env-{environment.pk}:test-{uuid.uuid4().hex[:12]}"
+    environment.image_tag = f"podium-entrant/env-{environment.pk}:test-{uuid.uuid4().hex[:12]}"
     environment.save(update_fields=["image_tag"])
     build_tiny_image(environment.image_tag)
     yield environment

@@ -550,7 +550,7 @@ def supervisor_binary() -> Path:
 
 @pytest.fixture(scope="module")
 def images() -> Iterator[dict[str, str]]:
-    """One submission image per script: podium/busybox:1 plus /submission/run."""
+    """One submission image per script: localhost/podium/busybox:1 plus /submission/run."""
     repository = f"podium-test/runner-{uuid.uuid4().hex[:12]}"
     built: dict[str, str] = {}
     try:
@@ -558,7 +558,11 @@ def images() -> Iterator[dict[str, str]]:
             context = io.BytesIO()
             with tarfile.open(fileobj=context, mode="w") as tar:
                 for member, data, mode in (
-                    ("Dockerfile", b"FROM podium/busybox:1\nCOPY run /submission/run\n", 0o644),
+                    (
+                        "Dockerfile",
+                        b"FROM localhost/podium/busybox:1\nCOPY run /submission/run\n",
+                        0o644,
+                    ),
                     ("run", script.encode(), 0o755),
                 ):
                     info = tarfile.TarInfo(member)

@@ -47,7 +47,7 @@ def make_submission(
     entrant,
     benchmark: Benchmark,
     *,
-    image_tag: str = "podium/busybox:1",
+    image_tag: str = "localhost/podium/busybox:1",
     status: str = Submission.QUEUED,
 ) -> Submission:
     """A submission that passed its build (queued for scoring), with its attempt charged."""
@@ -56,8 +56,8 @@ def make_submission(
         benchmark=benchmark,
         name=f"env-{uuid.uuid4().hex[:8]}",
         status=Environment.READY,
-        dockerfile="FROM podium/busybox:1\n",
-        image_tag="podium/busybox:1",
+        dockerfile="FROM localhost/podium/busybox:1\n",
+        image_tag="localhost/podium/busybox:1",
     )
     now = timezone.now()
     submission = Submission.objects.create(

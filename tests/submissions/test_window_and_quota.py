@@ -162,7 +162,7 @@ def test_environments_are_accepted_before_opening_but_not_from_closing_on(
     with time_machine.travel(at, tick=False):
         response = client.post(
             f"/api/v1/benchmarks/{flagship.slug}/environments/",
-            {"name": "kit", "dockerfile": io.BytesIO(b"FROM podium/busybox:1\n")},
+            {"name": "kit", "dockerfile": io.BytesIO(b"FROM localhost/podium/busybox:1\n")},
             format="multipart",
         )
 
@@ -311,7 +311,9 @@ def test_an_environment_is_built_before_opening_and_a_timed_out_build_is_retried
         owner=alice,
         benchmark=upcoming,
         name="slow",
-        dockerfile_text=f"FROM podium/busybox:1\nRUN echo {uuid.uuid4().hex} && sleep 4\n",
+        dockerfile_text=(
+            f"FROM localhost/podium/busybox:1\nRUN echo {uuid.uuid4().hex} && sleep 4\n"
+        ),
     )
     try:
         builds.build_environment(environment.pk)

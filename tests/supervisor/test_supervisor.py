@@ -26,7 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "scoring/supervisor/supervise"
-IMAGE = "podium/busybox:1"
+IMAGE = "localhost/podium/busybox:1"
 SECOND = 1_000_000_000
 VALID = bytes([1, 0, 0, 0, 231, 3, 0, 0])  # two int32 predictions: 1 and 999
 KEYS = """podium_supervisor start_ns end_ns wall_ns exit_code signal killed rusage

@@ -17,7 +17,7 @@ from portal import jobs
 from portal.environments.models import Environment, EnvironmentEvent
 from tests import factories
 
-GOOD_DOCKERFILE = "FROM podium/busybox:1\nRUN true\n"
+GOOD_DOCKERFILE = "FROM localhost/podium/busybox:1\nRUN true\n"
 
 
 def context_tar() -> bytes:
@@ -239,7 +239,7 @@ def test_status_json_carries_status_timeline_and_log(client, alice, benchmark, d
         )
     log = data_dir / "environments" / str(environment.pk) / "build.log"
     log.parent.mkdir(parents=True)
-    log.write_text("#1 FROM podium/busybox:1\n")
+    log.write_text("#1 FROM localhost/podium/busybox:1\n")
     client.force_login(alice)
 
     response = client.get(f"/environments/{environment.pk}/status.json")
@@ -250,7 +250,7 @@ def test_status_json_carries_status_timeline_and_log(client, alice, benchmark, d
     assert data["finished"] is False
     assert [event["status"] for event in data["timeline"]] == ["queued", "building"]
     assert "KST" in data["timeline"][0]["at_display"]
-    assert data["build_log"] == "#1 FROM podium/busybox:1\n"
+    assert data["build_log"] == "#1 FROM localhost/podium/busybox:1\n"
     assert data["display"]["status"] == "building"
 
 

@@ -76,7 +76,7 @@ def test_benchmark_page_states_the_rules_from_its_settings(client, benchmark):
     assert "Not timed:" in html
     assert "16 GiB" in html
     assert "30 minutes" in html and "16 minutes" in html
-    assert "<code>podium/</code>" in html
+    assert "<code>localhost/podium/</code>" in html
 
 
 def test_rules_follow_a_changed_setting(client, benchmark):
@@ -336,12 +336,12 @@ def _fill_board(benchmark, count: int) -> None:
 
 # Exact query counts, the same for 5 and for 50 entrants (and for a cold and a warm cache):
 # session and user (signed in only), the benchmark, the board's version, then
-#   benchmark page: rows, chart (leaders, their runs), practice cohort
+#   benchmark page: rows, chart (leaders, their runs), practice cohort, build network checks
 #                   + signed in: quota official, quota practice, own row, rank
 #   leaderboard:    rows + signed in: own row, rank
-BENCHMARK_PAGE_QUERIES = {"anonymous": 6, "signed_in": 12}
+BENCHMARK_PAGE_QUERIES = {"anonymous": 7, "signed_in": 13}
 LEADERBOARD_QUERIES = {"anonymous": 3, "signed_in": 7}
-WARM_BENCHMARK_PAGE_QUERIES = {"anonymous": 3, "signed_in": 9}
+WARM_BENCHMARK_PAGE_QUERIES = {"anonymous": 4, "signed_in": 10}
 WARM_LEADERBOARD_QUERIES = {"anonymous": 2, "signed_in": 6}
 
 
@@ -381,3 +381,156 @@ def test_the_chart_reads_a_fixed_number_of_queries(benchmark, django_assert_num_
         assert len(chart.series) == min(8, LeaderboardEntry.objects.count())
         with django_assert_num_queries(1):  # version; then from the cache
             progress_chart(benchmark, now=timezone.now())
+
+
+# The build network, as the last live check found it -------------------------------
+
+OLD_NETWORK_SENTENCE = "Builds reach the public internet, but not private"
+
+
+def _build_network_check(host="build-1", *, enforced=True, problems=(), at=None, **policy):
+    from portal.environments.services import build_network_record
+
+    return build_network_record(
+        host=host,
+        enforced=enforced,
+        problems=list(problems),
+        policy={
+            "network": "podium-build",
+            "subnet": "172.29.0.0/24",
+            "bridge": "br-podium",
+            "blocked": ["10.0.0.0/8", "169.254.0.0/16", "fc00::/7", "198.51.100.7/32"],
+            "dns": ["172.29.0.1"],
+            "allowed": [],
+            **policy,
+        },
+        now=at,
+    )
+
+
+def _network_item(html: str) -> str:
+    """The text of the rules' build network item (up to the next heading)."""
+    item = re.search(r'<li id="build-network">(.*?)<h3>', html, re.DOTALL)
+    assert item is not None
+    return visible_text(item.group(1)).strip()
+
+
+def _age(seconds: int) -> dt.timedelta:
+    return dt.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def fresh_check_time(time_machine):
+    """A check's time; the clock stands a minute later, well inside the stale limit."""
+    at = dt.datetime(2026, 8, 12, 3, 0, tzinfo=dt.UTC)
+    time_machine.move_to(at + _age(60), tick=False)
+    return at
+
+
+def test_benchmark_page_states_the_build_network_the_last_check_found(
+    client, benchmark, fresh_check_time
+):
+    _build_network_check(at=fresh_check_time)
+
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+
+    assert OLD_NETWORK_SENTENCE not in html
+    text = _network_item(html)
+    assert "Builds run on Podium's build network (172.29.0.0/24)" in text
+    assert (
+        "may reach the public internet, but not these ranges: 10.0.0.0/8, 169.254.0.0/16, " in text
+    )
+    assert "fc00::/7, 198.51.100.7/32; DNS goes only to 172.29.0.1." in text
+    assert text.endswith("Checked 2026-08-12 12:00 KST (2026-08-12 03:00 UTC).")
+    assert "<code>fc00::/7</code>" in html
+    assert "mirror" not in text  # no allow-list, no sentence about it
+
+
+def test_the_allow_list_is_counted_for_everyone_and_listed_for_staff_only(
+    client, benchmark, alice, staff, fresh_check_time
+):
+    _build_network_check(at=fresh_check_time, allowed=["203.0.113.80:443", "10.20.30.40/32"])
+    url = f"/b/{benchmark.slug}/"
+
+    for viewer in (None, alice):
+        if viewer is not None:
+            client.force_login(viewer)
+        text = _network_item(client.get(url).content.decode())
+        assert "The operator admits 2 package mirrors or proxies inside those ranges." in text
+        assert "203.0.113.80:443" not in text and "10.20.30.40/32" not in text
+
+    client.force_login(staff)
+    text = _network_item(client.get(url).content.decode())
+    assert "The operator admits 2 package mirrors or proxies inside those ranges" in text
+    assert "203.0.113.80:443, 10.20.30.40/32" in text
+
+
+def test_one_admitted_entry_reads_in_the_singular(client, benchmark, fresh_check_time):
+    _build_network_check(at=fresh_check_time, allowed=["203.0.113.80:443"])
+
+    text = _network_item(client.get(f"/b/{benchmark.slug}/").content.decode())
+
+    assert "The operator admits 1 package mirror or proxy inside those ranges." in text
+
+
+def test_a_failed_last_check_says_the_firewall_is_not_verified(
+    client, benchmark, staff, fresh_check_time
+):
+    _build_network_check("build-1", at=fresh_check_time)
+    _build_network_check(
+        "build-2", enforced=False, problems=["rule missing: drop fc00::/7"], at=fresh_check_time
+    )
+
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+    text = _network_item(html)
+
+    assert "The build network's firewall is not verified right now (last check " in text
+    assert "2026-08-12 12:00 KST (2026-08-12 03:00 UTC)): builds wait until it is." in text
+    assert "Builds run on Podium's build network" not in text
+    assert "10.0.0.0/8" not in text
+    assert "rule missing" not in text  # the problems are for staff
+
+    client.force_login(staff)
+    text = _network_item(client.get(f"/b/{benchmark.slug}/").content.decode())
+    assert "build-2: rule missing: drop fc00::/7" in text
+
+
+def test_a_stale_check_says_the_firewall_is_not_verified(client, benchmark, settings, time_machine):
+    settings.PODIUM_BUILD_NETWORK_STALE_S = 600
+    at = dt.datetime(2026, 8, 12, 3, 0, tzinfo=dt.UTC)
+    _build_network_check(at=at)
+    url = f"/b/{benchmark.slug}/"
+
+    time_machine.move_to(at + _age(599), tick=False)
+    assert "Builds run on Podium's build network" in _network_item(client.get(url).content.decode())
+
+    time_machine.move_to(at + _age(601), tick=False)
+    text = _network_item(client.get(url).content.decode())
+    assert "The build network's firewall is not verified right now (last check " in text
+    assert "Builds run on Podium's build network" not in text
+
+
+def test_a_network_never_checked_says_builds_wait(client, benchmark):
+    html = client.get(f"/b/{benchmark.slug}/").content.decode()
+
+    assert OLD_NETWORK_SENTENCE not in html
+    assert _network_item(html) == (
+        "The build network has not been checked yet: builds wait until it is."
+    )
+
+
+@pytest.mark.parametrize("state", ["enforced", "failed"])
+def test_the_build_network_block_passes_the_accessibility_checks(
+    client, benchmark, staff, fresh_check_time, state
+):
+    from tests.web.test_accessibility import problems
+
+    _build_network_check(
+        enforced=state == "enforced",
+        problems=[] if state == "enforced" else ["bridge missing", "rule missing: dns"],
+        allowed=["203.0.113.80:443"],
+        at=fresh_check_time,
+    )
+    client.force_login(staff)
+
+    assert problems(client.get(f"/b/{benchmark.slug}/").content.decode()) == []
