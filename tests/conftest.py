@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,21 @@ def docker_available() -> bool:
 def build_network_problems() -> tuple[str, ...]:
     """Install the build network and its rules once per session (builds refuse to start
     without them); what could not be put in place."""
+    from django.conf import settings
+
     from scoring import buildnet
 
+    if "PODIUM_BUILD_EGRESS_ALLOW" not in os.environ:
+        # As `make test` sets it: the rules are one per host, so every test session
+        # (and the workers it starts) must ask for the same allow-list.
+        found = subprocess.run(
+            [str(Path(__file__).resolve().parents[1] / "scripts" / "mirror-allowlist")],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        os.environ["PODIUM_BUILD_EGRESS_ALLOW"] = found
+        settings.PODIUM_BUILD_EGRESS_ALLOW = found
     try:
         return tuple(buildnet.apply().problems)
     except Exception as exc:  # not root, no iptables: said once, as the reason to skip
@@ -111,3 +125,12 @@ def benchmark(db):
     return factories.BenchmarkFactory(
         opens_at=now - dt.timedelta(days=1), closes_at=now + dt.timedelta(days=10)
     )
+
+
+@pytest.fixture(autouse=True)
+def empty_shared_cache() -> None:
+    """Throttle and failed sign-in counts live in the shared cache (files under the test data
+    folder, or Redis), which outlives each test: no test inherits another's counts."""
+    from django.core.cache import cache
+
+    cache.clear()

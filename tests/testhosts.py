@@ -86,8 +86,9 @@ def private_listener(name: str, subnet: str) -> Iterator[str]:
     )
     try:
         engine.start(container_id)
-        address = _inspect(container_id)["NetworkSettings"]["Networks"][name]["IPAddress"]
-        yield str(address)
+        address = str(_inspect(container_id)["NetworkSettings"]["Networks"][name]["IPAddress"])
+        _wait_until_listening(address, 8080)
+        yield address
     finally:
         engine.remove_container(container_id)
         engine.remove_network(name)
@@ -162,6 +163,18 @@ def mirror_host(folder: Path, *, octet: int = 7) -> Iterator[Mirror]:
             server.wait(10)
         subprocess.run(["ip", "link", "del", host_side], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True, check=False)
+
+
+def _wait_until_listening(address: str, port: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _wait_until_serving(mirror: Mirror, timeout_s: float = 15.0) -> None:

@@ -420,6 +420,15 @@ def _age(seconds: int) -> dt.timedelta:
 
 
 @pytest.fixture
+def no_stray_checks(db):
+    """Only this test's checks: a build worker elsewhere on this machine may have recorded
+    a real one in the shared test database."""
+    from portal.environments.models import BuildNetworkCheck
+
+    BuildNetworkCheck.objects.all().delete()
+
+
+@pytest.fixture
 def fresh_check_time(time_machine):
     """A check's time; the clock stands a minute later, well inside the stale limit."""
     at = dt.datetime(2026, 8, 12, 3, 0, tzinfo=dt.UTC)
@@ -427,6 +436,7 @@ def fresh_check_time(time_machine):
     return at
 
 
+@pytest.mark.usefixtures("no_stray_checks")
 def test_benchmark_page_states_the_build_network_the_last_check_found(
     client, benchmark, fresh_check_time
 ):
@@ -446,6 +456,7 @@ def test_benchmark_page_states_the_build_network_the_last_check_found(
     assert "mirror" not in text  # no allow-list, no sentence about it
 
 
+@pytest.mark.usefixtures("no_stray_checks")
 def test_the_allow_list_is_counted_for_everyone_and_listed_for_staff_only(
     client, benchmark, alice, staff, fresh_check_time
 ):
@@ -465,6 +476,7 @@ def test_the_allow_list_is_counted_for_everyone_and_listed_for_staff_only(
     assert "203.0.113.80:443, 10.20.30.40/32" in text
 
 
+@pytest.mark.usefixtures("no_stray_checks")
 def test_one_admitted_entry_reads_in_the_singular(client, benchmark, fresh_check_time):
     _build_network_check(at=fresh_check_time, allowed=["203.0.113.80:443"])
 
@@ -473,6 +485,7 @@ def test_one_admitted_entry_reads_in_the_singular(client, benchmark, fresh_check
     assert "The operator admits 1 package mirror or proxy inside those ranges." in text
 
 
+@pytest.mark.usefixtures("no_stray_checks")
 def test_a_failed_last_check_says_the_firewall_is_not_verified(
     client, benchmark, staff, fresh_check_time
 ):
@@ -510,6 +523,7 @@ def test_a_stale_check_says_the_firewall_is_not_verified(client, benchmark, sett
     assert "Builds run on Podium's build network" not in text
 
 
+@pytest.mark.usefixtures("no_stray_checks")
 def test_a_network_never_checked_says_builds_wait(client, benchmark):
     html = client.get(f"/b/{benchmark.slug}/").content.decode()
 
