@@ -10,10 +10,14 @@ SUPERVISOR := scoring/supervisor/supervise
 # configuration now), even where those sit inside ranges the build policy blocks.
 export PODIUM_BUILD_EGRESS_ALLOW ?= $(shell scripts/mirror-allowlist)
 
+# A development machine: PODIUM_LOCAL=1 lets the portal serve on its public built-in
+# secret key (production refuses it; see README, Production).
+run: export PODIUM_LOCAL = 1
 run: install supervisor base-images
 	$(BIN)/python manage.py migrate --noinput
 	-$(MAKE) build-network
 	$(BIN)/python manage.py seed_demo
+	@echo "make run: a local portal on a public secret key and plain HTTP; not for production (README: Production)"
 	$(BIN)/honcho start -f Procfile
 
 # The build network and its firewall rules (root: through sudo when not root). Without

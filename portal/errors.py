@@ -68,3 +68,17 @@ class ArchiveTooLarge(PodiumError):
 class InvalidParameter(PodiumError):
     code = "invalid_parameter"
     http_status = 400
+
+
+class EmailNotVerified(PodiumError):
+    """The account has no verified address yet; uploads wait for one (one person, one account)."""
+
+    code = "email_not_verified"
+    http_status = 403
+
+
+class TooManyBuilds(PodiumError):
+    """The entrant already has ``max_concurrent_builds`` builds queued or building."""
+
+    code = "too_many_builds"
+    http_status = 409

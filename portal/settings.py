@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import environ
+
+from portal.checks import DEVELOPMENT_SECRET_KEY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -28,10 +31,33 @@ def env_secret(name: str, default: str) -> str:
 # Where sources, logs, cohorts, staged runs and (by default) the database live.
 PODIUM_DATA_DIR = Path(env.str("PODIUM_DATA_DIR", default=str(BASE_DIR / "var"))).resolve()
 
-SECRET_KEY = env_secret("SECRET_KEY", "podium-insecure-development-key-change-me-in-production")
+# Production is any process not marked local. `make run` marks itself with PODIUM_LOCAL=1;
+# pytest marks every test run, and the workers its tests start, with its own PYTEST_VERSION.
+# In production (DEBUG off, not local) the web server refuses to start on the public
+# development key or on ALLOWED_HOSTS=* (portal/checks.py).
+PODIUM_LOCAL = env.bool("PODIUM_LOCAL", default=False) or "PYTEST_VERSION" in os.environ
+SECRET_KEY = env_secret("SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# PODIUM_HTTPS=1 (compose.yaml): behind a TLS-terminating proxy that sets X-Forwarded-Proto
+# and overwrites any a client sent. Plain HTTP is redirected, browsers are told to use only
+# HTTPS for a year, and the session and CSRF cookies never travel over plain HTTP. Off by
+# default: `make run` serves plain HTTP on localhost.
+PODIUM_HTTPS = env.bool("PODIUM_HTTPS", default=False)
+if PODIUM_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+# W021 asks for HSTS preloading, which only the owner of a whole registered domain can
+# request (hstspreload.org takes apex domains only, and binds every subdomain for months);
+# a contest portal usually runs on a subdomain of someone else's domain, so it is not
+# Podium's to send.
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -54,6 +80,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: stops the web server from starting on development-only settings in production.
+    "portal.checks.refuse_insecure_production",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -100,10 +128,40 @@ AUTHENTICATION_BACKENDS = [
 ]
 ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["username*", "email*", "password1*", "password2*"]
-ACCOUNT_EMAIL_VERIFICATION = "none"
+# One person, one account's attempts: an address must be verified before the first
+# upload (environment or submission; the services refuse with ``email_not_verified``).
+# Staff signing in to the admin (Django's own login) are not held up by it.
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
 LOGIN_REDIRECT_URL = "/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/"
+# Failed sign-ins, counted in one place for the browser form and POST /api/v1/tokens/
+# (portal/login_limits.py, through allauth's adapter): at most 20 a minute from one client
+# address, and 5 in 5 minutes at one account (its username and email addresses count
+# together). Past either, even the right password is refused until the oldest counted
+# failure leaves its window; a right password takes its own attempt back. The counts live
+# in the default cache (CACHES below). In allauth's syntax, comma-separated limits of
+# "<count>/<window>/<ip|key>"; PODIUM_LOGIN_FAILURE_LIMITS overrides them.
+ACCOUNT_ADAPTER = "portal.login_limits.PodiumAccountAdapter"
+ACCOUNT_RATE_LIMITS = {
+    "login_failed": env.str("PODIUM_LOGIN_FAILURE_LIMITS", default="20/m/ip,5/5m/key"),
+}
+# How many reverse proxies of the deployment's own stand before the web server, each
+# appending to X-Forwarded-For. 0 (no proxy): the client address is REMOTE_ADDR and the
+# header, which anyone can send, is ignored; n: the n-th address from the right. The failed
+# sign-in limits (allauth) and the API throttles (DRF) read the address the same way.
+PODIUM_TRUSTED_PROXIES = env.int("PODIUM_TRUSTED_PROXIES", default=0)
+ALLAUTH_TRUSTED_PROXY_COUNT = PODIUM_TRUSTED_PROXIES
+# Mail (verification links, password resets): printed on the console unless an SMTP
+# server is configured (EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and
+# EMAIL_HOST...), so `make run` shows the verification link in its output.
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Podium <podium@localhost>")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -121,6 +179,13 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 0
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_TEMP_DIR = str(PODIUM_DATA_DIR / "uploads")
 Path(FILE_UPLOAD_TEMP_DIR).mkdir(parents=True, exist_ok=True)
+# Every multipart body passes portal.uploads.BoundedUploadHandler first: each upload route's
+# size bounds hold before a byte is stored, and other routes store no file part at all.
+FILE_UPLOAD_HANDLERS = [
+    "portal.uploads.BoundedUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -133,6 +198,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.common.PagePagination",
     "PAGE_SIZE": 50,
     # Per client address for token requests, per user for uploads (environments, submissions).
+    "NUM_PROXIES": PODIUM_TRUSTED_PROXIES,
     "DEFAULT_THROTTLE_RATES": {
         "tokens": env.str("PODIUM_THROTTLE_TOKENS", default="20/min"),
         "uploads": env.str("PODIUM_THROTTLE_UPLOADS", default="30/hour"),
@@ -167,9 +233,40 @@ CELERY_TASK_ROUTES = {
 CELERY_BEAT_SCHEDULE = {"reap": {"task": "scoring.reap", "schedule": 60.0}}
 CELERY_TASK_ALWAYS_EAGER = False
 
+# The default cache holds what every process must count together: the failed sign-in
+# limits (allauth keeps them in "default") and the API throttles; pages cache fragments in
+# it too. With Redis it is Redis: PODIUM_CACHE_URL, by default the broker's server at the
+# next database number, never the broker's own (clearing a Django cache flushes its whole
+# database). Without Redis the broker is the filesystem one, so every process already shares
+# the data folder: the cache is files under it (portal/file_cache.py, atomic add for the
+# counters' locks), needing no table and costing pages no queries.
+PODIUM_CACHE_URL = env.str("PODIUM_CACHE_URL", default="")
+if not PODIUM_CACHE_URL and CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    _broker = urlsplit(CELERY_BROKER_URL)
+    _cache_db = (int(_broker.path.strip("/") or 0) + 1) % 16
+    PODIUM_CACHE_URL = urlunsplit(_broker._replace(path=f"/{_cache_db}"))
+if PODIUM_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PODIUM_CACHE_URL,
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "portal.file_cache.SharedFileCache",
+            "LOCATION": str(PODIUM_DATA_DIR / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 20_000},
+        }
+    }
+
 # The worker side.
 PODIUM_DOCKER_PLATFORM = env.str("PODIUM_DOCKER_PLATFORM", default="")
 PODIUM_RUN_UID = env.int("PODIUM_RUN_UID", default=65534)
+# The supervisor's own uid in the scored container: never the entrant's, never root, so
+# the kernel refuses every renice, ionice, prlimit or sched_set* aimed at it.
+PODIUM_SUPERVISOR_UID = env.int("PODIUM_SUPERVISOR_UID", default=65533)
 PODIUM_SUPERVISOR = Path(
     env.str("PODIUM_SUPERVISOR", default=str(BASE_DIR / "scoring" / "supervisor" / "supervise"))
 )

@@ -1,6 +1,10 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from portal.login_limits import AdminLoginForm
+
+admin.site.login_form = AdminLoginForm  # failed sign-ins count as at the site's own form
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import factory
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -22,6 +23,17 @@ class UserFactory(factory.django.DjangoModelFactory[User]):
     username = factory.Sequence(lambda n: f"entrant{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
     password = factory.django.Password("correct horse battery")
+
+    @factory.post_generation
+    def email_verified(self, create: bool, extracted: bool | None, **kwargs: object) -> None:
+        """The user's address as allauth's primary ``EmailAddress``, verified unless
+        ``email_verified=False`` (as right after signing up, before following the link)."""
+        if not create:
+            return
+        verified = extracted is not False
+        EmailAddress.objects.update_or_create(
+            user=self, email=self.email, defaults={"verified": verified, "primary": True}
+        )
 
 
 class BenchmarkFactory(factory.django.DjangoModelFactory[Benchmark]):

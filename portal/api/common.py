@@ -31,6 +31,7 @@ from portal.api import serializers as s
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.environments.services import MAX_DOCKERFILE_BYTES
+from portal.login_limits import client_address
 from portal.submissions.models import Submission
 
 TAIL_DEFAULT = 200
@@ -59,7 +60,9 @@ class PostRateThrottle(ScopedRateThrottle):
     """The view's ``throttle_scope``, on POST only; rates read from settings at each request.
 
     (DRF's own throttles read ``DEFAULT_THROTTLE_RATES`` once, at import.) Anonymous callers
-    are counted by address, signed-in ones by user; a refusal is 429 ``throttled``.
+    are counted by address, read as the failed sign-in limits read it (``PODIUM_TRUSTED_PROXIES``),
+    signed-in ones by user; the counts live in the shared default cache. A refusal is 429
+    ``throttled``.
     """
 
     def allow_request(self, request: Request, view: APIView) -> bool:
@@ -70,6 +73,10 @@ class PostRateThrottle(ScopedRateThrottle):
     def get_rate(self) -> str | None:
         rate = api_settings.DEFAULT_THROTTLE_RATES.get(str(self.scope))
         return None if rate is None else str(rate)
+
+    def get_ident(self, request: Request) -> str:
+        # A plain Django request works too (the web upload form counts with this throttle).
+        return client_address(getattr(request, "_request", request))
 
 
 class PagePagination(PageNumberPagination):

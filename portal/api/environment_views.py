@@ -34,8 +34,10 @@ from portal.environments.services import (
     environment_rebuild,
     environment_remove,
 )
+from portal.uploads import upload_check, upload_route
 
 
+@upload_route(archive="context", dockerfile="dockerfile")
 class BenchmarkEnvironmentsView(APIView):
     """Your environments on a benchmark; POST a Dockerfile to create one (attempt-free)."""
 
@@ -69,6 +71,7 @@ class BenchmarkEnvironmentsView(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        upload_check(request)
         serializer = s.EnvironmentCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -1,4 +1,8 @@
-"""Staff only: cancel, disqualify, rescore, audit export; to others they are ``not_found``."""
+"""Staff only: cancel, disqualify, rescore, audit export; to others they are ``not_found``.
+
+Each submission action also needs its permission (``staff.CANCEL``, ...): staff without
+it get 403 ``permission_denied`` and nothing changes.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,18 +26,30 @@ from portal.audit.services import Origin
 from portal.submissions import staff
 
 STAFF_ERRORS = s.error_responses(400, 401, 404, 415)
+ACTION_ERRORS = s.error_responses(400, 401, 403, 404, 415)
+
+
+class HasStaffPermission(BasePermission):
+    """The view's ``staff_permission``, checked after :class:`IsStaff`: staff without it
+    get 403 ``permission_denied`` (they know the endpoint exists; entrants still do not)."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        permission: str = getattr(view, "staff_permission", "")  # set on each view class
+        staff.staff_permission_check(request.user, permission)
+        return True
 
 
 class SubmissionCancelView(APIView):
     """Staff: cancel an unfinished submission and refund its attempt."""
 
-    permission_classes = [IsStaff]
+    permission_classes = [IsStaff, HasStaffPermission]
+    staff_permission = staff.CANCEL
 
     @extend_schema(
         operation_id="submissions_cancel",
         tags=["submissions"],
         request=s.StaffReasonSerializer,
-        responses={200: s.SubmissionSerializer, **STAFF_ERRORS},
+        responses={200: s.SubmissionSerializer, **ACTION_ERRORS},
     )
     def post(self, request: Request, submission_id: int) -> Response:
         serializer = s.StaffReasonSerializer(data=request.data)
@@ -49,13 +66,14 @@ class SubmissionCancelView(APIView):
 class SubmissionDisqualifyView(APIView):
     """Staff: disqualify a submission (with a reason); its runs leave the leaderboard."""
 
-    permission_classes = [IsStaff]
+    permission_classes = [IsStaff, HasStaffPermission]
+    staff_permission = staff.DISQUALIFY
 
     @extend_schema(
         operation_id="submissions_disqualify",
         tags=["submissions"],
         request=s.DisqualifySerializer,
-        responses={200: s.SubmissionSerializer, **STAFF_ERRORS},
+        responses={200: s.SubmissionSerializer, **ACTION_ERRORS},
     )
     def post(self, request: Request, submission_id: int) -> Response:
         serializer = s.DisqualifySerializer(data=request.data)
@@ -72,13 +90,14 @@ class SubmissionDisqualifyView(APIView):
 class SubmissionRescoreView(APIView):
     """Staff: queue a new scored run of a finished submission."""
 
-    permission_classes = [IsStaff]
+    permission_classes = [IsStaff, HasStaffPermission]
+    staff_permission = staff.RESCORE
 
     @extend_schema(
         operation_id="submissions_rescore",
         tags=["submissions"],
         request=s.StaffReasonSerializer,
-        responses={202: s.SubmissionSerializer, **STAFF_ERRORS},
+        responses={202: s.SubmissionSerializer, **ACTION_ERRORS},
     )
     def post(self, request: Request, submission_id: int) -> Response:
         serializer = s.StaffReasonSerializer(data=request.data)

@@ -35,9 +35,11 @@ from portal.audit.services import Origin
 from portal.environments.models import Environment
 from portal.submissions import staff
 from portal.submissions.models import Submission
-from portal.submissions.services import submission_accept, submission_check_request_size
+from portal.submissions.services import submission_accept
+from portal.uploads import upload_check, upload_route
 
 
+@upload_route(archive="source")
 class BenchmarkSubmissionsView(GenericAPIView[Submission]):
     """Your submissions, newest first; POST an archive to upload one (charges an attempt)."""
 
@@ -78,10 +80,7 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
-        declared = str(request.META.get("CONTENT_LENGTH") or "")
-        submission_check_request_size(
-            benchmark=benchmark, content_length=int(declared) if declared.isdigit() else None
-        )
+        upload_check(request)
         serializer = s.SubmissionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -152,7 +151,11 @@ class SubmissionRunLogView(RawAPIView):
 
 
 class SubmissionSourceView(RawAPIView):
-    """The source archive as uploaded: to its entrant, or to staff giving a reason (audited)."""
+    """The source archive as uploaded: to its entrant, or to staff giving a reason (audited).
+
+    Staff need the ``submissions.download_source`` permission (403 ``permission_denied``
+    without it, before the reason is looked at); to anyone else it is ``not_found``.
+    """
 
     @extend_schema(
         operation_id="submissions_source",
@@ -167,7 +170,7 @@ class SubmissionSourceView(RawAPIView):
         ],
         responses={
             (200, "application/octet-stream"): OpenApiTypes.BINARY,
-            **s.error_responses(400, 401, 404),
+            **s.error_responses(400, 401, 403, 404),
         },
     )
     def get(self, request: Request, submission_id: int) -> FileResponse:
@@ -175,6 +178,7 @@ class SubmissionSourceView(RawAPIView):
         if submission.entrant_id == caller_id(request):
             handle = staff.source_open(submission)
         elif request.user.is_staff:
+            staff.staff_permission_check(request.user, staff.DOWNLOAD_SOURCE)
             handle = staff.submission_source_review(
                 submission=submission,
                 actor=request.user,

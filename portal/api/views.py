@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from django.contrib.auth import authenticate
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -40,13 +39,19 @@ from portal.api.services import token_create, token_revoke
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.selectors import leaderboard_rows, quota_for
 from portal.environments.selectors import build_network_state
+from portal.login_limits import LoginLimited, login_authenticate
 from portal.submissions.models import Submission
 
 # Tokens -----------------------------------------------------------------------------
 
 
 class TokenListCreateView(APIView):
-    """POST: exchange username and password for a new token (rate limited). GET: your tokens."""
+    """POST: exchange username and password for a new token. GET: your tokens.
+
+    POSTs are throttled per client address (``tokens`` scope), and failed ones count
+    toward the same per-account and per-address limits as the browser sign-in form
+    (``portal.login_limits``): past either, even the right password is 429 ``throttled``.
+    """
 
     throttle_scope = "tokens"
     throttle_classes = [PostRateThrottle]
@@ -67,7 +72,13 @@ class TokenListCreateView(APIView):
         serializer = s.TokenCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        user = authenticate(request._request, username=data["username"], password=data["password"])
+        try:
+            user = login_authenticate(
+                request=request._request, username=data["username"], password=data["password"]
+            )
+        except LoginLimited as refusal:
+            detail = "Too many failed sign-ins at this account or from this address."
+            raise exceptions.Throttled(wait=refusal.retry_after_s, detail=detail) from None
         if user is None:
             raise exceptions.AuthenticationFailed("Wrong username or password.")
         token = token_create(user=user, label=data["label"])

@@ -2,7 +2,10 @@
 
 Every change of a benchmark's rules is audited. A cohort shows its counts and digests;
 its member list is audited whenever it is viewed or exported, and its reference answers
-are shown only by an explicit export that asks for a reason and is audited.
+are shown only by an explicit export that asks for a reason and is audited. Each export
+needs its own permission (``contests.export_cohort_members``,
+``contests.export_cohort_answers``). A cohort's benchmark and kind are read-only once a
+run has used it; until then a change is audited (``cohort.change``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from django.utils.html import format_html
 from portal.audit.reasons import reason_given, reason_page
 from portal.audit.services import Origin, audit_record
 from portal.contests import review
+from portal.contests.cohorts import cohort_change
 from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
 
 
@@ -112,6 +116,32 @@ class CohortAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "members", "digests"]
     actions = ["export_members", "export_answers"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Cohort | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.used():
+            fields += ["benchmark", "kind"]  # frozen for good (the model refuses it too)
+        return fields
+
+    def save_model(
+        self, request: HttpRequest, obj: Cohort, form: ModelForm[Any], change: bool
+    ) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        cohort_change(
+            cohort=obj,
+            benchmark=obj.benchmark,
+            kind=obj.kind,
+            actor=request.user,
+            origin=Origin.of(request),
+        )
+
+    def has_export_cohort_members_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("contests.export_cohort_members")
+
+    def has_export_cohort_answers_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("contests.export_cohort_answers")
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Cohort]:
         return super().get_queryset(request).annotate(member_count=Count("items"))
 
@@ -128,7 +158,9 @@ class CohortAdmin(admin.ModelAdmin):
             summary.answers_sha256,
         )
 
-    @admin.action(description="Export the member list (audited)")
+    @admin.action(
+        description="Export the member list (audited)", permissions=["export_cohort_members"]
+    )
     def export_members(
         self, request: HttpRequest, queryset: QuerySet[Cohort]
     ) -> HttpResponse | None:
@@ -144,7 +176,10 @@ class CohortAdmin(admin.ModelAdmin):
             suffix="members",
         )
 
-    @admin.action(description="Export the reference answers (reason required, audited)")
+    @admin.action(
+        description="Export the reference answers (reason required, audited)",
+        permissions=["export_cohort_answers"],
+    )
     def export_answers(
         self, request: HttpRequest, queryset: QuerySet[Cohort]
     ) -> HttpResponse | None:

@@ -1,8 +1,10 @@
 """Importing a cohort: its frozen files, content hashes, reference answers and scoring order.
 
 Staff call :func:`cohort_import` (through ``manage.py import_cohort``, or ``seed_demo`` for
-the generated demo). A cohort is never edited in place: importing again replaces it
-wholesale, and is refused once any run has used it (runs keep pointing at their cohort).
+the generated demo). A cohort's members are never edited in place: importing again
+replaces it wholesale, and is refused once any run has used it (runs keep pointing at
+their cohort). Its benchmark and kind change only through :func:`cohort_change`, audited,
+and only until a run uses it.
 
 The scoring order (``CohortItem.position``) is fixed at import: the members sorted by
 (sha256, canonical name), then shuffled by ``random.Random`` seeded with the sha256 of
@@ -21,11 +23,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from django.db import transaction
 from django.db.models import ProtectedError
 
 from portal import storage
+from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark, Cohort, CohortItem
 
 CLASS_COUNT = 1000
@@ -223,4 +227,39 @@ def cohort_import(
         if target is not None:
             _remove_tree(target)
         raise
+    return cohort
+
+
+def cohort_change(
+    *, cohort: Cohort, benchmark: Benchmark, kind: str, actor: Any, origin: Origin = NOWHERE
+) -> Cohort:
+    """Move an unused cohort to another benchmark or kind, recording ``cohort.change``.
+
+    The event's details map each changed field to ``[old, new]`` (the benchmark by slug);
+    asking for the values it already has records nothing. Raises ``CohortFrozen`` (a
+    ``ValidationError``) once any run has used the cohort, and ``ValidationError`` for a
+    kind it cannot take (unknown, or already another cohort's on that benchmark).
+
+    Locking: the cohort's row is locked ``FOR UPDATE`` before the runs are counted, so a
+    run being staged on it meanwhile (its foreign key locks the row ``FOR KEY SHARE``)
+    either commits first and is seen, or waits until the change is committed.
+    """
+    with transaction.atomic():
+        current = Cohort.objects.select_for_update().select_related("benchmark").get(pk=cohort.pk)
+        old = {"benchmark": current.benchmark.slug, "kind": current.kind}
+        new = {"benchmark": benchmark.slug, "kind": kind}
+        changes = {name: [old[name], new[name]] for name in old if old[name] != new[name]}
+        if changes:
+            current.benchmark, current.kind = benchmark, kind
+            current.refuse_frozen_change()
+            current.full_clean()  # an unknown kind, or one the benchmark already has
+            current.save(update_fields=["benchmark", "kind"])
+            audit_record(
+                actor=actor,
+                action="cohort.change",
+                target=f"cohort:{current.pk}",
+                origin=origin,
+                details={"changes": changes},
+            )
+    cohort.refresh_from_db()
     return cohort

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -107,8 +108,18 @@ class Benchmark(models.Model):
         return "closed"
 
 
+class CohortFrozen(ValidationError):
+    """A change of a used cohort's benchmark or kind (refused for good)."""
+
+
 class Cohort(models.Model):
-    """A frozen set of images with reference answers; files under ``storage.cohort_dir(id)``."""
+    """A frozen set of images with reference answers; files under ``storage.cohort_dir(id)``.
+
+    Once any run has used it, its benchmark and kind are frozen: :meth:`clean` (forms)
+    and :meth:`save` (anything else) refuse to change them, since turning a scored
+    official cohort into a practice one would publish its answers. Before that, change
+    them with ``cohorts.cohort_change``, which records the audit event.
+    """
 
     OFFICIAL = "official"
     PRACTICE = "practice"
@@ -122,9 +133,44 @@ class Cohort(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["benchmark", "kind"], name="one_cohort_per_kind")
         ]
+        permissions = [
+            ("export_cohort_members", "Can export a cohort's member list (audited)"),
+            ("export_cohort_answers", "Can export a cohort's reference answers (audited)"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.benchmark.slug}/{self.kind}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        update_fields = kwargs.get("update_fields")
+        if update_fields is None or set(update_fields) & {"benchmark", "benchmark_id", "kind"}:
+            self.refuse_frozen_change()
+        super().save(*args, **kwargs)
+
+    def used(self) -> bool:
+        """Whether any run has been staged on this cohort."""
+        return self.pk is not None and self.run_set.exists()
+
+    def frozen_field_changes(self) -> list[str]:
+        """The frozen fields whose values here differ from the stored row's."""
+        if self._state.adding or self.pk is None:
+            return []
+        stored = Cohort.objects.filter(pk=self.pk).values_list("benchmark_id", "kind").first()
+        if stored is None:
+            return []
+        benchmark_id, kind = stored
+        changed = {"benchmark": benchmark_id != self.benchmark_id, "kind": kind != self.kind}
+        return [name for name, differs in changed.items() if differs]
+
+    def refuse_frozen_change(self) -> None:
+        """Raise :class:`CohortFrozen` for a change of benchmark or kind once used."""
+        changed = self.frozen_field_changes()
+        if changed and self.used():
+            message = "This cohort has been used by a run; its benchmark and kind cannot change."
+            raise CohortFrozen(dict.fromkeys(changed, message))
+
+    def clean(self) -> None:
+        self.refuse_frozen_change()
 
 
 class CohortItem(models.Model):

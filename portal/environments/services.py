@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -60,6 +61,60 @@ def _event(environment: Environment, status: str, note: str = "") -> None:
     )
 
 
+def entrant_check_verified(*, entrant: Any) -> None:
+    """Refuse an upload from an account with no verified email address (``EmailNotVerified``).
+
+    One person, one account's attempts: every upload that starts a build (an environment,
+    its rebuild, a submission) needs one of allauth's ``EmailAddress`` rows marked
+    verified. Read-only; the services call it before they store or charge anything.
+    """
+    if not EmailAddress.objects.filter(user_id=entrant.pk, verified=True).exists():
+        raise errors.EmailNotVerified(
+            "Verify your email address before your first upload: follow the link in the "
+            "message we sent you, or send a new one from your account's email page "
+            "(/accounts/email/). Nothing was charged."
+        )
+
+
+def builds_in_flight(*, entrant_id: int, benchmark_id: int) -> int:
+    """How many of the entrant's builds on the benchmark are waiting for or holding a slot.
+
+    A build is an environment ``queued`` or ``building`` (its Dockerfile) or a submission
+    ``accepted`` or ``building`` (its ``build.sh``); one that has ended, either way, no
+    longer counts.
+    """
+    from portal.submissions.models import Submission
+
+    environments = Environment.objects.filter(
+        owner_id=entrant_id,
+        benchmark_id=benchmark_id,
+        status__in=[Environment.QUEUED, Environment.BUILDING],
+    ).count()
+    submissions = Submission.objects.filter(
+        entrant_id=entrant_id,
+        benchmark_id=benchmark_id,
+        status__in=[Submission.ACCEPTED, Submission.BUILDING],
+    ).count()
+    return environments + submissions
+
+
+def entrant_check_build_slots(*, entrant_id: int, benchmark: Benchmark) -> None:
+    """Refuse one more build while the entrant already has ``max_concurrent_builds`` in flight.
+
+    Call it inside the transaction that holds the entrant's row lock and then stores the
+    new build, so two concurrent requests cannot both take the last slot. Raises
+    ``TooManyBuilds``; nothing is stored or charged then.
+    """
+    in_flight = builds_in_flight(entrant_id=entrant_id, benchmark_id=benchmark.pk)
+    if in_flight >= benchmark.max_concurrent_builds:
+        limit = benchmark.max_concurrent_builds
+        raise errors.TooManyBuilds(
+            f"You already have {in_flight} build{'s' if in_flight != 1 else ''} queued or "
+            f"building on this benchmark, and it runs at most {limit} per entrant at once; "
+            "try again when one of them finishes. Nothing was charged."
+        )
+
+
 def environment_create(
     *,
     owner: Any,
@@ -71,11 +126,13 @@ def environment_create(
 ) -> Environment:
     """Accept a new environment and queue its build (attempt-free).
 
-    Refuses after the window closes, past ``max_environments``, or when the Dockerfile
-    breaks the policy; nothing is stored then. The owner's row is locked so two
-    concurrent creations cannot both take the last place.
+    Refuses an owner without a verified email address, after the window closes, past
+    ``max_environments`` or ``max_concurrent_builds`` (its build would be one more), or
+    when the Dockerfile breaks the policy; nothing is stored then. The owner's row is
+    locked so two concurrent creations cannot both take the last place.
     """
     now = now or timezone.now()
+    entrant_check_verified(entrant=owner)
     if rules.window_state(now, benchmark.opens_at, benchmark.closes_at) == "closed":
         raise errors.WindowClosed("This benchmark has closed; no new environments are accepted.")
     name = name.strip()
@@ -96,6 +153,7 @@ def environment_create(
                 f"You already keep {kept} environments, the most this benchmark allows; "
                 "remove an unused one first."
             )
+        entrant_check_build_slots(entrant_id=owner.pk, benchmark=benchmark)
         environment = Environment.objects.create(
             owner=owner,
             benchmark=benchmark,
@@ -113,8 +171,22 @@ def environment_create(
 
 
 def environment_rebuild(*, environment: Environment) -> Environment:
-    """Queue a new build of a failed, timed-out or too-large environment."""
+    """Queue a new build of a failed, timed-out or too-large environment.
+
+    Like a creation it needs the owner's verified email address and a free build slot
+    (``max_concurrent_builds``), checked holding the owner's row lock; a refusal leaves
+    the environment as it was.
+    """
+    entrant_check_verified(entrant=environment.owner)
     with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=environment.owner_id).first()
+        retryable = Environment.objects.filter(
+            pk=environment.pk, status__in=Environment.RETRYABLE
+        ).exists()
+        if retryable:
+            entrant_check_build_slots(
+                entrant_id=environment.owner_id, benchmark=environment.benchmark
+            )
         claimed = Environment.objects.filter(
             pk=environment.pk, status__in=Environment.RETRYABLE
         ).update(status=Environment.QUEUED, failure_reason="", image_digest="", image_bytes=None)

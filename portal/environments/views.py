@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal import storage
+from portal import storage, uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.contests.templatetags.podium import (
@@ -104,13 +104,21 @@ def environment_state(environment: Environment, now: dt.datetime | None = None) 
     }
 
 
+@uploads.upload_route(archive="context", dockerfile="dockerfile_file")
 @login_required
 @require_http_methods(["GET", "POST"])
 def environment_list(request: HttpRequest, slug: str) -> HttpResponse:
     benchmark = get_object_or_404(Benchmark, slug=slug)
     status = 200
     listing: list[ListingLine] = []
-    if request.method == "POST":
+    refusal = uploads.web_upload_refusal(request) if request.method == "POST" else None
+    if refusal is not None:  # throttled or over the bounds: the form reads nothing
+        form = EnvironmentForm(
+            initial={key: request.POST.get(key) for key in ("name", "dockerfile_text")}
+        )
+        uploads.show_refusal(form, refusal.detail)
+        status = refusal.http_status
+    elif request.method == "POST":
         form = EnvironmentForm(request.POST, request.FILES)
         if form.is_valid():
             try:

@@ -3,6 +3,9 @@
 Staff act through actions that ask for a reason and write an audit event: cancel
 (refunds), requeue, rescore, disqualify; a submission's source and a run's evidence
 bundle are downloaded through a page that asks why, and every download is audited.
+Each action and download needs its own permission (``staff.STAFF_PERMISSIONS``): an
+action is offered only to those who hold it, and a download page refuses the others
+(403) before asking anything.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import FileResponse, HttpRequest
 from django.http.response import HttpResponseBase
@@ -38,6 +42,12 @@ StaffService = Callable[..., Submission]
 
 def _download(handle: Any, filename: str) -> FileResponse:
     return FileResponse(handle, as_attachment=True, filename=filename)
+
+
+def _require(request: HttpRequest, permission: str) -> None:
+    """The admin's refusal (403) for staff without ``permission``."""
+    if not request.user.has_perm(permission):
+        raise PermissionDenied
 
 
 class SubmissionEventInline(ReadOnlyMixin, admin.TabularInline):
@@ -78,6 +88,24 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     readonly_fields = ["source_download", "digests", "build_log_tail", "run_log_tail"]
     actions = ["cancel_and_refund", "requeue", "rescore", "disqualify"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.has_perm(staff.DOWNLOAD_SOURCE):
+            fields.remove("source_download")
+        return fields
+
+    def has_cancel_submission_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(staff.CANCEL)
+
+    def has_requeue_submission_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(staff.REQUEUE)
+
+    def has_rescore_submission_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(staff.RESCORE)
+
+    def has_disqualify_submission_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(staff.DISQUALIFY)
+
     @admin.display(description="Source archive")
     def source_download(self, submission: Submission) -> str:
         url = reverse("admin:submissions_submission_source", args=[submission.pk])
@@ -115,6 +143,7 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def source_view(self, request: HttpRequest, submission_id: int) -> HttpResponseBase:
         """Ask why, then serve the source archive; the download is audited first."""
+        _require(request, staff.DOWNLOAD_SOURCE)
         submission = get_object_or_404(Submission, pk=submission_id)
         reason = reason_given(request, required=True)
         if reason is None:
@@ -133,7 +162,10 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         )
         return _download(handle, f"submission-{submission.pk}-{submission.source_name}")
 
-    @admin.action(description="Cancel the selected submissions (refunds the attempt)")
+    @admin.action(
+        description="Cancel the selected submissions (refunds the attempt)",
+        permissions=["cancel_submission"],
+    )
     def cancel_and_refund(
         self, request: HttpRequest, queryset: QuerySet[Submission]
     ) -> TemplateResponse | None:
@@ -147,7 +179,10 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             explanation="Cancel these unfinished submissions and refund their attempts.",
         )
 
-    @admin.action(description="Requeue the selected submissions (waiting or infra-failed)")
+    @admin.action(
+        description="Requeue the selected submissions (waiting or infra-failed)",
+        permissions=["requeue_submission"],
+    )
     def requeue(
         self, request: HttpRequest, queryset: QuerySet[Submission]
     ) -> TemplateResponse | None:
@@ -162,7 +197,10 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "put infra-failed ones back in line (nothing is charged).",
         )
 
-    @admin.action(description="Rescore the selected submissions (charges nothing)")
+    @admin.action(
+        description="Rescore the selected submissions (charges nothing)",
+        permissions=["rescore_submission"],
+    )
     def rescore(
         self, request: HttpRequest, queryset: QuerySet[Submission]
     ) -> TemplateResponse | None:
@@ -177,7 +215,10 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "staff rescore in their timelines.",
         )
 
-    @admin.action(description="Disqualify the selected submissions (after review)")
+    @admin.action(
+        description="Disqualify the selected submissions (after review)",
+        permissions=["disqualify_submission"],
+    )
     def disqualify(
         self, request: HttpRequest, queryset: QuerySet[Submission]
     ) -> TemplateResponse | None:
@@ -248,6 +289,12 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_select_related = ["submission__entrant"]
     readonly_fields = ["evidence_download", "health_readings", "run_log_tail"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.has_perm(staff.DOWNLOAD_EVIDENCE):
+            fields.remove("evidence_download")
+        return fields
+
     @admin.display(description="Evidence bundle")
     def evidence_download(self, run: Run) -> str:
         url = reverse("admin:submissions_run_evidence", args=[run.pk])
@@ -276,6 +323,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def evidence_view(self, request: HttpRequest, run_id: int) -> HttpResponseBase:
         """Ask why, then serve the run's evidence bundle; the download is audited first."""
+        _require(request, staff.DOWNLOAD_EVIDENCE)
         run = get_object_or_404(
             Run.objects.select_related("cohort", "submission__benchmark", "submission__entrant"),
             pk=run_id,

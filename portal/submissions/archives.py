@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import io
 import math
 import stat
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -32,8 +34,11 @@ __all__ = [
     "ArchiveError",
     "ArchiveFormat",
     "Member",
+    "ZipDirectory",
+    "check_zip_directory",
     "detect_format",
     "inspect_archive",
+    "read_zip_directory",
     "write_normalized_tar",
 ]
 
@@ -54,6 +59,22 @@ _MAX_PATH_BYTES = 4095
 _MAX_NAME_BYTES = 255
 _MAX_SYMLINK_HOPS = 40
 _COPY_CHUNK = 1024 * 1024
+
+# The zip end records, as zipfile reads them (see read_zip_directory).
+_ZIP_END = struct.Struct("<4s4H2LH")
+_ZIP_END_SIGNATURE = b"PK\x05\x06"
+_ZIP_END_SEARCH = (1 << 16) + _ZIP_END.size  # the record, then a comment of up to 64 KiB
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
+_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
+_ZIP64_END_SIGNATURE = b"PK\x06\x06"
+# A central directory header: signature, then the name, extra and comment lengths.
+_ZIP_ENTRY = struct.Struct("<4s24x3H12x")
+_ZIP_ENTRY_SIGNATURE = b"PK\x01\x02"
+# zipfile reads the whole central directory into memory: per declared entry, room for the
+# header, a name as long as a member may have and generous extra fields and comment.
+_MAX_ZIP_ENTRY_BYTES = _ZIP_ENTRY.size + 4096 + 2048
+_MAX_ZIP_DIRECTORY_BYTES = 64 * 1024 * 1024
 
 _NOT_AN_ARCHIVE = "The upload is not a .tar.gz, .tar or .zip archive; pack the source as one."
 _DAMAGED = "The archive is damaged or truncated; pack it again and upload it again."
@@ -104,6 +125,10 @@ def _shown_char(ch: str) -> str:
     if 0xDC80 <= ord(ch) <= 0xDCFF:  # an undecodable byte (surrogateescape)
         return f"\\x{ord(ch) - 0xDC00:02x}"
     return ch if ch.isprintable() else f"\\u{ord(ch):04x}"
+
+
+def _too_many_members(max_members: int) -> str:
+    return f"The archive has more than {max_members:,} members; pack fewer files."
 
 
 def _human_bytes(count: int) -> str:
@@ -276,9 +301,7 @@ class _Validator:
     def count_entry(self) -> None:
         self.entries += 1
         if self.entries > self.max_members:
-            raise ArchiveError(
-                f"The archive has more than {self.max_members:,} members; pack fewer files."
-            )
+            raise ArchiveError(_too_many_members(self.max_members))
 
     def add(self, member: Member) -> None:
         shown = _shown(member.path)
@@ -549,25 +572,128 @@ def _zip_opener(
     return open_data
 
 
+@dataclass(frozen=True)
+class ZipDirectory:
+    """A zip's central directory as its end records declare it.
+
+    ``entries`` is the larger of the two counts the record ``zipfile`` uses declares (this
+    disk's, and the total); ``start`` is where ``zipfile`` will read the directory from,
+    ``size`` how many bytes it will read into memory there.
+    """
+
+    entries: int
+    start: int
+    size: int
+
+
+def read_zip_directory(raw: IO[bytes]) -> ZipDirectory:
+    """The central directory that ``zipfile.ZipFile(raw)`` would load, read from the end
+    records alone (at most 64 KiB and 100 bytes from the end of ``raw``).
+
+    It finds the records as ``zipfile`` does: the end-of-central-directory record at the very
+    end, or else the last one in the final 64 KiB (behind a comment); then, when a ZIP64
+    locator sits right before it, the ZIP64 end record before that, whose count and size
+    replace the 16- and 32-bit ones. No end record or a multi-disk archive is
+    :class:`ArchiveError` (damaged); a ``start`` before the file's is left for the caller.
+    """
+    file_size = raw.seek(0, io.SEEK_END)
+    if file_size < _ZIP_END.size:
+        raise ArchiveError(_DAMAGED)
+    raw.seek(file_size - _ZIP_END.size)
+    record = raw.read(_ZIP_END.size)
+    location = file_size - _ZIP_END.size
+    if not (record.startswith(_ZIP_END_SIGNATURE) and record.endswith(b"\0\0")):
+        search_from = max(file_size - _ZIP_END_SEARCH, 0)
+        raw.seek(search_from)
+        window = raw.read(_ZIP_END_SEARCH)
+        found = window.rfind(_ZIP_END_SIGNATURE)
+        record = window[found : found + _ZIP_END.size]
+        if found < 0 or len(record) != _ZIP_END.size:
+            raise ArchiveError(_DAMAGED)
+        location = search_from + found
+    _, _, _, disk_entries, total_entries, size, _, _ = _ZIP_END.unpack(record)
+    directory = ZipDirectory(max(disk_entries, total_entries), location - size, size)
+    zip64 = _read_zip64_directory(raw, location)
+    return directory if zip64 is None else zip64
+
+
+def _read_zip64_directory(raw: IO[bytes], location: int) -> ZipDirectory | None:
+    """The ZIP64 end record right before the end record at ``location``, if there is one."""
+    locator_at = location - _ZIP64_LOCATOR.size
+    if locator_at < 0:
+        return None
+    raw.seek(locator_at)
+    locator = raw.read(_ZIP64_LOCATOR.size)
+    if len(locator) != _ZIP64_LOCATOR.size:
+        return None
+    signature, disk, _, disks = _ZIP64_LOCATOR.unpack(locator)
+    if signature != _ZIP64_LOCATOR_SIGNATURE:
+        return None
+    record_at = locator_at - _ZIP64_END.size
+    if disk != 0 or disks > 1 or record_at < 0:
+        raise ArchiveError(_DAMAGED)
+    raw.seek(record_at)
+    record = raw.read(_ZIP64_END.size)
+    if len(record) != _ZIP64_END.size:
+        return None
+    signature, _, _, _, _, _, disk_entries, total_entries, size, _ = _ZIP64_END.unpack(record)
+    if signature != _ZIP64_END_SIGNATURE:
+        return None
+    return ZipDirectory(max(disk_entries, total_entries), record_at - size, size)
+
+
+def check_zip_directory(raw: IO[bytes], *, max_members: int) -> int:
+    """Refuse, before ``zipfile`` loads it, a central directory too large to hold in memory;
+    return how many entries it has.
+
+    Refused with the member-count sentence: a declared entry count over ``max_members``;
+    a directory larger than its declared entries can fill (a generous size per entry) or
+    than 64 MiB; more than ``max_members`` entry headers in it, whatever the count says
+    (``zipfile`` reads headers until the declared size is used up, ignoring the count).
+    The headers are walked one at a time, so memory stays flat. A header that is cut
+    short or lacks its signature (``zipfile`` would refuse it too) is damage.
+    """
+    directory = read_zip_directory(raw)
+    size_cap = min(directory.entries * _MAX_ZIP_ENTRY_BYTES, _MAX_ZIP_DIRECTORY_BYTES)
+    if directory.entries > max_members or directory.size > size_cap:
+        raise ArchiveError(_too_many_members(max_members))
+    if directory.start < 0:  # zipfile: "Bad offset for central directory"
+        raise ArchiveError(_DAMAGED)
+    raw.seek(directory.start)
+    entries = walked = 0
+    while walked < directory.size:
+        if entries == max_members:
+            raise ArchiveError(_too_many_members(max_members))
+        header = raw.read(_ZIP_ENTRY.size)
+        if walked + _ZIP_ENTRY.size > directory.size or len(header) != _ZIP_ENTRY.size:
+            raise ArchiveError(_DAMAGED)
+        signature, name_bytes, extra_bytes, comment_bytes = _ZIP_ENTRY.unpack(header)
+        if signature != _ZIP_ENTRY_SIGNATURE:
+            raise ArchiveError(_DAMAGED)
+        entries += 1
+        rest = name_bytes + extra_bytes + comment_bytes
+        walked += _ZIP_ENTRY.size + rest
+        raw.seek(rest, io.SEEK_CUR)
+    return entries
+
+
 def _walk_zip(path: Path, validator: _Validator, *, verify: bool) -> Iterator[_Entry]:
-    with path.open("rb") as raw, _reading(), zipfile.ZipFile(raw) as archive:
-        infos = archive.infolist()
-        if len(infos) > validator.max_members:
-            raise ArchiveError(
-                f"The archive has more than {validator.max_members:,} members; pack fewer files."
-            )
-        for info in infos:
-            validator.count_entry()
-            member = _zip_member(archive, info)
-            if member is None:
-                continue
-            validator.add(member)
-            opener = None
-            if member.kind == "file":
-                opener = _zip_opener(archive, info, _shown(member.path))
-                if verify:  # reads the local header: its name and the compression method
-                    opener().close()
-            yield _Entry(member, _zip_mtime(info), opener)
+    with path.open("rb") as raw, _reading():
+        # zipfile parses the whole central directory on opening: bound it first.
+        check_zip_directory(raw, max_members=validator.max_members)
+        with zipfile.ZipFile(raw) as archive:
+            for info in archive.infolist():
+                validator.count_entry()
+                member = _zip_member(archive, info)
+                if member is None:
+                    continue
+                validator.add(member)
+                opener = None
+                if member.kind == "file":
+                    opener = _zip_opener(archive, info, _shown(member.path))
+                    if verify:  # reads the local header: its name and the compression method
+                        opener().close()
+                yield _Entry(member, _zip_mtime(info), opener)
 
 
 def _walk(

@@ -132,7 +132,11 @@ def run_evidence_open(run: Run) -> IO[bytes]:
 def run_evidence_review(
     *, run: Run, actor: Any, reason: str, origin: Origin = NOWHERE
 ) -> IO[bytes]:
-    """Staff: the evidence bundle of ``run``, audited (with the reason) before it is built."""
+    """Staff: the evidence bundle of ``run``, audited (with the reason) before it is built.
+
+    The caller has checked the ``submissions.download_evidence`` permission
+    (``staff.DOWNLOAD_EVIDENCE``).
+    """
     reason = reason.strip()
     if not reason:
         raise errors.InvalidParameter("Give the reason for downloading this run's evidence.")

@@ -73,6 +73,14 @@ class Submission(models.Model):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
+        # Staff actions, each its own permission (see staff.py); "contest staff" holds them.
+        permissions = [
+            ("download_source", "Can download an entrant's source archive (audited)"),
+            ("requeue_submission", "Can requeue a submission"),
+            ("rescore_submission", "Can rescore a submission"),
+            ("cancel_submission", "Can cancel a submission (refunds)"),
+            ("disqualify_submission", "Can disqualify a submission"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.kind} by {self.entrant}"
@@ -159,6 +167,7 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("download_evidence", "Can download a run's evidence bundle (audited)")]
         constraints = [
             models.UniqueConstraint(fields=["submission", "try_number"], name="one_run_per_try"),
             # Never two runs of one submission at once: the database backs up the services'

@@ -27,7 +27,11 @@ from portal.contests import rules, selectors
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.services import leaderboard_refresh_entrant
 from portal.environments.models import Environment
-from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
+from portal.environments.services import (
+    BUILD_NETWORK_WAIT_NOTE,
+    entrant_check_build_slots,
+    entrant_check_verified,
+)
 from portal.submissions import archives
 from portal.submissions.models import (
     AttemptLedger,
@@ -70,24 +74,6 @@ def _place_file(src: Path, dest: Path) -> None:
         shutil.copyfile(src, dest)
 
 
-MULTIPART_ALLOWANCE = 1024 * 1024  # form fields and part headers around the archive
-
-
-def submission_check_request_size(*, benchmark: Benchmark, content_length: int | None) -> None:
-    """Refuse an upload request whose declared size already exceeds the archive cap.
-
-    Called before the body is read, so an oversized upload is refused without being
-    written to disk; uploads without a declared length are checked once stored.
-    """
-    if content_length is not None and content_length > (
-        benchmark.max_upload_bytes + MULTIPART_ALLOWANCE
-    ):
-        raise errors.ArchiveTooLarge(
-            f"The upload is {content_length:,} bytes; this benchmark accepts archives of at "
-            f"most {benchmark.max_upload_bytes:,} bytes."
-        )
-
-
 def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
     """Validate an uploaded archive before anything is charged; return its format."""
     if size > benchmark.max_upload_bytes:
@@ -115,14 +101,17 @@ def submission_accept(
 ) -> Submission:
     """Accept an upload as an official attempt (or a practice run) and charge it.
 
-    The archive is validated first (nothing charged when it is bad). Then, holding a
-    lock on the entrant's row so concurrent uploads serialize, the window and the
-    day's allowance are checked, the submission and its ledger charge are written,
-    and the file is put in place; a refusal leaves no file and no ledger row.
+    An entrant without a verified email address is refused first, then the archive is
+    validated (nothing charged when it is bad). Then, holding a lock on the entrant's
+    row so concurrent uploads serialize, the window, the day's allowance and the
+    entrant's free build slots (``max_concurrent_builds``: its ``build.sh`` build would
+    be one more) are checked, the submission and its ledger charge are written, and the
+    file is put in place; a refusal leaves no file and no ledger row.
     """
     now = now or timezone.now()
     if kind not in (Submission.OFFICIAL, Submission.PRACTICE):
         raise errors.InvalidParameter("kind must be 'official' or 'practice'.")
+    entrant_check_verified(entrant=entrant)
     if environment.owner_id != entrant.pk or environment.benchmark_id != benchmark.pk:
         raise errors.NotFound("No such environment.")
     if environment.status != Environment.READY:
@@ -152,6 +141,7 @@ def submission_accept(
                     f"({benchmark.attempt_timezone}); the next one is available at "
                     f"{quota.resets_at.isoformat()}."
                 )
+            entrant_check_build_slots(entrant_id=entrant.pk, benchmark=benchmark)
             submission = Submission.objects.create(
                 entrant=entrant,
                 benchmark=benchmark,

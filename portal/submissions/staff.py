@@ -1,8 +1,14 @@
 """What staff do to submissions: cancel, requeue, rescore, disqualify, read a source.
 
 Each action is a conditional update (so a double click does nothing twice) and writes
-an audit event (actor, origin, reason) in the same transaction. Callers have already
-checked ``is_staff``.
+an audit event (actor, origin, reason) in the same transaction.
+
+Who may call: being staff (``is_staff``) opens the admin and the staff endpoints, and
+lets staff read entrants' records for review; each action below, and each download
+that hands out an entrant's source or a run's evidence, needs its own permission
+(:data:`STAFF_PERMISSIONS`, held by the "contest staff" group; superusers hold them
+all). The admin and the API check it with :func:`staff_permission_check` before
+calling the service, so a refused request changes nothing and records nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +36,34 @@ RESCORABLE = (
     Submission.ERRORED,
     Submission.INFRA_FAILED,
 )
+
+
+DOWNLOAD_SOURCE = "submissions.download_source"
+DOWNLOAD_EVIDENCE = "submissions.download_evidence"
+REQUEUE = "submissions.requeue_submission"
+RESCORE = "submissions.rescore_submission"
+CANCEL = "submissions.cancel_submission"
+DISQUALIFY = "submissions.disqualify_submission"
+STAFF_PERMISSIONS = (DOWNLOAD_SOURCE, DOWNLOAD_EVIDENCE, REQUEUE, RESCORE, CANCEL, DISQUALIFY)
+
+
+class StaffPermissionDenied(errors.PodiumError):
+    """A staff member without the permission an action needs (403 ``permission_denied``)."""
+
+    code = "permission_denied"
+    http_status = 403
+
+
+def staff_permission_check(user: Any, permission: str) -> None:
+    """Refuse ``user`` unless they hold ``permission`` (``app_label.codename``).
+
+    Raises :class:`StaffPermissionDenied`; call it before anything is read or written.
+    """
+    if not user.has_perm(permission):
+        raise StaffPermissionDenied(
+            f"Your staff account lacks the {permission} permission; "
+            "ask an administrator to add you to the contest staff group."
+        )
 
 
 def _target(submission: Submission) -> str:
@@ -204,7 +238,11 @@ def submission_rescore(
 def submission_source_review(
     *, submission: Submission, actor: Any, reason: str, origin: Origin = NOWHERE
 ) -> IO[bytes]:
-    """Open another entrant's source archive for staff review, audited before it is read."""
+    """Open another entrant's source archive for staff review, audited before it is read.
+
+    The caller has checked :data:`DOWNLOAD_SOURCE` (a plain staff read does not hand out
+    a source).
+    """
     reason = reason.strip()
     if not reason:
         raise errors.InvalidParameter("Staff must give a reason (?reason=...) to read a source.")

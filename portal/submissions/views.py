@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
+from portal import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import quota_for, schedule_at
 from portal.environments.models import Environment
@@ -28,6 +29,7 @@ def _owned(request: HttpRequest, pk: int) -> Submission:
     )
 
 
+@uploads.upload_route(archive="source")
 @login_required
 @require_http_methods(["GET", "POST"])
 def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
@@ -37,24 +39,33 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
     ).order_by("name")
     status = 200
     if request.method == "POST":
-        form = SubmissionForm(request.POST, request.FILES, environments=ready)
-        if form.is_valid():
-            source_file, source_name = form.cleaned_data["source"]
-            try:
-                submission = services.submission_accept(
-                    entrant=request.user,
-                    benchmark=benchmark,
-                    environment=form.cleaned_data["environment"],
-                    source_file=source_file,
-                    source_name=source_name,
-                    kind=form.cleaned_data["kind"],
-                )
-            except PodiumError as exc:
-                form.add_error(None, exc.detail)
-            else:
-                messages.success(request, f"Submission #{submission.pk} was accepted.")
-                return redirect("submissions:detail", pk=submission.pk)
-        status = 400
+        refusal = uploads.web_upload_refusal(request)
+        if refusal is not None:  # throttled or over the bounds: the form reads nothing
+            form = SubmissionForm(
+                environments=ready,
+                initial={key: request.POST.get(key) for key in ("environment", "kind")},
+            )
+            uploads.show_refusal(form, refusal.detail)
+            status = refusal.http_status
+        else:
+            form = SubmissionForm(request.POST, request.FILES, environments=ready)
+            if form.is_valid():
+                source_file, source_name = form.cleaned_data["source"]
+                try:
+                    submission = services.submission_accept(
+                        entrant=request.user,
+                        benchmark=benchmark,
+                        environment=form.cleaned_data["environment"],
+                        source_file=source_file,
+                        source_name=source_name,
+                        kind=form.cleaned_data["kind"],
+                    )
+                except PodiumError as exc:
+                    form.add_error(None, exc.detail)
+                else:
+                    messages.success(request, f"Submission #{submission.pk} was accepted.")
+                    return redirect("submissions:detail", pk=submission.pk)
+            status = 400
     else:
         # "?environment=<id>" preselects one (the environment page links here that way).
         form = SubmissionForm(

@@ -92,11 +92,14 @@ def _keep_the_test_connection() -> Iterator[None]:
 
 @pytest.fixture
 def world(settings: Any, alice: Any, staff: Any, benchmark: Any, tmp_path: Any) -> World:
-    """Alice's objects, logs and a practice cohort; generous throttles so the code runs."""
+    """Alice's objects, logs and a practice cohort; generous throttles and build slots so
+    the code runs."""
     settings.REST_FRAMEWORK = {
         **settings.REST_FRAMEWORK,
         "DEFAULT_THROTTLE_RATES": {"tokens": "1000/min", "uploads": "1000/min"},
     }
+    benchmark.max_concurrent_builds = 100
+    benchmark.save(update_fields=["max_concurrent_builds"])
     environment = factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, image_digest="sha256:" + "e" * 64
     )

@@ -54,17 +54,32 @@ def test_it_needs_both_fields(db, anon):
     assert "password" in response.json()["detail"]
 
 
-def test_it_rate_limits_token_requests(alice, anon):
+def test_it_limits_failed_requests_at_an_account(alice, anon):
     codes = [
-        anon.post(URL, {"username": "alice", "password": "wrong"}).status_code for _ in range(20)
+        anon.post(URL, {"username": "alice", "password": "wrong"}).status_code for _ in range(5)
     ]
-    assert codes == [401] * 20
+    assert codes == [401] * 5
 
     response = anon.post(URL, {"username": "alice", "password": "correct horse battery"})
 
     assert response.status_code == 429
     assert response.json()["code"] == "throttled"
+    assert 1 <= int(response["Retry-After"]) <= 300
     assert not ApiToken.objects.exists()
+
+
+def test_it_rate_limits_token_requests_per_address(alice, anon):
+    codes = [
+        anon.post(URL, {"username": "alice", "password": "correct horse battery"}).status_code
+        for _ in range(20)
+    ]
+    assert codes == [201] * 20
+
+    response = anon.post(URL, {"username": "alice", "password": "correct horse battery"})
+
+    assert response.status_code == 429
+    assert response.json()["code"] == "throttled"
+    assert ApiToken.objects.count() == 20
 
 
 def test_it_lists_only_my_tokens(alice, bob, client_for):

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from django.core import mail
 from django.utils import timezone
 
 from portal.contests.cohorts import cohort_import
@@ -77,6 +78,14 @@ def test_an_entrant_goes_from_sign_up_to_the_leaderboard(
         assert page.evaluate("document.activeElement.id") == field
         page.keyboard.type(value)
         page.keyboard.press("Enter" if index == len(fields) - 1 else "Tab")
+
+    # Uploads need a verified address: follow the link mailed at signup, and confirm.
+    page.wait_for_url(f"{live_server.url}/accounts/confirm-email/")
+    [message] = mail.outbox
+    link = re.search(r"https?://\S+/accounts/confirm-email/\S+/", message.body)
+    assert link is not None, message.body
+    page.goto(link[0])
+    page.click("button:text('Confirm')")
     page.wait_for_url(f"{live_server.url}/")
     assert "Signed in as carol" in page.inner_text("header")
 

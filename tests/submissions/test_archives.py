@@ -7,11 +7,13 @@ import gzip
 import io
 import posixpath
 import stat
+import struct
 import tarfile
 import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -20,8 +22,10 @@ from hypothesis import strategies as st
 from portal.submissions.archives import (
     ArchiveError,
     Member,
+    check_zip_directory,
     detect_format,
     inspect_archive,
+    read_zip_directory,
     write_normalized_tar,
 )
 
@@ -301,6 +305,77 @@ def test_too_many_members_are_refused(tmp_path: Path) -> None:
     assert len(inspect_archive(tgz, "tar.gz", max_members=6)) == 6
     zipped = write_zip(tmp_path / "a.zip", [(info.name, data or b"", 0) for info, data in entries])
     assert "more than 5 members" in refusal(zipped, max_members=5)
+
+
+def _zip_end(data: bytes) -> int:
+    return data.rindex(b"PK\x05\x06")
+
+
+def test_a_zip_with_more_headers_than_its_end_record_declares_is_refused_unopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # zipfile reads headers until the directory's declared size is used up, whatever the
+    # declared count: ten headers behind a count of two still become ten members.
+    entries = [("build.sh", BUILD_SH, 0)] + [(f"f{i}", b"x", 0) for i in range(9)]
+    data = bytearray(write_zip(tmp_path / "a.zip", entries).read_bytes())
+    end = _zip_end(bytes(data))
+    data[end + 8 : end + 12] = struct.pack("<2H", 2, 2)
+    path = tmp_path / "b.zip"
+    path.write_bytes(bytes(data))
+    with zipfile.ZipFile(path) as archive:
+        assert len(archive.infolist()) == 10
+    monkeypatch.setattr(zipfile, "ZipFile", mock.Mock(side_effect=AssertionError("opened")))
+
+    assert refusal(path, "zip", max_members=5) == (
+        "The archive has more than 5 members; pack fewer files."
+    )
+
+
+def test_a_zip_directory_larger_than_its_count_can_fill_is_refused() -> None:
+    # One declared entry in a 1 MiB directory (behind a 1 MiB prefix, so it fits the file).
+    directory = b"PK\x01\x02" + b"\0" * (1024 * 1024 - 4)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(directory), 0, 0)
+    raw = io.BytesIO(b"PK\x03\x04" + directory + end)
+
+    assert read_zip_directory(raw).entries == 1
+    with pytest.raises(ArchiveError, match="more than 100,000 members"):
+        check_zip_directory(raw, max_members=100_000)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    names=st.lists(st.text(alphabet="abc/._-é", min_size=1, max_size=30), max_size=40, unique=True),
+    archive_comment=st.binary(max_size=300).filter(lambda comment: b"PK" not in comment),
+    member_comment=st.binary(max_size=40),
+    prefix=st.binary(max_size=64),
+    zip64=st.booleans(),
+)
+def test_the_zip_precheck_counts_what_zipfile_reads(
+    names: list[str], archive_comment: bytes, member_comment: bytes, prefix: bytes, zip64: bool
+) -> None:
+    buffer = io.BytesIO()
+    buffer.write(prefix)  # a stub before the zip, as self-extracting archives have
+    # A low file-count limit makes zipfile write ZIP64 end records for a handful of members.
+    with (
+        mock.patch.object(zipfile, "ZIP_FILECOUNT_LIMIT", 0 if zip64 else 0xFFFF),
+        zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive,
+    ):
+        archive.comment = archive_comment
+        for name in names:
+            info = zipfile.ZipInfo(name)
+            info.comment = member_comment
+            archive.writestr(info, name.encode() * 3)
+    data = buffer.getvalue()
+    end = len(data) - 22 - len(archive_comment)
+    assert (data[end - 20 : end - 16] == b"PK\x06\x07") == (zip64 and bool(names))
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        count = len(archive.infolist())
+
+    assert read_zip_directory(io.BytesIO(data)).entries == count
+    assert check_zip_directory(io.BytesIO(data), max_members=count) == count
+    if count:
+        with pytest.raises(ArchiveError, match=f"more than {count - 1:,} members"):
+            check_zip_directory(io.BytesIO(data), max_members=count - 1)
 
 
 def test_more_unpacked_bytes_than_the_cap_are_refused(tmp_path: Path) -> None:

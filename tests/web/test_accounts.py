@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 
+from tests import factories
 
-def test_signup_creates_a_user_and_signs_them_in(client, db):
+
+def test_signup_sends_a_verification_link_that_signs_the_user_in(client, db, mailoutbox):
     page = client.post(
         "/accounts/signup/",
         {
@@ -17,10 +22,45 @@ def test_signup_creates_a_user_and_signs_them_in(client, db):
     )
 
     assert page.status_code == 302
+    assert page["Location"] == "/accounts/confirm-email/"
     user = get_user_model().objects.get(username="carol")
     assert user.email == "carol@example.com"
+    assert "_auth_user_id" not in client.session
+    assert not EmailAddress.objects.filter(user=user, verified=True).exists()
+    [message] = mailoutbox
+    assert message.to == ["carol@example.com"]
+    link = re.search(r"http://testserver(/accounts/confirm-email/\S+/)", message.body)
+    assert link is not None, message.body
+
+    confirmed = client.post(link[1])
+
+    assert confirmed.status_code == 302
+    assert EmailAddress.objects.filter(user=user, email="carol@example.com", verified=True).exists()
     assert client.session["_auth_user_id"] == str(user.pk)
     assert "carol" in client.get("/").content.decode()
+
+
+def test_an_unverified_user_signing_in_is_sent_a_new_link_not_signed_in(client, db, mailoutbox):
+    factories.UserFactory(username="dave", email_verified=False)
+
+    page = client.post("/accounts/login/", {"login": "dave", "password": "correct horse battery"})
+
+    assert page.status_code == 302
+    assert page["Location"] == "/accounts/confirm-email/"
+    assert "_auth_user_id" not in client.session
+    assert [message.to for message in mailoutbox] == [["dave@example.com"]]
+
+
+def test_staff_without_a_verified_address_still_sign_in_to_the_admin(client, db):
+    get_user_model().objects.create_superuser("root", "root@example.com", "a staff passphrase")
+
+    page = client.post(
+        "/admin/login/?next=/admin/", {"username": "root", "password": "a staff passphrase"}
+    )
+
+    assert page.status_code == 302
+    assert page["Location"] == "/admin/"
+    assert client.get("/admin/").status_code == 200
 
 
 def test_auth_pages_render_inside_podiums_layout(client, db):

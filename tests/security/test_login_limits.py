@@ -1,0 +1,319 @@
+"""Password guessing: failed sign-ins are limited per account and per client address, in one
+count that the browser form and ``POST /api/v1/tokens/`` share, kept where every process
+sees it. Each test is something an attacker could do before the limits held.
+
+The limits (settings): 5 failures in 5 minutes at one account, 20 a minute from one address.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from django.core.cache import caches
+from django.core.cache.backends.locmem import LocMemCache
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from portal.api.models import ApiToken
+from portal.file_cache import SharedFileCache
+from portal.login_limits import login_key
+from tests import factories
+
+TOKENS = "/api/v1/tokens/"
+LOGIN = "/accounts/login/"
+RIGHT = "correct horse battery"
+WRONG = "wrong"
+REFUSED_IN_THE_FORM = "Too many failed login attempts"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def loose_token_throttle(settings: Any) -> None:
+    """Only the failed sign-in limits, not the token endpoint's own per-address throttle."""
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {
+            **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"],
+            "tokens": "1000/min",
+        },
+    }
+
+
+def token_request(
+    username: str = "alice", password: str = WRONG, client: Client | None = None, **meta: str
+) -> Any:
+    return (client or APIClient()).post(
+        TOKENS, {"username": username, "password": password}, **meta
+    )
+
+
+def form_sign_in(client: Client, login: str = "alice", password: str = WRONG, **meta: str) -> Any:
+    return client.post(LOGIN, {"login": login, "password": password}, **meta)
+
+
+def assert_throttled(response: Any) -> None:
+    assert response.status_code == 429, response.content
+    assert response.json()["code"] == "throttled"
+    assert int(response["Retry-After"]) >= 1
+
+
+# The client address ---------------------------------------------------------------------
+
+
+def test_rotating_x_forwarded_for_buys_no_more_guesses(db, loose_token_throttle):
+    codes = [
+        token_request(f"victim{n}", HTTP_X_FORWARDED_FOR=f"198.51.100.{n}").status_code
+        for n in range(20)
+    ]
+    assert codes == [401] * 20
+
+    refused = token_request("victim99", HTTP_X_FORWARDED_FOR="198.51.100.99")
+
+    assert_throttled(refused)
+    assert "from this address" in refused.json()["detail"]
+
+
+def test_rotating_x_forwarded_for_buys_no_more_token_requests(alice):
+    codes = [
+        token_request(password=RIGHT, HTTP_X_FORWARDED_FOR=f"198.51.100.{n}").status_code
+        for n in range(20)
+    ]
+    assert codes == [201] * 20
+
+    assert_throttled(token_request(password=RIGHT, HTTP_X_FORWARDED_FOR="198.51.100.99"))
+    assert ApiToken.objects.count() == 20
+
+
+def test_a_right_password_now_and_then_does_not_reset_the_address_count(db, loose_token_throttle):
+    factories.UserFactory(username="mallory")
+    for n in range(20):
+        assert token_request("mallory", RIGHT).status_code == 201
+        assert token_request(f"victim{n}").status_code == 401
+
+    assert_throttled(token_request("victim99"))
+
+
+def test_behind_a_proxy_the_address_it_saw_is_counted_not_what_the_client_wrote(
+    db, settings, loose_token_throttle
+):
+    settings.ALLAUTH_TRUSTED_PROXY_COUNT = 1
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    for n in range(20):  # the proxy appends the address it saw to what the client sent
+        spoofed = f"192.0.2.{n}, 198.51.100.7"
+        assert token_request(f"victim{n}", HTTP_X_FORWARDED_FOR=spoofed).status_code == 401
+
+    assert_throttled(token_request("victim99", HTTP_X_FORWARDED_FOR="192.0.2.99, 198.51.100.7"))
+    other_client = token_request("victim99", HTTP_X_FORWARDED_FOR="198.51.100.8")
+    assert other_client.status_code == 401
+
+
+def test_requests_whose_address_cannot_be_read_count_together(db, loose_token_throttle):
+    codes = [token_request(f"victim{n}", REMOTE_ADDR="").status_code for n in range(20)]
+    assert codes == [401] * 20
+
+    assert_throttled(token_request("victim99", REMOTE_ADDR=""))
+    assert token_request("victim99", REMOTE_ADDR="203.0.113.1").status_code == 401
+
+
+def test_the_proxy_count_setting_reaches_both_readers_of_the_address(settings):
+    assert settings.PODIUM_TRUSTED_PROXIES == 0
+    assert settings.REST_FRAMEWORK["NUM_PROXIES"] == 0
+    assert settings.ALLAUTH_TRUSTED_PROXY_COUNT == 0
+    script = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.REST_FRAMEWORK['NUM_PROXIES'], s.ALLAUTH_TRUSTED_PROXY_COUNT)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings", "PODIUM_TRUSTED_PROXIES": "2"}
+
+    shown = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True
+    )
+
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == ["2", "2"]
+
+
+# The account ------------------------------------------------------------------------------
+
+
+def test_guesses_at_one_account_from_many_addresses_are_limited(alice):
+    codes = [token_request(REMOTE_ADDR=f"203.0.113.{n}").status_code for n in range(5)]
+    assert codes == [401] * 5
+
+    assert_throttled(token_request(REMOTE_ADDR="203.0.113.50"))
+    refused = token_request(password=RIGHT, REMOTE_ADDR="203.0.113.51")
+    assert_throttled(refused)
+    assert not ApiToken.objects.exists()
+    assert token_request("bob", RIGHT, REMOTE_ADDR="203.0.113.52").status_code == 401  # no bob
+
+
+def test_the_username_its_email_and_other_cases_share_one_count(alice):
+    logins = ["alice", "ALICE", "alice@example.com", "Alice@Example.COM", " alice"]
+    codes = [
+        token_request(login, REMOTE_ADDR=f"203.0.113.{n}").status_code
+        for n, login in enumerate(logins)
+    ]
+    assert codes == [401] * 5
+
+    assert_throttled(token_request("alice", RIGHT, REMOTE_ADDR="203.0.113.50"))
+
+
+def test_rotating_the_host_port_buys_no_more_guesses(alice, client):
+    for n in range(5):
+        page = form_sign_in(
+            client, HTTP_HOST=f"testserver:{8000 + n}", REMOTE_ADDR=f"203.0.113.{n}"
+        )
+        assert page.status_code == 200
+        assert "not correct" in page.content.decode()
+
+    page = form_sign_in(
+        client, password=RIGHT, HTTP_HOST="testserver:9999", REMOTE_ADDR="203.0.113.9"
+    )
+
+    assert REFUSED_IN_THE_FORM in page.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_failures_at_the_token_endpoint_block_the_browser_form(alice, client):
+    for n in range(5):
+        assert token_request(REMOTE_ADDR=f"203.0.113.{n}").status_code == 401
+
+    page = form_sign_in(client, password=RIGHT, REMOTE_ADDR="203.0.113.50")
+
+    assert page.status_code == 200
+    assert REFUSED_IN_THE_FORM in page.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_failures_at_the_browser_form_block_the_token_endpoint(alice, client):
+    for n in range(5):
+        page = form_sign_in(client, REMOTE_ADDR=f"203.0.113.{n}")
+        assert "not correct" in page.content.decode()
+
+    assert_throttled(token_request(password=RIGHT, REMOTE_ADDR="203.0.113.50"))
+    assert not ApiToken.objects.exists()
+
+
+def test_the_admin_sign_in_is_counted_with_the_others(staff, client):
+    for n in range(3):
+        assert token_request("staff", REMOTE_ADDR=f"203.0.113.{n}").status_code == 401
+    for n in range(2):
+        page = client.post(
+            "/admin/login/", {"username": "staff", "password": WRONG}, REMOTE_ADDR=f"198.51.100.{n}"
+        )
+        assert "correct username and password" in page.content.decode()
+
+    page = client.post(
+        "/admin/login/", {"username": "staff", "password": RIGHT}, REMOTE_ADDR="198.51.100.9"
+    )
+
+    assert "Too many failed sign-ins" in page.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_right_password_waits_for_the_window_then_works(alice, client):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        for _ in range(5):
+            assert token_request().status_code == 401
+
+        refused = token_request(password=RIGHT)
+        assert_throttled(refused)
+        assert refused["Retry-After"] == "300"
+        traveller.shift(dt.timedelta(seconds=299))
+        still = token_request(password=RIGHT)
+        assert_throttled(still)
+        assert still["Retry-After"] == "1"
+        assert REFUSED_IN_THE_FORM in form_sign_in(client, password=RIGHT).content.decode()
+        traveller.shift(dt.timedelta(seconds=1))
+
+        assert token_request(password=RIGHT).status_code == 201
+        assert form_sign_in(client, password=RIGHT).status_code == 302
+        assert client.session["_auth_user_id"] == str(alice.pk)
+
+
+# The shared cache ------------------------------------------------------------------------
+
+
+def test_the_counts_are_not_in_one_process_memory():
+    assert not isinstance(caches["default"], LocMemCache)
+
+
+def test_two_clients_share_the_count(alice):
+    first, second = APIClient(), APIClient()
+    for _ in range(3):
+        assert token_request(client=first, REMOTE_ADDR="203.0.113.1").status_code == 401
+    for _ in range(2):
+        assert token_request(client=second, REMOTE_ADDR="203.0.113.2").status_code == 401
+
+    assert_throttled(token_request(password=RIGHT, client=first, REMOTE_ADDR="203.0.113.1"))
+
+
+def test_failures_counted_by_another_process_block_here(db):
+    """Another web process (a separate Python) counts five failures at ``nobody``."""
+    script = (
+        "import sys, django; django.setup()\n"
+        "from allauth.core.internal import ratelimit\n"
+        "from django.test import RequestFactory\n"
+        "request = RequestFactory().post('/accounts/login/', REMOTE_ADDR='203.0.113.1')\n"
+        "for _ in range(5):\n"
+        "    assert ratelimit.consume(request, app='allauth.account', action='login_failed',\n"
+        "                             key=sys.argv[1])\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings"}
+
+    counted = subprocess.run(
+        [sys.executable, "-c", script, login_key("nobody")],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+
+    assert counted.returncode == 0, counted.stderr
+    assert_throttled(token_request("nobody", REMOTE_ADDR="203.0.113.2"))
+
+
+def test_only_one_of_many_processes_takes_a_lock_in_the_file_cache(tmp_path):
+    workers = 8
+
+    def take(cache: SharedFileCache, key: str, start: threading.Barrier) -> bool:
+        start.wait()
+        return cache.add(key, True, 10)
+
+    for attempt in range(30):
+        handles = [SharedFileCache(str(tmp_path), {}) for _ in range(workers)]
+        start = threading.Barrier(workers)
+        with ThreadPoolExecutor(workers) as pool:
+            taken = list(pool.map(take, handles, [f"lock-{attempt}"] * workers, [start] * workers))
+
+        assert taken.count(True) == 1, f"attempt {attempt}: {taken}"
+
+
+def test_a_full_file_cache_drops_expired_entries_before_live_counts(tmp_path):
+    cache = SharedFileCache(str(tmp_path), {"OPTIONS": {"MAX_ENTRIES": 10}})
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        cache.set("live-count", [1.0], 3600)
+        for n in range(9):
+            cache.set(f"stale-{n}", [1.0], 1)
+        traveller.shift(dt.timedelta(seconds=2))
+
+        for n in range(9):
+            cache.set(f"fresh-{n}", [1.0], 3600)
+
+        kept = [key for key in ["live-count", *(f"fresh-{n}" for n in range(9))] if cache.get(key)]
+    assert len(kept) == 10
