@@ -416,6 +416,7 @@ def _build_submission_image(
             labels={"podium.submission": str(submission.pk)},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
+            healthcheck={"test": ["NONE"]},  # no image's HEALTHCHECK beside build.sh
             log_config={"type": "json-file", "config": {"max-size": "10m"}},
             **box.bounds.host_config(),
         )

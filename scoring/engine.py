@@ -306,7 +306,7 @@ def create_container(**spec: Any) -> str:
     """Create (not start) a container; ``spec`` is the docker SDK's ``create_host_config`` mix.
 
     Keys understood: image, command, entrypoint, user, working_dir, environment,
-    network_mode, labels, and any host-config keyword (read_only, mounts, binds,
+    network_mode, labels, healthcheck, and any host-config keyword (read_only, mounts, binds,
     tmpfs, cap_drop, security_opt, pids_limit, mem_limit, memswap_limit, log_config,
     device_requests, nano_cpus, init).
     """
@@ -322,6 +322,7 @@ def create_container(**spec: Any) -> str:
             "labels",
             "network_disabled",
             "stop_signal",
+            "healthcheck",
         )
         if key in spec
     }

@@ -72,9 +72,23 @@ OUTPUT_PATH = f"{OUTPUT_DIR}/predictions.i32"
 LOG_DIR = "/contest/logs"
 ENTRYPOINT = "/submission/run"
 
+SHM_DIR = "/dev/shm"  # noqa: S108 - a path inside the container
 # The entrant's stdout/stderr files live on their own tmpfs: a log flood fills it and
-# gets ENOSPC instead of eating the entrant's /tmp or the host's disk.
+# gets ENOSPC instead of eating the entrant's /tmp or the host's disk. It belongs to the
+# supervisor's uid (mode 0700): the entrant writes its logs only through the stdout and
+# stderr the supervisor gave it, and can neither reach the files nor add any.
 LOG_TMPFS_BYTES = 64 * 1024 * 1024
+# POSIX shared memory (and what libraries put there): the engine's default size, on a
+# tmpfs of ours so that it has an inode cap like every other writable place.
+SHM_TMPFS_BYTES = 64 * 1024 * 1024
+# Inode caps of the writable tmpfs mounts (each counts its own folder too). Empty files
+# use no blocks, so ``size=`` alone does not stop a flood of them: a million take
+# seconds and a gigabyte of kernel memory. At the cap, creating a file fails at once
+# with ENOSPC. The output folder holds one file (and perhaps a temporary one to rename).
+SCRATCH_INODES = 65_536
+SHM_INODES = 32_768
+OUTPUT_INODES = 64
+LOG_INODES = 8
 # How much of each log's end the supervisor carries back on its result line; keeps
 # the line far below the json-file log cap below.
 TAIL_BYTES = 64 * 1024
@@ -99,6 +113,10 @@ RUN_LOG = storage.RUN_LOG
 # the setting ``PODIUM_RUN_OOM_SCORE_ADJ`` (None: not asked for), to be -1000 wherever
 # the engine allows it.
 RUN_OOM_SCORE_ADJ_SETTING = "PODIUM_RUN_OOM_SCORE_ADJ"
+# The engine must never run an image's HEALTHCHECK beside the supervisor: outside its
+# process tree and its seccomp filter, a health check could renice or re-limit PID 1
+# and compute off the clock.
+NO_HEALTHCHECK = {"test": ["NONE"]}
 
 
 class SupervisorError(Exception):
@@ -134,6 +152,14 @@ def supervisor_deadline_ms(score_timeout_s: int) -> int:
     return max(1, limit_ms - margin_ms)
 
 
+def supervisor_uid() -> int:
+    """The supervisor's uid and gid in the scoring container (``PODIUM_SUPERVISOR_UID``):
+    never the entrant's nor root, so the kernel refuses every prlimit, renice, ionice and
+    sched_set* of an entrant process aimed at it, also from processes outside the
+    supervisor's seccomp filter."""
+    return int(settings.PODIUM_SUPERVISOR_UID)
+
+
 def container_spec(
     *,
     image: str,
@@ -146,20 +172,36 @@ def container_spec(
     """The keyword arguments of ``engine.create_container`` for one scored run (pure).
 
     The sandbox of rules "The runtime ABI": no network, read-only root filesystem and
-    inputs, a non-root ``uid`` (``settings.PODIUM_RUN_UID`` by default) with no
-    capabilities and no privilege gain, bounded memory (no swap beyond it), PIDs and
-    tmpfs sizes, no Docker socket, no host environment, a capped container log. The
-    trusted supervisor (a static binary, mounted read-only; not Docker's ``--init``) is
-    PID 1 and runs ``/submission/run MANIFEST IMAGE_ROOT OUTPUT``.
+    inputs, the entrant as a non-root ``uid`` (``settings.PODIUM_RUN_UID`` by default)
+    with no capabilities and no privilege gain, bounded memory (no swap beyond it),
+    PIDs, tmpfs sizes and inode counts, no Docker socket, no host environment, no health
+    check, a capped container log. The trusted supervisor (a static binary, mounted
+    read-only; not Docker's ``--init``) is PID 1 and runs ``/submission/run MANIFEST
+    IMAGE_ROOT OUTPUT``.
+
+    Two uids: the supervisor's (:func:`supervisor_uid`) and the entrant's. The container
+    starts as root holding only CAP_SETUID, CAP_SETGID and CAP_SETPCAP (bounding set
+    included), for the supervisor's first instructions: it empties the bounding set and
+    the supplementary groups, becomes its own uid with no capability left, and starts
+    the entrant as ``uid`` (see supervise.c). No image code runs before that: the
+    entrypoint is the supervisor, and health checks are off.
 
     Seccomp: no ``seccomp=`` option, on purpose. One would replace Docker's default
-    profile; instead the container keeps it and the supervisor stacks its own filter
-    (the denials of ptrace, process_vm_*, kcmp, pidfd_getfd, and prlimit64, setpriority
-    and sched_set* aimed at PID 1) on the entrant's process tree; see supervise.c.
-    The supervisor's oom_score_adj comes from ``PODIUM_RUN_OOM_SCORE_ADJ`` (see
-    ``RUN_OOM_SCORE_ADJ_SETTING``).
+    profile; instead the container keeps it and the supervisor stacks its own filter on
+    the entrant's process tree, which refuses by itself everything Podium relies on
+    (whatever the engine's default allows): ptrace and the like, io_uring, sockets of
+    any family but AF_UNIX, new namespaces, keyrings, bpf, perf_event_open, userfaultfd,
+    and prlimit64, setpriority, ioprio_set and sched_set* aimed at PID 1; see
+    supervise.c. The supervisor's oom_score_adj comes from ``PODIUM_RUN_OOM_SCORE_ADJ``
+    (see ``RUN_OOM_SCORE_ADJ_SETTING``).
     """
     run_uid = int(settings.PODIUM_RUN_UID if uid is None else uid)
+    own_uid = supervisor_uid()
+    if run_uid == 0 or own_uid in (0, run_uid):
+        raise ValueError(
+            f"the entrant's uid ({run_uid}) and the supervisor's ({own_uid}) must differ "
+            "and neither may be root"
+        )
     oom_score_adj = getattr(settings, RUN_OOM_SCORE_ADJ_SETTING, None)
     # Docker ignores tmpfs ``mode=`` where the image already has the folder (the copy-up
     # keeps the image's owner and mode), so ownership is given explicitly too.
@@ -181,6 +223,10 @@ def container_spec(
             str(TAIL_BYTES),
             "--settle-ms",
             str(SETTLE_MS),
+            "--supervisor-user",
+            f"{own_uid}:{own_uid}",
+            "--entrant-user",
+            f"{run_uid}:{run_uid}",
             "--",
             ENTRYPOINT,
             MANIFEST_PATH,
@@ -188,7 +234,8 @@ def container_spec(
             OUTPUT_PATH,
         ],
         "command": [],
-        "user": f"{run_uid}:{run_uid}",
+        # Root for the supervisor's first instructions only (see above).
+        "user": "0:0",
         # The only writable scratch space, so relative writes of the entrant work.
         "working_dir": SCRATCH_DIR,
         "environment": [],
@@ -196,14 +243,26 @@ def container_spec(
         "network_mode": "none",
         "read_only": True,
         "cap_drop": ["ALL"],
+        "cap_add": ["SETUID", "SETGID", "SETPCAP"],
         "security_opt": ["no-new-privileges"],
+        "healthcheck": NO_HEALTHCHECK,
         "pids_limit": benchmark.run_pids_limit,
         "mem_limit": benchmark.run_memory_bytes,
         "memswap_limit": benchmark.run_memory_bytes,
         "tmpfs": {
-            SCRATCH_DIR: f"rw,exec,nosuid,nodev,size={benchmark.run_tmpfs_bytes},{owned}",
-            OUTPUT_DIR: f"{no_exec},size={benchmark.run_output_tmpfs_bytes},{owned}",
-            LOG_DIR: f"{no_exec},size={LOG_TMPFS_BYTES},{owned}",
+            SCRATCH_DIR: (
+                f"rw,exec,nosuid,nodev,size={benchmark.run_tmpfs_bytes},"
+                f"nr_inodes={SCRATCH_INODES},{owned}"
+            ),
+            SHM_DIR: f"{no_exec},size={SHM_TMPFS_BYTES},nr_inodes={SHM_INODES},{owned}",
+            OUTPUT_DIR: (
+                f"{no_exec},size={benchmark.run_output_tmpfs_bytes},"
+                f"nr_inodes={OUTPUT_INODES},{owned}"
+            ),
+            LOG_DIR: (
+                f"{no_exec},size={LOG_TMPFS_BYTES},nr_inodes={LOG_INODES},"
+                f"uid={own_uid},gid={own_uid},mode=0700"
+            ),
         },
         # ``mounts`` (not ``binds``): a missing source is an error instead of a new,
         # empty folder created by the engine.

@@ -2,7 +2,8 @@
  * supervise: Podium's trusted timer (PID 1 of the scoring container).
  *
  *   supervise --deadline-ms N --log-dir DIR --output PATH --expect-bytes N
- *             [--tail-bytes N] [--settle-ms N] -- PROGRAM ARG...
+ *             [--tail-bytes N] [--settle-ms N]
+ *             [--supervisor-user UID:GID --entrant-user UID:GID] -- PROGRAM ARG...
  *
  * Contract (the Python runner depends on every line of it):
  *  - The clock is CLOCK_MONOTONIC, read immediately before fork() and again right
@@ -24,6 +25,16 @@
  *    Docker's PATH/HOSTNAME/HOME; the runner passes nothing of the host's) with
  *    CONTEST_MANIFEST/IMAGE_ROOT/OUTPUT set from ARG 1..3 (those given) and never
  *    inherited. It never shares our stdout, so it cannot forge the result line.
+ *  - With --supervisor-user and --entrant-user (the runner gives both), we start as root
+ *    holding nothing but CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and before anything
+ *    else empty the capability bounding set and the supplementary groups and become
+ *    real and effective UID:GID of the supervisor, saved UID:GID of the entrant: no
+ *    capability is left. DIR is ours (the runner's log tmpfs belongs to our uid, mode
+ *    0700), so the entrant can neither reach the logs nor make files beside them; it
+ *    writes them only through its stdout and stderr. The entrant runs as its
+ *    UID:GID (all three of each). We take the entrant's uid as our effective one only
+ *    to kill at the deadline and, once no entrant process is left, to read PATH (in the
+ *    entrant's folder). Without both, we and the entrant share whatever uid we had.
  *  - If one of those set-up steps fails (not the exec itself: a missing or
  *    unexecutable PROGRAM is the entrant's, exit 127 with a message in its stderr
  *    log), we exit 1 without a result line: a platform fault.
@@ -42,7 +53,16 @@
  *     "stderr_tail_b64"}
  *  - Exit 2 on a usage error, 1 if the run could not be set up (message on stderr).
  *
- * Why: we run under the entrant's own uid. Non-dumpable keeps it from reading
+ * Why a uid of our own: the kernel lets any process renice, ionice, re-pin or prlimit
+ * every other process of its uid (setpriority, ioprio_set, sched_set* and prlimit64
+ * need no privilege, only the same uid). Under a uid of our own it refuses them all,
+ * to every process, also to those outside our filter (an engine's health check or
+ * exec). Our saved uid is the entrant's, and that opens nothing of ours: prlimit wants
+ * the target's real, effective and saved uids all equal to the caller's; setpriority,
+ * sched_set* and ioprio_set look at the real and effective ones only; only signals
+ * look at the saved uid, and as PID 1 we drop them (below).
+ *
+ * Why non-dumpable (with one uid or two): it keeps the entrant from reading
  * /proc/1/environ or /proc/1/fd, from writing /proc/1/oom_score_adj (the files of a
  * non-dumpable process belong to root), and from ptrace, pidfd_getfd and
  * process_vm_*. As PID 1 without handlers, the kernel drops SIGKILL/SIGSTOP/SIGTERM
@@ -50,28 +70,44 @@
  * and logs, encoding) happens after the second clock reading, when no entrant
  * process is alive to race us.
  *
- * The seccomp filter: "Docker's default plus our denials". A seccomp=<file> option
- * would REPLACE Docker's default profile (and we ship no copy of it), so the
- * container keeps Docker's default and the entrant's first process installs ours on
- * top, after no_new_privs and right before exec. Filters stack: the kernel runs
- * every filter of a process on each syscall and applies the most restrictive
- * answer, and fork/exec carry them to every descendant, irrevocably. So the entrant's
- * whole tree is under both; we (PID 1) stay under Docker's alone. Ours:
+ * The seccomp filter: ours decides, whatever the engine's default profile allows
+ * (Docker versions differ: io_uring and AF_VSOCK are allowed by some, not others). A
+ * seccomp=<file> option would REPLACE Docker's default profile (and we ship no copy
+ * of it), so the container keeps the engine's default as a second wall and the
+ * entrant's first process installs ours on top, after no_new_privs and right before
+ * exec. Filters stack: the kernel runs every filter of a process on each syscall and
+ * applies the most restrictive answer (ours, the newest, gives the errno between two
+ * refusals), and fork/exec carry them to every descendant, irrevocably. So the
+ * entrant's whole tree is under both; we (PID 1) stay under the engine's alone. Every
+ * refusal below holds with no engine profile at all (the hostile tests run both ways):
  *  - a foreign syscall ABI (i386 and x32 on x86-64, AArch32 on arm64) kills the
  *    process, so nothing can slip past the syscall numbers below;
  *  - ptrace, process_vm_readv/writev, kcmp and pidfd_getfd fail with EPERM
- *    (non-dumpable already stops them against us; this stops them everywhere);
- *  - prlimit64, sched_setaffinity/setscheduler/setparam/setattr fail with EPERM when
- *    aimed at our pid, and setpriority when aimed at our pid or process group or at
- *    a whole user (PRIO_USER reaches every process of the uid, us included). These
- *    need only the same uid, not ptrace access: prlimit on PID 1 (a tiny
+ *    (non-dumpable and our own uid already stop them against us; this stops them
+ *    everywhere);
+ *  - io_uring_setup/enter/register fail with EPERM: the ring's kernel workers make
+ *    sockets (and open, connect...) where no syscall filter sees them;
+ *  - socket and socketpair fail with EAFNOSUPPORT for every family but AF_UNIX:
+ *    scoring has no network, and vsock reaches the hypervisor past network_mode=none;
+ *  - unshare and clone fail with EPERM when asked for a new namespace (a user
+ *    namespace gives capabilities inside it, and with them mounts and the rest), and
+ *    clone3 with ENOSYS, as its flags are behind a pointer: libc falls back to clone;
+ *    setns fails with EPERM;
+ *  - keyctl, add_key, request_key (the kernel keyrings are not namespaced), bpf,
+ *    perf_event_open and userfaultfd fail with EPERM;
+ *  - the calls that change another process's limits or priorities fail with EPERM
+ *    when aimed at our pid: prlimit64 and sched_setaffinity/setscheduler/setparam/
+ *    setattr; setpriority and ioprio_set also when aimed at our process group or at a
+ *    whole user (PRIO_USER and IOPRIO_WHO_USER reach every process of the uid). With
+ *    one uid for both of us they need no ptrace access: prlimit on PID 1 (a tiny
  *    RLIMIT_CPU, RLIMIT_NOFILE 0) would make us die or fail to report, a platform
- *    fault and a free retry. In the container the only processes are us and the
- *    entrant's own, so "not us" is "the entrant's own": glibc's setrlimit
- *    (prlimit64(0, ...)), nice, and pthread_setaffinity_np/pthread_setschedparam
- *    (which name a thread by its tid, not 0: thread pinning in OpenMP, oneDNN, ONNX
- *    Runtime) keep working. pidfd_open stays allowed: a pidfd of PID 1 can only
- *    signal (dropped) or poll it; pidfd_getfd, the one dangerous use, is denied.
+ *    fault and a free retry; the idle I/O class would starve our report. In the
+ *    container the only processes are us and the entrant's own, so "not us" is "the
+ *    entrant's own": glibc's setrlimit (prlimit64(0, ...)), nice, ionice, and
+ *    pthread_setaffinity_np/pthread_setschedparam (which name a thread by its tid,
+ *    not 0: thread pinning in OpenMP, oneDNN, ONNX Runtime) keep working. pidfd_open
+ *    stays allowed: a pidfd of PID 1 can only signal (dropped) or poll it;
+ *    pidfd_getfd is denied.
  *
  * Memory: the container's limit covers its tmpfs mounts, so an entrant can fill it
  * with files that outlive its processes. The runner asks Docker for oom_score_adj
@@ -85,9 +121,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/audit.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,6 +136,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -111,8 +151,20 @@
 #else
 #error "supervise: no seccomp architecture for this target (x86-64 and arm64 only)"
 #endif
+/* The same numbers on every architecture, for headers older than the calls. */
+#ifndef __NR_io_uring_setup
+#define __NR_io_uring_setup 425
+#define __NR_io_uring_enter 426
+#define __NR_io_uring_register 427
+#endif
+#ifndef __NR_clone3
+#define __NR_clone3 435
+#endif
 #ifndef __NR_pidfd_getfd
-#define __NR_pidfd_getfd 438 /* the same number on every architecture */
+#define __NR_pidfd_getfd 438
+#endif
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x80
 #endif
 #ifndef SECCOMP_RET_KILL_PROCESS
 #define SECCOMP_RET_KILL_PROCESS 0x80000000U
@@ -137,7 +189,7 @@ static void usage(const char *why)
 {
     fprintf(stderr, "supervise: %s\nusage: supervise --deadline-ms N --log-dir DIR "
             "--output PATH --expect-bytes N [--tail-bytes N] [--settle-ms N] "
-            "-- PROGRAM ARG...\n", why);
+            "[--supervisor-user UID:GID --entrant-user UID:GID] -- PROGRAM ARG...\n", why);
     exit(2);
 }
 
@@ -155,6 +207,70 @@ static long long parse_num(const char *s, long long max)
     if (errno || end == s || *end || v < 0 || v > max)
         usage("bad number");
     return v;
+}
+
+/* ---- two uids: ours and the entrant's ---- */
+
+struct user { uid_t uid; gid_t gid; };
+static struct user self_user, entrant_user; /* set with both --*-user options */
+static int two_users;
+
+static struct user parse_user(const char *s) /* "UID:GID", neither of them root */
+{
+    const char *colon = strchr(s, ':');
+    char uid[16];
+    if (!colon || (size_t)(colon - s) >= sizeof uid)
+        usage("a user is UID:GID");
+    memcpy(uid, s, (size_t)(colon - s));
+    uid[colon - s] = 0;
+    struct user u = {(uid_t)parse_num(uid, 0x7fffffffLL),
+                     (gid_t)parse_num(colon + 1, 0x7fffffffLL)};
+    if (u.uid == 0 || u.gid == 0)
+        usage("a user must not be root");
+    return u;
+}
+
+/* Before anything else, while we still hold CAP_SETPCAP, CAP_SETGID and CAP_SETUID:
+ * an empty bounding set and no supplementary group for us and all that we start, then
+ * real and effective ids ours, saved ids the entrant's. With every uid non-zero the
+ * kernel clears our permitted and effective capabilities; we clear the inheritable
+ * ones, and check that nothing is left. */
+static void become_ourselves(void)
+{
+    for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
+            die("emptying the capability bounding set");
+    if (setgroups(0, NULL) != 0)
+        die("setgroups");
+    if (setresgid(self_user.gid, self_user.gid, entrant_user.gid) != 0)
+        die("setresgid");
+    if (setresuid(self_user.uid, self_user.uid, entrant_user.uid) != 0)
+        die("setresuid");
+    struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct caps[2];
+    memset(caps, 0, sizeof caps);
+    if (syscall(SYS_capset, &head, caps) != 0 || syscall(SYS_capget, &head, caps) != 0)
+        die("capabilities");
+    uid_t r, e, saved;
+    unsigned left = caps[0].permitted | caps[0].effective | caps[0].inheritable |
+                    caps[1].permitted | caps[1].effective | caps[1].inheritable;
+    if (getresuid(&r, &e, &saved) != 0 || r != self_user.uid || e != r ||
+        saved != entrant_user.uid || left != 0) {
+        errno = EPERM;
+        die("dropping privileges");
+    }
+}
+
+/* Our effective uid: the entrant's, to signal its processes (kill wants the sender's
+ * real or effective uid to be the target's) and to open the output in its folder, or
+ * back to ours. Changing it resets the dumpable flag: we clear it again. */
+static void act_as_entrant(int yes)
+{
+    if (!two_users)
+        return;
+    if (setresuid((uid_t)-1, yes ? entrant_user.uid : self_user.uid, (uid_t)-1) != 0)
+        fprintf(stderr, "supervise: setresuid: %s\n", strerror(errno));
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
 /* ---- base64 onto stdout ---- */
@@ -244,13 +360,15 @@ static void kill_descendants(void)
 
 static void kill_all(pid_t child, int child_reaped)
 {
-    if (getpid() == 1) { /* every process of our uid in this PID namespace but us */
+    act_as_entrant(1);
+    if (getpid() == 1) { /* every process of the entrant's uid in this PID namespace */
         kill(-1, SIGKILL);
-        return;
+    } else {
+        if (!child_reaped) /* its pgid cannot have been reused while it is unreaped */
+            kill(-child, SIGKILL);
+        kill_descendants();
     }
-    if (!child_reaped) /* its pgid cannot have been reused while it is unreaped */
-        kill(-child, SIGKILL);
-    kill_descendants();
+    act_as_entrant(0);
 }
 
 /* ---- the entrant's seccomp filter (see the header for the policy) ---- */
@@ -267,58 +385,92 @@ static void kill_all(pid_t child, int child_reaped)
 #endif
 #define LOAD(offset) ((struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (offset)))
 #define IF_EQ(k, jt, jf) ((struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), (jt), (jf)))
+#define IF_ANY(k, jt, jf) \
+    ((struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (k), (jt), (jf)))
 #define RET(k) ((struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (k)))
-#define DENY RET(SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA))
+#define FAIL(e) RET(SECCOMP_RET_ERRNO | ((e) & SECCOMP_RET_DATA))
+#define DENY FAIL(EPERM)
 #define ALLOW RET(SECCOMP_RET_ALLOW)
+#define NAMESPACES (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | \
+                    CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWTIME)
 
-static struct sock_filter filter[64];
+static struct sock_filter filter[192];
 static struct sock_fprog filter_prog;
+
+/* Each rule starts with A = the syscall number and either returns or falls through to
+ * the next rule with A unchanged; it jumps only forward and within itself. */
+#define EMIT(...)                                                                     \
+    do {                                                                              \
+        const struct sock_filter rule_[] = {__VA_ARGS__};                             \
+        if (n + sizeof rule_ / sizeof *rule_ > sizeof filter / sizeof *filter) {      \
+            fprintf(stderr, "supervise: the seccomp filter does not fit\n");           \
+            exit(1);                                                                  \
+        }                                                                             \
+        memcpy(filter + n, rule_, sizeof rule_);                                      \
+        n += (unsigned short)(sizeof rule_ / sizeof *rule_);                          \
+    } while (0)
 
 /* Built before the clock; the child only installs it. `self` and `group` are our pid
  * and process group as the entrant sees them (one PID namespace). */
 static void build_filter(pid_t self, pid_t group)
 {
-    static const unsigned denied[] = {__NR_ptrace, __NR_process_vm_readv,
-                                      __NR_process_vm_writev, __NR_kcmp, __NR_pidfd_getfd};
+    static const unsigned denied[] = {
+        __NR_ptrace, __NR_process_vm_readv, __NR_process_vm_writev, __NR_kcmp,
+        __NR_pidfd_getfd, __NR_io_uring_setup, __NR_io_uring_enter,
+        __NR_io_uring_register, __NR_setns, __NR_keyctl, __NR_add_key, __NR_request_key,
+        __NR_bpf, __NR_perf_event_open, __NR_userfaultfd};
+    /* The first argument names the target process (0: the caller). */
     static const unsigned aimed[] = {__NR_prlimit64, __NR_sched_setaffinity,
                                      __NR_sched_setscheduler, __NR_sched_setparam,
                                      __NR_sched_setattr};
-    struct sock_filter *f = filter;
+    /* (which, who, ...): setpriority's PRIO_* and ioprio_set's IOPRIO_WHO_*. */
+    static const struct { unsigned nr, process, pgrp, user; } which_who[] = {
+        {__NR_setpriority, PRIO_PROCESS, PRIO_PGRP, PRIO_USER},
+        {__NR_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 2 /* _PGRP */, 3 /* _USER */}};
     unsigned short n = 0;
 
-    f[n++] = LOAD(offsetof(struct seccomp_data, arch));
-    f[n++] = IF_EQ(PODIUM_AUDIT_ARCH, 1, 0);
-    f[n++] = RET(SECCOMP_RET_KILL_PROCESS);
-    f[n++] = LOAD(offsetof(struct seccomp_data, nr)); /* A = nr until a rule matches */
+    EMIT(LOAD(offsetof(struct seccomp_data, arch)), IF_EQ(PODIUM_AUDIT_ARCH, 1, 0),
+         RET(SECCOMP_RET_KILL_PROCESS), LOAD(offsetof(struct seccomp_data, nr)));
 #ifdef __x86_64__
-    f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, __X32_SYSCALL_BIT, 0, 1);
-    f[n++] = RET(SECCOMP_RET_KILL_PROCESS);
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, __X32_SYSCALL_BIT, 0, 1),
+         RET(SECCOMP_RET_KILL_PROCESS));
 #endif
-    for (size_t i = 0; i < sizeof denied / sizeof *denied; i++) {
-        f[n++] = IF_EQ(denied[i], 0, 1);
-        f[n++] = DENY;
-    }
-    for (size_t i = 0; i < sizeof aimed / sizeof *aimed; i++) {
-        f[n++] = IF_EQ(aimed[i], 0, 4); /* not this one: on to the next rule */
-        f[n++] = LOAD(ARG_LOW(0));      /* the target pid; 0 is the caller */
-        f[n++] = IF_EQ((unsigned)self, 0, 1);
-        f[n++] = DENY;
-        f[n++] = ALLOW;
-    }
-    /* setpriority(which, who, prio) */
-    f[n++] = IF_EQ(__NR_setpriority, 0, 10);
-    f[n++] = LOAD(ARG_LOW(0));
-    f[n++] = IF_EQ(PRIO_USER, 6, 0);
-    f[n++] = IF_EQ(PRIO_PROCESS, 0, 2);
-    f[n++] = LOAD(ARG_LOW(1));
-    f[n++] = IF_EQ((unsigned)self, 3, 4);
-    f[n++] = IF_EQ(PRIO_PGRP, 0, 3);
-    f[n++] = LOAD(ARG_LOW(1));
-    f[n++] = IF_EQ((unsigned)group, 0, 1);
-    f[n++] = DENY;
-    f[n++] = ALLOW;
-
-    f[n++] = ALLOW;
+    for (size_t i = 0; i < sizeof denied / sizeof *denied; i++)
+        EMIT(IF_EQ(denied[i], 0, 1), DENY);
+    EMIT(IF_EQ(__NR_clone3, 0, 1), FAIL(ENOSYS));
+    for (size_t i = 0; i < sizeof aimed / sizeof *aimed; i++)
+        EMIT(IF_EQ(aimed[i], 0, 4),          /* not this one: on to the next rule */
+             LOAD(ARG_LOW(0)),               /* the target pid; 0 is the caller */
+             IF_EQ((unsigned)self, 0, 1),
+             DENY,
+             ALLOW);
+    for (size_t i = 0; i < sizeof which_who / sizeof *which_who; i++)
+        EMIT(IF_EQ(which_who[i].nr, 0, 10),
+             LOAD(ARG_LOW(0)),                       /* which */
+             IF_EQ(which_who[i].user, 6, 0),         /* every process of a uid: no */
+             IF_EQ(which_who[i].process, 0, 2),
+             LOAD(ARG_LOW(1)),                       /* who: a pid */
+             IF_EQ((unsigned)self, 3, 4),
+             IF_EQ(which_who[i].pgrp, 0, 3),
+             LOAD(ARG_LOW(1)),                       /* who: a process group */
+             IF_EQ((unsigned)group, 0, 1),
+             DENY,
+             ALLOW);
+    /* socket(domain, ...) and socketpair(domain, ...): AF_UNIX only */
+    EMIT(IF_EQ(__NR_socket, 1, 0),
+         IF_EQ(__NR_socketpair, 0, 4),
+         LOAD(ARG_LOW(0)),
+         IF_EQ(AF_UNIX, 0, 1),
+         ALLOW,
+         FAIL(EAFNOSUPPORT));
+    /* unshare(flags) and clone(flags, ...): no new namespace of any kind */
+    EMIT(IF_EQ(__NR_unshare, 1, 0),
+         IF_EQ(__NR_clone, 0, 4),
+         LOAD(ARG_LOW(0)),
+         IF_ANY(NAMESPACES, 0, 1),
+         DENY,
+         ALLOW);
+    EMIT(ALLOW);
     filter_prog = (struct sock_fprog){.len = n, .filter = filter};
 }
 
@@ -455,6 +607,10 @@ static void run_entrant(char **prog, char **env, const int log_fds[2], int devnu
 #ifdef __NR_close_range
     syscall(__NR_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC); /* already all are */
 #endif
+    /* The entrant's ids, all three of each (they are our saved ones: no privilege). */
+    if (two_users && (setresgid(entrant_user.gid, entrant_user.gid, entrant_user.gid) != 0 ||
+                      setresuid(entrant_user.uid, entrant_user.uid, entrant_user.uid) != 0))
+        setup_failed(status_fd, "entrant uid");
     /* The OOM killer takes the entrant's processes before us. Raising one's own
      * score needs no privilege; the entrant may lower it again, but not below the
      * minimum Docker's privileged write gave us (see the runner). Our fork inherited
@@ -490,7 +646,7 @@ static char stdout_buf[1 << 16];
 int main(int argc, char **argv)
 {
     long long deadline_ms = -1, expect = -1, tail = 65536, settle_ms = 0;
-    const char *log_dir = NULL, *output = NULL;
+    const char *log_dir = NULL, *output = NULL, *self_spec = NULL, *entrant_spec = NULL;
     int i;
 
     if (argc == 2 && !strcmp(argv[1], WARM_UP)) /* see warm_up() */
@@ -516,6 +672,10 @@ int main(int argc, char **argv)
             log_dir = argv[i + 1];
         else if (!strcmp(argv[i], "--output"))
             output = argv[i + 1];
+        else if (!strcmp(argv[i], "--supervisor-user"))
+            self_spec = argv[i + 1];
+        else if (!strcmp(argv[i], "--entrant-user"))
+            entrant_spec = argv[i + 1];
         else
             usage("unknown option");
     }
@@ -524,6 +684,17 @@ int main(int argc, char **argv)
     if (i + 1 >= argc)
         usage("no program after --");
     char **prog = argv + i + 1;
+    if (!self_spec != !entrant_spec)
+        usage("--supervisor-user and --entrant-user go together");
+    if (self_spec) {
+        self_user = parse_user(self_spec);
+        entrant_user = parse_user(entrant_spec);
+        if (self_user.uid == entrant_user.uid || self_user.gid == entrant_user.gid)
+            usage("the supervisor and the entrant need a uid and a gid each");
+        two_users = 1;
+        become_ourselves();
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* a change of uid reset it */
+    }
 
     /* Signals: SIGCHLD at its default (an inherited SIG_IGN would make the kernel
      * reap for us) and blocked, so sigtimedwait() can sleep until one arrives
@@ -538,7 +709,8 @@ int main(int argc, char **argv)
     sigprocmask(SIG_SETMASK, &chld, NULL);
 
     /* 2. Log files, ours: the entrant cannot swap them (we read back through these
-     * descriptors), and O_NOFOLLOW refuses a planted symlink. */
+     * descriptors), and O_NOFOLLOW refuses a planted symlink. With two users they and
+     * their folder belong to our uid: the entrant has only the descriptors. */
     char path[4096];
     int fds[2], devnull, status[2];
     const char *names[2] = {"stdout.log", "stderr.log"};
@@ -628,9 +800,11 @@ int main(int argc, char **argv)
     }
 
     /* 5. Off the clock: give our reserve back (no entrant process is left to take
-     * it), resource usage, the output file (the log tails in 6). */
+     * it), resource usage, the output file (the log tails in 6), read as the entrant
+     * (its folder), which no entrant process is left to exploit. */
     if (reserve >= 0)
         close(reserve);
+    act_as_entrant(1);
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
     getrusage(RUSAGE_CHILDREN, &ru);

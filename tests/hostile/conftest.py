@@ -15,6 +15,12 @@ whatever the attack:
 
 The case asserts its own verdict, reason, trusted duration and what the attack saw.
 
+Podium's own seccomp filter (stacked by the supervisor) must decide, whatever the
+engine's default profile allows: Docker versions differ. Cases marked with
+:data:`ENGINE_PROFILES` run twice, under the engine's default profile and with none at
+all (``seccomp=unconfined``, the most permissive engine there could be), and must see
+the same refusals.
+
 Speed: each module's images are committed in parallel before its first case (a commit
 is far cheaper than a ``docker build`` here); cases that need the deadline use a 3 s
 score timeout (the supervisor kills at 2 s).
@@ -31,9 +37,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -48,6 +56,11 @@ BASE = "localhost/podium/busybox:1"
 ROWS = 8
 CLASS = 7
 SECOND = 1_000_000_000
+
+# Run a case under the engine's default seccomp profile and under none at all.
+ENGINE_PROFILES = pytest.mark.parametrize(
+    "engine_seccomp", [None, "unconfined"], ids=["engine-default", "engine-unconfined"]
+)
 
 # Writes the right answer (or the class given as an octal escape) for every row.
 ANSWER = r"""#!/bin/sh
@@ -73,17 +86,26 @@ ATTACK_SOURCE = r"""
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/io_uring.h>
+#include <linux/perf_event.h>
+#include <linux/vm_sockets.h>
+
+#define IOPRIO_IDLE (3 << 13) /* IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0) */
+#define IOPRIO_BE_7 (2 << 13 | 7)
+enum { WHO_PROCESS = 1, WHO_PGRP, WHO_USER };
 
 static int say(const char *name, long rc)
 {
@@ -93,6 +115,51 @@ static int say(const char *name, long rc)
 }
 
 static long pid_arg(char **argv, int i) { return argv[i] ? strtol(argv[i], NULL, 0) : 1; }
+
+/* unshare(flags) in a child of its own, so that each attempt starts from our namespaces. */
+static long unshare_in_child(int flags)
+{
+    int status;
+    pid_t kid = fork();
+    if (kid == 0)
+        _exit(unshare(flags) == 0 ? 0 : errno);
+    if (kid < 0 || waitpid(kid, &status, 0) < 0)
+        return -1;
+    errno = WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+    return errno ? -1 : 0;
+}
+
+/* A socket made by the kernel's io_uring worker (IORING_OP_SOCKET), not by socket(2). */
+static long ring_socket(int ring, const struct io_uring_params *p, int family, int type)
+{
+    int prot = PROT_READ | PROT_WRITE, shared = MAP_SHARED | MAP_POPULATE;
+    size_t sq_len = p->sq_off.array + p->sq_entries * sizeof(unsigned);
+    size_t cq_len = p->cq_off.cqes + p->cq_entries * sizeof(struct io_uring_cqe);
+    char *sq = mmap(NULL, sq_len, prot, shared, ring, IORING_OFF_SQ_RING);
+    char *cq = mmap(NULL, cq_len, prot, shared, ring, IORING_OFF_CQ_RING);
+    struct io_uring_sqe *sqes =
+        mmap(NULL, p->sq_entries * sizeof *sqes, prot, shared, ring, IORING_OFF_SQES);
+    if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED)
+        return -1;
+    unsigned *tail = (unsigned *)(sq + p->sq_off.tail);
+    unsigned idx = *tail & *(unsigned *)(sq + p->sq_off.ring_mask);
+    memset(&sqes[idx], 0, sizeof sqes[idx]);
+    sqes[idx].opcode = IORING_OP_SOCKET;
+    sqes[idx].fd = family;
+    sqes[idx].off = (uint64_t)type;
+    ((unsigned *)(sq + p->sq_off.array))[idx] = idx;
+    __atomic_store_n(tail, *tail + 1, __ATOMIC_RELEASE);
+    if (syscall(SYS_io_uring_enter, ring, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0) < 0)
+        return -1;
+    unsigned head = *(unsigned *)(cq + p->cq_off.head);
+    struct io_uring_cqe *cqes = (struct io_uring_cqe *)(cq + p->cq_off.cqes);
+    int res = cqes[head & *(unsigned *)(cq + p->cq_off.ring_mask)].res;
+    if (res < 0) {
+        errno = -res;
+        return -1;
+    }
+    return res;
+}
 
 int main(int argc, char **argv)
 {
@@ -144,6 +211,77 @@ int main(int argc, char **argv)
         say("sched_setscheduler", syscall(SYS_sched_setscheduler, pid, SCHED_IDLE, &none));
         say("sched_setparam", syscall(SYS_sched_setparam, pid, &none));
         return say("sched_setattr", syscall(SYS_sched_setattr, pid, NULL, 0));
+    }
+    if (!strcmp(what, "ioprio")) { /* the idle I/O class for PID (default 1) */
+        long pid = pid_arg(argv, 2);
+        say("ioprio-process", syscall(SYS_ioprio_set, WHO_PROCESS, pid, IOPRIO_IDLE));
+        say("ioprio-pgrp", syscall(SYS_ioprio_set, WHO_PGRP, pid, IOPRIO_IDLE));
+        say("ioprio-user", syscall(SYS_ioprio_set, WHO_USER, 0, IOPRIO_IDLE));
+        say("ioprio-high-pid",
+            syscall(SYS_ioprio_set, WHO_PROCESS, 0x100000000L | pid, IOPRIO_IDLE));
+        say("ioprio-self", syscall(SYS_ioprio_set, WHO_PROCESS, 0, IOPRIO_BE_7));
+        say("ioprio-own-pid", syscall(SYS_ioprio_set, WHO_PROCESS, getpid(), IOPRIO_BE_7));
+        long now = syscall(SYS_ioprio_get, WHO_PROCESS, pid);
+        printf("ioprio class of %ld: %s\n", pid,
+               now < 0 ? strerror(errno) : (now >> 13) == 3 ? "idle" : "not idle");
+        return 0;
+    }
+    if (!strcmp(what, "sockets")) { /* every family but AF_UNIX is network */
+        static const struct { const char *name; int family, type; } tries[] = {
+            {"socket-vsock", AF_VSOCK, SOCK_STREAM},   {"socket-inet", AF_INET, SOCK_STREAM},
+            {"socket-inet6", AF_INET6, SOCK_DGRAM},    {"socket-netlink", AF_NETLINK, SOCK_RAW},
+            {"socket-packet", AF_PACKET, SOCK_DGRAM},  {"socket-unix", AF_UNIX, SOCK_STREAM},
+            {"socket-unix-dgram", AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC}};
+        for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
+            int fd = socket(tries[i].family, tries[i].type, 0);
+            say(tries[i].name, fd);
+            if (fd >= 0)
+                close(fd);
+        }
+        /* 0x100000001: AF_UNIX in the low 32 bits, which is all the kernel reads */
+        say("socket-high-bits-vsock", syscall(SYS_socket, 0x100000000L | AF_VSOCK, SOCK_STREAM, 0));
+        int pair[2];
+        say("socketpair-unix", socketpair(AF_UNIX, SOCK_STREAM, 0, pair));
+        return say("socketpair-vsock", socketpair(AF_VSOCK, SOCK_STREAM, 0, pair));
+    }
+    if (!strcmp(what, "io_uring")) { /* and a vsock socket made through the ring */
+        struct io_uring_params params;
+        memset(&params, 0, sizeof params);
+        long ring = syscall(SYS_io_uring_setup, 4, &params);
+        say("io_uring_setup", ring);
+        if (ring >= 0)
+            say("io_uring-socket-vsock", ring_socket((int)ring, &params, AF_VSOCK, SOCK_STREAM));
+        /* on a descriptor that is no ring: refused by the filter, or EOPNOTSUPP */
+        say("io_uring_enter", syscall(SYS_io_uring_enter, 0, 0, 0, 0, NULL, 0));
+        return say("io_uring_register", syscall(SYS_io_uring_register, 0, 0, NULL, 0));
+    }
+    if (!strcmp(what, "surface")) { /* what Docker's default profile may or may not deny */
+        say("unshare-user", unshare_in_child(CLONE_NEWUSER));
+        say("unshare-user-net", unshare_in_child(CLONE_NEWUSER | CLONE_NEWNET));
+        long kid = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+        if (kid == 0)
+            _exit(0);
+        if (kid > 0)
+            waitpid((pid_t)kid, NULL, 0);
+        say("clone-newuser", kid);
+        uint64_t args[11] = {CLONE_NEWUSER, 0, 0, 0, SIGCHLD}; /* struct clone_args */
+        kid = syscall(SYS_clone3, args, sizeof args);
+        if (kid == 0)
+            _exit(0);
+        if (kid > 0)
+            waitpid((pid_t)kid, NULL, 0);
+        say("clone3", kid);
+        say("keyctl", syscall(SYS_keyctl, 0 /* GET_KEYRING_ID */, -3 /* session */, 0));
+        say("add_key", syscall(SYS_add_key, "user", "podium", "x", 1, -2 /* process */));
+        struct perf_event_attr attr;
+        memset(&attr, 0, sizeof attr);
+        attr.size = sizeof attr;
+        attr.type = PERF_TYPE_SOFTWARE;
+        attr.config = PERF_COUNT_SW_TASK_CLOCK;
+        attr.exclude_kernel = attr.exclude_hv = 1;
+        say("perf_event_open", syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0));
+        say("userfaultfd", syscall(SYS_userfaultfd, O_CLOEXEC | 1 /* UFFD_USER_MODE_ONLY */));
+        return say("bpf", syscall(SYS_bpf, 0 /* BPF_MAP_CREATE */, NULL, 0));
     }
     if (!strcmp(what, "sched-own")) { /* a thread pinning itself by its tid */
         cpu_set_t one;
@@ -239,14 +377,21 @@ int main(int argc, char **argv)
     if (!strcmp(what, "files")) { /* N empty files in the current folder */
         long n = argc > 2 ? strtol(argv[2], NULL, 0) : 1000, made = 0;
         char name[32];
+        int error = 0;
         for (; made < n; made++) {
             snprintf(name, sizeof name, "f%ld", made);
             int fd = open(name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-            if (fd < 0)
+            if (fd < 0) {
+                error = errno;
                 break;
+            }
             close(fd);
         }
         printf("files: %ld made\n", made);
+        if (error) { /* "files: <why the next one failed>" */
+            errno = error;
+            say("files", -1);
+        }
         return 0;
     }
     fprintf(stderr, "attack: unknown %s\n", what);
@@ -312,13 +457,26 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
     return buffer.getvalue()
 
 
-def commit_image(base: str, files: dict[str, tuple[bytes, int]], tag: str) -> str:
-    """``base`` plus ``files`` (path: (bytes, mode), root-owned), committed as ``tag``."""
+def commit_image(
+    base: str,
+    files: dict[str, tuple[bytes, int]],
+    tag: str,
+    config: dict[str, Any] | None = None,
+) -> str:
+    """``base`` plus ``files`` (path: (bytes, mode), root-owned), committed as ``tag``.
+
+    ``config``: image settings in the engine's own spelling (``{"Healthcheck": ...}``),
+    what a Dockerfile instruction would have set.
+    """
     repository, name = tag.rsplit(":", 1)
     container_id = engine.create_container(image=base, command=["/bin/true"], entrypoint=[])
     try:
         engine.put_archive(container_id, "/", _tar(files))
-        engine.commit(container_id, repository=repository, tag=name)
+        if config:
+            conf = {"Labels": {engine.LABEL: "1"}, **config}
+            engine.client().api.commit(container_id, repository=repository, tag=name, conf=conf)
+        else:
+            engine.commit(container_id, repository=repository, tag=name)
     finally:
         engine.remove_container(container_id)
     return tag
@@ -388,8 +546,10 @@ def good_image(base_image: str, repository: str) -> Iterator[str]:
 def images(
     request: pytest.FixtureRequest, base_image: str, repository: str
 ) -> Iterator[dict[str, str]]:
-    """The module's ``SCRIPTS`` (name: script, or name: {path: (bytes, mode)}) as images."""
+    """The module's ``SCRIPTS`` (name: script, or name: {path: (bytes, mode)}) as images,
+    with the image settings of its ``IMAGE_CONFIG`` (name: config), if any."""
     scripts: dict[str, str | dict[str, tuple[bytes, int]]] = request.module.SCRIPTS
+    configs: dict[str, dict[str, Any]] = getattr(request.module, "IMAGE_CONFIG", {})
     module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
 
     def build(item: tuple[str, Any]) -> tuple[str, str]:
@@ -397,7 +557,8 @@ def images(
         files = (
             {"submission/run": (content.encode(), 0o755)} if isinstance(content, str) else content
         )
-        return name, commit_image(base_image, files, f"{repository}:{module}-{name}")
+        tag = f"{repository}:{module}-{name}"
+        return name, commit_image(base_image, files, tag, configs.get(name))
 
     with ThreadPoolExecutor(8) as pool:
         built = dict(pool.map(build, scripts.items()))
@@ -438,6 +599,23 @@ def _processes_of(container_id: str) -> list[int]:
     return found
 
 
+@contextmanager
+def engine_profile(profile: str | None) -> Iterator[None]:
+    """Score with ``seccomp=<profile>`` instead of the engine's default (None: the default)."""
+    if profile is None:
+        yield
+        return
+    spec_of = runner.container_spec
+
+    def with_profile(**kwargs: Any) -> dict[str, Any]:
+        spec = spec_of(**kwargs)
+        spec["security_opt"] = [*spec["security_opt"], f"seccomp={profile}"]
+        return spec
+
+    with mock.patch.object(runner, "container_spec", with_profile):
+        yield
+
+
 class Hostile:
     def __init__(self, entrant: Any, benchmark: Benchmark, images: dict[str, str], good: str):
         self.entrant = entrant
@@ -445,7 +623,7 @@ class Hostile:
         self.images = images
         self.good = good
 
-    def _score(self, image: str, limits: Limits) -> Outcome:
+    def _score(self, image: str, limits: Limits, engine_seccomp: str | None = None) -> Outcome:
         benchmark = self.benchmark
         benchmark.score_timeout_s = limits.timeout_s
         benchmark.run_memory_bytes = limits.memory
@@ -455,7 +633,8 @@ class Hostile:
         benchmark.save()
         submission = make_submission(self.entrant, benchmark, image_tag=image)
         started = time.monotonic()
-        runner.score_submission(submission.pk)
+        with engine_profile(engine_seccomp):
+            runner.score_submission(submission.pk)
         elapsed = time.monotonic() - started
         submission.refresh_from_db()
         run = Run.objects.filter(submission=submission).latest("try_number")
@@ -488,9 +667,15 @@ class Hostile:
         assert not (storage.run_dir(run.pk) / "input").exists()
         return Outcome(run=run, submission=submission, log=log_text)
 
-    def score(self, name: str, limits: Limits | None = None) -> Outcome:
-        """Score the case ``name``, check what every case owes, then the canary."""
-        outcome = self._score(self.images[name], limits or Limits())
+    def score(
+        self, name: str, limits: Limits | None = None, *, engine_seccomp: str | None = None
+    ) -> Outcome:
+        """Score the case ``name``, check what every case owes, then the canary.
+
+        ``engine_seccomp``: the engine's seccomp profile for the case (see
+        :data:`ENGINE_PROFILES`); the canary always runs under the engine's default.
+        """
+        outcome = self._score(self.images[name], limits or Limits(), engine_seccomp)
         canary = self._score(self.good, Limits())
         assert canary.run.verdict == "passed", (
             f"the run after {name!r}: {canary.run.verdict_reason}\n{canary.log}"

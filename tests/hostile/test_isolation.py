@@ -8,11 +8,13 @@ import pytest
 
 from portal import storage
 from portal.contests.models import CohortItem
-from tests.hostile.conftest import SECOND, Hostile, script
+from tests.hostile.conftest import ENGINE_PROFILES, SECOND, Hostile, script
 
 pytestmark = pytest.mark.docker
 
 ROFS = "Read-only file system"
+DENIED = "Operation not permitted"
+NO_FAMILY = "Address family not supported by protocol"
 
 SCRIPTS = {
     "writes": script(
@@ -104,6 +106,45 @@ SCRIPTS = {
         answer
         """
     ),
+    # Sockets of every family but AF_UNIX reach out of the box: vsock (the hypervisor,
+    # CID 2, answers on virtual machines), IP even without a route, netlink.
+    "sockets": script(
+        """
+        attack sockets
+        answer
+        """
+    ),
+    # io_uring makes sockets (and much else) in the kernel's own worker threads, past
+    # any socket rule.
+    "io_uring": script(
+        """
+        attack io_uring
+        answer
+        """
+    ),
+    # What the engine's default profile refuses in one Docker version and not another.
+    "surface": script(
+        """
+        attack surface
+        answer
+        """
+    ),
+    # The supervisor's log files: the entrant writes them through the descriptors it
+    # was given, nothing else.
+    "logs": script(
+        """
+        echo "still logged"
+        echo "still on stderr" >&2
+        try "list the logs" ls /contest/logs
+        try "new log file" sh -c 'echo planted > /contest/logs/planted'
+        try "truncate stdout.log" sh -c ': > /contest/logs/stdout.log'
+        try "remove stderr.log" rm /contest/logs/stderr.log
+        try "fill the logs" dd if=/dev/zero of=/contest/logs/fill bs=1M count=1
+        try "chmod the logs" chmod 0777 /contest/logs
+        try "reopen its stdout log" sh -c "echo reopened >> /proc/$$/fd/1"
+        answer
+        """
+    ),
     # The entrypoint is not executable: the entrant's mistake, not the platform's.
     "not_executable": {"submission/run": (b"#!/bin/sh\nexec answer\n", 0o644)},
 }
@@ -126,8 +167,9 @@ def test_read_only_places_stay_read_only(hostile: Hostile) -> None:
         assert hashlib.sha256(data).hexdigest() == item.sha256
 
 
-def test_there_is_no_network(hostile: Hostile) -> None:
-    outcome = hostile.score("network")
+@ENGINE_PROFILES
+def test_there_is_no_network(hostile: Hostile, engine_seccomp: str | None) -> None:
+    outcome = hostile.score("network", engine_seccomp=engine_seccomp)
 
     assert outcome.run.verdict == "passed", outcome.why
     outcome.saw(
@@ -193,8 +235,11 @@ def test_a_setuid_root_binary_gives_no_root(hostile: Hostile, settings) -> None:
     )
 
 
-def test_no_namespace_mount_or_chroot_can_be_made(hostile: Hostile) -> None:
-    outcome = hostile.score("namespaces")
+@ENGINE_PROFILES
+def test_no_namespace_mount_or_chroot_can_be_made(
+    hostile: Hostile, engine_seccomp: str | None
+) -> None:
+    outcome = hostile.score("namespaces", engine_seccomp=engine_seccomp)
 
     assert outcome.run.verdict == "passed", outcome.why
     for args in ("-U", "-r", "-p -f", "-m", "-n", "-i", "-u", "-C"):
@@ -230,3 +275,73 @@ def test_an_entrypoint_that_cannot_be_executed_errs(hostile: Hostile) -> None:
     assert outcome.run.verdict == "errored", outcome.why
     assert outcome.run.verdict_reason == "The program exited with code 127."
     assert "supervise: exec /submission/run: Permission denied" in outcome.log
+
+
+@ENGINE_PROFILES
+def test_only_unix_sockets_can_be_made(hostile: Hostile, engine_seccomp: str | None) -> None:
+    outcome = hostile.score("sockets", engine_seccomp=engine_seccomp)
+
+    assert outcome.run.verdict == "passed", outcome.why
+    outcome.saw(
+        f"socket-vsock: {NO_FAMILY}",
+        f"socket-inet: {NO_FAMILY}",
+        f"socket-inet6: {NO_FAMILY}",
+        f"socket-netlink: {NO_FAMILY}",
+        f"socket-packet: {NO_FAMILY}",
+        f"socket-high-bits-vsock: {NO_FAMILY}",  # the kernel reads the low 32 bits only
+        f"socketpair-vsock: {NO_FAMILY}",
+        "socket-unix: ok",
+        "socket-unix-dgram: ok",
+        "socketpair-unix: ok",
+    )
+
+
+@ENGINE_PROFILES
+def test_io_uring_is_refused(hostile: Hostile, engine_seccomp: str | None) -> None:
+    outcome = hostile.score("io_uring", engine_seccomp=engine_seccomp)
+
+    assert outcome.run.verdict == "passed", outcome.why
+    outcome.saw(
+        f"io_uring_setup: {DENIED}",
+        f"io_uring_enter: {DENIED}",
+        f"io_uring_register: {DENIED}",
+    )
+    assert "io_uring-socket-vsock" not in outcome.log  # no ring, no socket made through one
+
+
+@ENGINE_PROFILES
+def test_podiums_filter_refuses_what_engine_profiles_disagree_on(
+    hostile: Hostile, engine_seccomp: str | None
+) -> None:
+    outcome = hostile.score("surface", engine_seccomp=engine_seccomp)
+
+    assert outcome.run.verdict == "passed", outcome.why
+    outcome.saw(
+        f"unshare-user: {DENIED}",  # a user namespace would give capabilities inside it
+        f"unshare-user-net: {DENIED}",
+        f"clone-newuser: {DENIED}",
+        "clone3: Function not implemented",  # its flags are out of a filter's sight: libc
+        f"keyctl: {DENIED}",  # falls back to clone, which the filter can read
+        f"add_key: {DENIED}",
+        f"perf_event_open: {DENIED}",
+        f"userfaultfd: {DENIED}",
+        f"bpf: {DENIED}",
+    )
+
+
+def test_the_log_folder_is_out_of_the_entrants_reach(hostile: Hostile) -> None:
+    outcome = hostile.score("logs")
+
+    assert outcome.run.verdict == "passed", outcome.why
+    outcome.saw(
+        "list the logs: refused",
+        "new log file: refused",
+        "truncate stdout.log: refused",
+        "remove stderr.log: refused",
+        "fill the logs: refused",
+        "chmod the logs: refused",
+        "reopen its stdout log: refused",
+    )
+    # What it wrote through its own descriptors still comes back.
+    outcome.saw("still logged", "still on stderr")
+    assert "reopened" not in outcome.log

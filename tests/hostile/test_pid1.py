@@ -1,4 +1,9 @@
-"""Attacks on the trusted supervisor itself (PID 1): signals, ptrace, limits, priorities."""
+"""Attacks on the trusted supervisor itself (PID 1): signals, ptrace, limits, priorities.
+
+Two walls, each enough on its own: the supervisor runs under a uid of its own (the
+kernel refuses prlimit, renice, ionice and sched_set* across uids), and its seccomp
+filter refuses them aimed at PID 1 whatever the engine's default profile allows.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ import platform
 
 import pytest
 
-from tests.hostile.conftest import Hostile, script
+from scoring import runner
+from tests.hostile.conftest import ENGINE_PROFILES, Hostile, script
 
 pytestmark = pytest.mark.docker
 
@@ -64,6 +70,26 @@ SCRIPTS = {
         exec answer
         """
     ),
+    # The idle I/O class would starve PID 1's reads of the output and its report.
+    "io_priority": script(
+        """
+        attack ioprio 1
+        ionice -c 3 -p 1 >/dev/null 2>&1 || echo "ionice pid 1: refused"
+        ionice -c 2 -n 7 -p $$ >/dev/null && echo "ionice on itself: ok"
+        exec answer
+        """
+    ),
+    # Who is who: PID 1's real and effective uid (its saved one is the entrant's, so
+    # that it can start the entrant and kill it at the deadline), capabilities, groups.
+    "own_uid": script(
+        """
+        echo "entrant: uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+        awk '/^Uid:/ { print "pid1 uid:", $2, $3 } /^Gid:/ { print "pid1 gid:", $2, $3 }
+             /^CapEff:/ { print "pid1 caps:", $2 }' /proc/1/status
+        awk '/^CapEff:|^CapPrm:|^CapBnd:/ { print "entrant", $1, $2 }' /proc/self/status
+        exec answer
+        """
+    ),
     # 32-bit and x32 system calls would dodge a filter written for x86-64 numbers.
     "foreign_abi": script(
         """
@@ -83,8 +109,11 @@ def test_signals_to_pid1_are_ignored(hostile: Hostile) -> None:
     outcome.saw("kill -9 1: 0", "kill -STOP 1: 0", "kill -9 -1: 0", "pid1=supervise state=S")
 
 
-def test_ptrace_and_memory_access_to_pid1_are_denied(hostile: Hostile) -> None:
-    outcome = hostile.score("ptrace")
+@ENGINE_PROFILES
+def test_ptrace_and_memory_access_to_pid1_are_denied(
+    hostile: Hostile, engine_seccomp: str | None
+) -> None:
+    outcome = hostile.score("ptrace", engine_seccomp=engine_seccomp)
 
     assert outcome.run.verdict == "passed", outcome.why
     outcome.saw(
@@ -98,8 +127,11 @@ def test_ptrace_and_memory_access_to_pid1_are_denied(hostile: Hostile) -> None:
     )
 
 
-def test_prlimit_on_pid1_is_denied_but_own_limits_work(hostile: Hostile) -> None:
-    outcome = hostile.score("limits")
+@ENGINE_PROFILES
+def test_prlimit_on_pid1_is_denied_but_own_limits_work(
+    hostile: Hostile, engine_seccomp: str | None
+) -> None:
+    outcome = hostile.score("limits", engine_seccomp=engine_seccomp)
 
     # Had RLIMIT_CPU 1 reached PID 1, the busy loop would have had it killed: no
     # result line, a platform fault.
@@ -116,8 +148,9 @@ def test_prlimit_on_pid1_is_denied_but_own_limits_work(hostile: Hostile) -> None
     )
 
 
-def test_priorities_of_pid1_cannot_be_changed(hostile: Hostile) -> None:
-    outcome = hostile.score("priorities")
+@ENGINE_PROFILES
+def test_priorities_of_pid1_cannot_be_changed(hostile: Hostile, engine_seccomp: str | None) -> None:
+    outcome = hostile.score("priorities", engine_seccomp=engine_seccomp)
 
     assert outcome.run.verdict == "passed", outcome.why
     outcome.saw(
@@ -140,8 +173,47 @@ def test_priorities_of_pid1_cannot_be_changed(hostile: Hostile) -> None:
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x32 and int 0x80 are x86-64's")
-def test_foreign_syscall_abis_are_killed(hostile: Hostile) -> None:
-    outcome = hostile.score("foreign_abi")
+@ENGINE_PROFILES
+def test_foreign_syscall_abis_are_killed(hostile: Hostile, engine_seccomp: str | None) -> None:
+    outcome = hostile.score("foreign_abi", engine_seccomp=engine_seccomp)
 
     assert outcome.run.verdict == "passed", outcome.why
     outcome.saw("x32: exit 159", "int80: exit 159")  # 128 + SIGSYS
+
+
+@ENGINE_PROFILES
+def test_the_io_priority_of_pid1_cannot_be_changed(
+    hostile: Hostile, engine_seccomp: str | None
+) -> None:
+    outcome = hostile.score("io_priority", engine_seccomp=engine_seccomp)
+
+    assert outcome.run.verdict == "passed", outcome.why
+    outcome.saw(
+        f"ioprio-process: {DENIED}",
+        f"ioprio-pgrp: {DENIED}",  # PID 1 leads process group 1
+        f"ioprio-user: {DENIED}",  # every process of the uid
+        f"ioprio-high-pid: {DENIED}",  # 0x100000001 is pid 1 to the kernel
+        "ioprio-self: ok",
+        "ioprio-own-pid: ok",
+        "ioprio class of 1: not idle",
+        "ionice pid 1: refused",
+        "ionice on itself: ok",
+    )
+
+
+def test_the_supervisor_runs_under_a_uid_of_its_own(hostile: Hostile, settings) -> None:
+    outcome = hostile.score("own_uid")
+    entrant = settings.PODIUM_RUN_UID
+    supervisor = runner.supervisor_uid()
+
+    assert outcome.run.verdict == "passed", outcome.why
+    assert supervisor not in (0, entrant)
+    # The entrant: its own uid and gid, no supplementary group, no capability at all.
+    outcome.saw(f"entrant: uid={entrant} gid={entrant} groups={entrant}")
+    outcome.saw(*(f"entrant {name}: 0000000000000000" for name in ("CapEff", "CapPrm", "CapBnd")))
+    # PID 1: another uid and gid (real and effective), and no capability left either.
+    outcome.saw(
+        f"pid1 uid: {supervisor} {supervisor}",
+        f"pid1 gid: {supervisor} {supervisor}",
+        "pid1 caps: 0000000000000000",
+    )

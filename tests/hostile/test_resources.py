@@ -70,6 +70,17 @@ SCRIPTS = {
         answer
         """
     ),
+    # A million empty files in each writable folder: no block is used, only inodes (and
+    # the kernel memory behind them). The caps stop each flood at once, the answer can no
+    # longer be written, and the run ends at once, its log saying why.
+    "inode_flood": script(
+        """
+        cd /contest/output && attack files 1000000
+        cd /tmp && attack files 1000000
+        cd /dev/shm && attack files 1000000
+        answer
+        """
+    ),
     "crash_without_core": script(
         """
         cd /tmp && sh -c 'kill -SEGV $$'
@@ -147,3 +158,19 @@ def test_a_crash_leaves_no_core_file(hostile: Hostile) -> None:
 
     assert outcome.run.verdict == "passed", outcome.why
     outcome.saw("crashed: 139, core files: 0")
+
+
+def test_an_inode_flood_fails_fast_and_errs_promptly(hostile: Hostile) -> None:
+    outcome = hostile.score("inode_flood", Limits(memory=512 << 20))
+
+    # The answer's write failed, so the program failed: its own verdict, long before
+    # the deadline.
+    assert outcome.run.verdict == "errored", outcome.why
+    assert outcome.run.verdict_reason == "The program exited with code 1.", outcome.why
+    assert not outcome.run.killed
+    assert outcome.wall_ns < 5 * SECOND
+    # Each folder refused new files at its inode cap (the folder itself takes one).
+    outcome.saw(f"files: {runner.OUTPUT_INODES - 1} made")
+    outcome.saw(f"files: {runner.SCRATCH_INODES - 1} made", f"files: {runner.SHM_INODES - 1} made")
+    assert outcome.log.count("files: No space left on device") == 3, outcome.log
+    assert "predictions.i32: No space left on device" in outcome.log  # the answer, on stderr

@@ -97,8 +97,12 @@ def test_the_container_is_sandboxed(staged):
     assert spec["read_only"] is True
     assert spec["cap_drop"] == ["ALL"]
     assert "no-new-privileges" in spec["security_opt"]
-    assert spec["user"] == f"{settings.PODIUM_RUN_UID}:{settings.PODIUM_RUN_UID}"
-    assert settings.PODIUM_RUN_UID != 0 and not spec["user"].startswith(("0:", "root"))
+    # Root with three capabilities only for the supervisor's first instructions: it
+    # empties the bounding set and becomes its own uid before the entrant starts as
+    # the run uid (tests/hostile and tests/supervisor check that it does).
+    assert spec["user"] == "0:0"
+    assert sorted(spec["cap_add"]) == ["SETGID", "SETPCAP", "SETUID"]
+    assert spec["healthcheck"] == {"test": ["NONE"]}  # no image HEALTHCHECK beside PID 1
     assert spec["mem_limit"] == spec["memswap_limit"] == benchmark.run_memory_bytes
     assert spec["pids_limit"] == 77
     assert spec["environment"] == []  # nothing of the worker's environment leaks in
@@ -112,7 +116,6 @@ def test_the_container_is_sandboxed(staged):
         "volumes_from",
         "devices",
         "device_requests",
-        "cap_add",
         "pid_mode",
         "ipc_mode",
         "userns_mode",
@@ -149,16 +152,39 @@ def test_the_supervisors_oom_score_is_asked_for_only_where_configured(staged, se
     assert spec["oom_score_adj"] == -1000  # the OOM killer never picks PID 1
 
 
-def test_the_only_writable_places_are_sized_tmpfs_owned_by_the_run_uid(staged):
+def test_the_supervisor_and_the_entrant_get_a_uid_each(staged, settings):
+    spec, _benchmark = spec_for(staged)
+    entry = spec["entrypoint"]
+    options = dict(
+        zip(entry[1 : entry.index("--") : 2], entry[2 : entry.index("--") : 2], strict=True)
+    )
+    entrant, supervisor = settings.PODIUM_RUN_UID, runner.supervisor_uid()
+
+    assert options["--entrant-user"] == f"{entrant}:{entrant}"
+    assert options["--supervisor-user"] == f"{supervisor}:{supervisor}"
+    assert 0 not in (entrant, supervisor) and entrant != supervisor
+
+    settings.PODIUM_SUPERVISOR_UID = entrant  # one uid for both: refused, not run
+    with pytest.raises(ValueError, match="must differ"):
+        spec_for(staged)
+
+
+def test_the_only_writable_places_are_sized_tmpfs_with_inode_caps(staged):
     spec, _benchmark = spec_for(staged)
     uid = settings.PODIUM_RUN_UID
+    supervisor = runner.supervisor_uid()
 
     tmpfs = spec["tmpfs"]
-    assert set(tmpfs) == {"/tmp", "/contest/output", "/contest/logs"}
-    for options in tmpfs.values():
-        assert f"uid={uid}" in options.split(",") and f"gid={uid}" in options.split(",")
+    assert set(tmpfs) == {"/tmp", "/dev/shm", "/contest/output", "/contest/logs"}
+    for folder, options in tmpfs.items():
+        owner = supervisor if folder == "/contest/logs" else uid  # the logs: not the entrant's
+        assert f"uid={owner}" in options.split(",") and f"gid={owner}" in options.split(",")
         assert "mode=0700" in options.split(",")
         assert any(option.startswith("size=") for option in options.split(","))
+        # Empty files use no blocks: only an inode cap stops a flood of them.
+        assert any(option.startswith("nr_inodes=") for option in options.split(","))
+    assert f"nr_inodes={runner.OUTPUT_INODES}" in tmpfs["/contest/output"].split(",")
+    assert runner.OUTPUT_INODES <= 100
     assert f"size={123 << 20}" in tmpfs["/tmp"].split(",")
     assert "exec" in tmpfs["/tmp"].split(",")  # JIT and compiled caches may live here
     assert f"size={5 << 20}" in tmpfs["/contest/output"].split(",")

@@ -17,6 +17,7 @@ import stat
 import subprocess
 import tarfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -375,6 +376,7 @@ def test_an_entrypoint_that_is_a_fifo_neither_blocks_nor_runs(native: Native) ->
 
 
 COMMON = ["--log-dir", "/tmp", "--output", "/tmp/o"]
+USERS = ["--supervisor-user", "65533:65533", "--entrant-user", "65534:65534"]
 
 
 @pytest.mark.parametrize(
@@ -384,8 +386,33 @@ COMMON = ["--log-dir", "/tmp", "--output", "/tmp/o"]
         ["--deadline-ms", "x", *COMMON, "--expect-bytes", "8", "--", "/bin/true"],
         ["--deadline-ms", "10", *COMMON, "--expect-bytes", "8"],
         ["--deadline-ms", "10", *COMMON, "--", "/bin/true"],
+        ["--deadline-ms", "10", *COMMON, "--expect-bytes", "8", *USERS[2:], "--", "/bin/true"],
+        ["--deadline-ms", "10", *COMMON, "--expect-bytes", "8", *USERS[:2], "--", "/bin/true"],
+        [
+            *["--deadline-ms", "10", *COMMON, "--expect-bytes", "8"],
+            *["--supervisor-user", "65534:65534", "--entrant-user", "65534:65534"],
+            *["--", "/bin/true"],
+        ],
+        [
+            *["--deadline-ms", "10", *COMMON, "--expect-bytes", "8"],
+            *["--supervisor-user", "0:0", "--entrant-user", "65534:65534", "--", "/bin/true"],
+        ],
+        [
+            *["--deadline-ms", "10", *COMMON, "--expect-bytes", "8"],
+            *["--supervisor-user", "65533", "--entrant-user", "65534:x", "--", "/bin/true"],
+        ],
     ],
-    ids=["nothing", "bad-number", "no-program", "no-expect-bytes"],
+    ids=[
+        "nothing",
+        "bad-number",
+        "no-program",
+        "no-expect-bytes",
+        "entrant-user-alone",
+        "supervisor-user-alone",
+        "one-user-for-both",
+        "root-supervisor",
+        "bad-user",
+    ],
 )
 def test_usage_errors_exit_2_without_a_result_line(supervise: Path, args: list[str]) -> None:
     proc = subprocess.run([supervise, *args], capture_output=True, timeout=10, check=False)
@@ -446,22 +473,54 @@ def container_supervise(supervise: Path, tmp_path_factory: pytest.TempPathFactor
     return copy
 
 
-def run_in_container(
-    binary: Path, program: Path, *, deadline_ms: int = 10_000, env: Sequence[str] = ()
-) -> Run:
-    sandbox = """--rm --network none --read-only --user 65534:65534 --cap-drop ALL
+def container_args(
+    binary: Path,
+    program: Path,
+    *,
+    deadline_ms: int = 10_000,
+    env: Sequence[str] = (),
+    own_uid: bool = False,
+) -> list[str]:
+    """``docker run`` options, image and command (no ``--rm``) for one supervised run.
+
+    ``own_uid``: as the runner does it, the supervisor starts as root with nothing but
+    CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and becomes uid 65533 (its logs are its
+    own) before it starts the entrant as 65534. Otherwise both are 65534 from the start.
+    """
+    logs_uid = 65533 if own_uid else 65534
+    sandbox = f"""--network none --read-only --cap-drop ALL
         --security-opt no-new-privileges --pids-limit 64
         --tmpfs /contest/output:rw,size=1m,uid=65534,gid=65534,mode=0700
-        --tmpfs /contest/logs:rw,size=8m,uid=65534,gid=65534,mode=0700
+        --tmpfs /contest/logs:rw,size=8m,uid={logs_uid},gid={logs_uid},mode=0700
         --tmpfs /tmp:rw,exec,size=16m,uid=65534,gid=65534"""
-    args = ["docker", "run", *sandbox.split()]
+    args = sandbox.split()
+    if own_uid:
+        args += ["--user", "0:0", "--cap-add", "SETUID", "--cap-add", "SETGID"]
+        args += ["--cap-add", "SETPCAP"]
+    else:
+        args += ["--user", "65534:65534"]
     args += ["-v", f"{binary}:/podium/supervise:ro", "-v", f"{program}:/submission/run:ro"]
     args += [a for e in env for a in ("-e", e)]
     args += ["--entrypoint", "/podium/supervise", IMAGE, "--deadline-ms", str(deadline_ms)]
     args += ["--log-dir", "/contest/logs", "--output", CONTAINER_OUTPUT]
-    args += ["--expect-bytes", str(len(VALID)), "--", "/submission/run"]
+    args += ["--expect-bytes", str(len(VALID))]
+    if own_uid:
+        args += USERS
+    args += ["--", "/submission/run"]
     args += ["/contest/input/manifest.tsv", "/contest/input/images", CONTAINER_OUTPUT]
-    return timed(args)
+    return args
+
+
+def run_in_container(
+    binary: Path,
+    program: Path,
+    *,
+    deadline_ms: int = 10_000,
+    env: Sequence[str] = (),
+    own_uid: bool = False,
+) -> Run:
+    args = container_args(binary, program, deadline_ms=deadline_ms, env=env, own_uid=own_uid)
+    return timed(["docker", "run", "--rm", *args])
 
 
 @pytest.mark.docker
@@ -536,3 +595,92 @@ def test_container_deadline_kills_everything_left(
     assert SECOND <= r["wall_ns"] < 5 * SECOND
     assert run.elapsed < 15
     run.assert_inside_host_interval()
+
+
+@pytest.mark.docker
+def test_container_supervisor_under_its_own_uid_reports_as_before(
+    container_supervise: Path, tmp_path: Path
+) -> None:
+    program = write_program(
+        tmp_path / "run",
+        f"""echo "entrant uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+        grep -E '^(Uid|Gid|Groups|CapPrm|CapEff|CapBnd):' /proc/self/status | tr -s '\t ' ' '
+        grep -E '^(Uid|Gid|Groups|CapPrm|CapEff|CapBnd):' /proc/1/status | sed 's/^/pid1 /' \\
+          | tr -s '\t ' ' '
+        ls /contest/logs >/dev/null 2>&1 || echo "logs: out of reach"
+        setsid sh -c 'exec sleep 30' &
+        printf '{sh_bytes(VALID)}' > "$CONTEST_OUTPUT"
+        echo to-stderr >&2
+        exec sleep 30
+        """,
+    )
+    run = run_in_container(container_supervise, program, deadline_ms=1500, own_uid=True)
+    r = run.result
+    # The deadline still kills everything (the supervisor takes the entrant's uid to
+    # signal), and the output (the entrant's folder) and both logs still come back.
+    assert (r["killed"], r["signal"], r["output_error"]) == (True, signal.SIGKILL, "")
+    assert run.output == VALID
+    assert 3 * SECOND // 2 <= r["wall_ns"] < 5 * SECOND
+    assert run.stderr_tail == b"to-stderr\n"
+    run.assert_inside_host_interval()
+    lines = run.stdout_tail.decode().splitlines()
+    assert lines == [
+        "entrant uid=65534 gid=65534 groups=65534",
+        "Uid: 65534 65534 65534 65534",
+        "Gid: 65534 65534 65534 65534",
+        "Groups: ",  # root's groups in the image went with root
+        "CapPrm: 0000000000000000",
+        "CapEff: 0000000000000000",
+        "CapBnd: 0000000000000000",
+        # Real and effective uid 65533; saved 65534, to start and kill the entrant.
+        "pid1 Uid: 65533 65533 65534 65533",
+        "pid1 Gid: 65533 65533 65534 65533",
+        "pid1 Groups: ",
+        "pid1 CapPrm: 0000000000000000",
+        "pid1 CapEff: 0000000000000000",
+        "pid1 CapBnd: 0000000000000000",
+        "logs: out of reach",
+    ]
+
+
+PROBE = """for try in "renice -n 5 -p 1" "ionice -c 3 -p 1" "taskset -p 1 1"; do
+  $try >/dev/null 2>&1 && echo "$try: ok" || echo "$try: refused"
+done
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("own_uid", [False, True], ids=["shared-uid", "own-uid"])
+def test_container_pid1_is_out_of_reach_of_unfiltered_processes_only_under_its_own_uid(
+    container_supervise: Path, tmp_path: Path, own_uid: bool
+) -> None:
+    # A process of the entrant's uid that the supervisor's filter does not cover (an
+    # engine-run health check, a `docker exec`): only the kernel's uid checks stop it.
+    program = write_program(tmp_path / "run", f"sleep 2; printf '{sh_bytes(VALID)}' > \"$3\"\n")
+    name = f"podium-supervise-{uuid.uuid4().hex[:12]}"
+    args = container_args(container_supervise, program, own_uid=own_uid)
+    try:
+        subprocess.run(["docker", "run", "-d", "--name", name, *args], check=True, timeout=60)
+        time.sleep(0.5)  # the supervisor is past its start (its uid change) by now
+        probe = subprocess.run(
+            ["docker", "exec", "-u", "65534:65534", name, "sh", "-c", PROBE],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        waited = subprocess.run(
+            ["docker", "wait", name], capture_output=True, text=True, timeout=60, check=True
+        )
+        logs = subprocess.run(["docker", "logs", name], capture_output=True, timeout=30, check=True)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    assert waited.stdout.strip() == "0"
+    result = json.loads(logs.stdout.splitlines()[-1])
+    assert base64.b64decode(result["output_b64"]) == VALID
+    verdict = "refused" if own_uid else "ok"
+    assert probe.stdout.splitlines() == [
+        f"renice -n 5 -p 1: {verdict}",
+        f"ionice -c 3 -p 1: {verdict}",
+        f"taskset -p 1 1: {verdict}",
+    ]
