@@ -29,6 +29,9 @@ PREFIXES = {
     "archive_too_large": "Archive too large",
     "invalid_parameter": "Refused",
     "throttled": "Too many requests",
+    "email_not_verified": "Email address not verified",
+    "too_many_builds": "Too many builds in flight",
+    "permission_denied": "Not allowed",
 }
 HINTS = {
     "not_authenticated": "Run `podium login {url}` to sign in again.",
@@ -38,6 +41,8 @@ HINTS = {
     "dockerfile_policy": "Fix those lines and run `podium env create` again.",
     "invalid_archive": "Nothing was charged.",
     "archive_too_large": "Nothing was charged; leave large files out of the archive.",
+    "email_not_verified": "Follow the link in the email sent at sign-up, then try again.",
+    "too_many_builds": "Nothing was charged; try again when one of your builds has finished.",
 }
 
 

@@ -134,3 +134,14 @@ def _from_line_start(data: bytes) -> bytes:
     while skip < min(3, len(data)) and 0x80 <= data[skip] <= 0xBF:
         skip += 1
     return data[skip:]
+
+
+def cut_lines(text: str, max_chars: int) -> str:
+    """``text`` with every line longer than ``max_chars`` cut there and marked as cut."""
+    out: list[str] = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if len(body) > max_chars:
+            line = f"{body[:max_chars]} [line cut: {len(body):,} characters]\n"
+        out.append(line)
+    return "".join(out)

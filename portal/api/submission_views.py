@@ -35,6 +35,7 @@ from portal.audit.services import Origin
 from portal.environments.models import Environment
 from portal.submissions import staff
 from portal.submissions.models import Submission
+from portal.submissions.selectors import run_log_tail
 from portal.submissions.services import submission_accept
 from portal.uploads import upload_check, upload_route
 
@@ -133,7 +134,10 @@ class SubmissionBuildLogView(RawAPIView):
 
 
 class SubmissionRunLogView(RawAPIView):
-    """The last ``tail`` lines of your program's stdout and stderr in its latest run."""
+    """The last ``tail`` lines of your program's stdout and stderr in its latest run.
+
+    Of an official run, at most the benchmark's ``runtime_tail_bytes`` (16 KiB), each line
+    cut at 1,000 characters and marked; staff read the plain tail."""
 
     @extend_schema(
         operation_id="submissions_run_log",
@@ -147,7 +151,11 @@ class SubmissionRunLogView(RawAPIView):
         run_id = submission.runs.order_by("-try_number").values_list("pk", flat=True).first()
         if run_id is None:
             return text_response("")
-        return text_response(storage.read_tail(storage.run_log(run_id), lines))
+        return text_response(
+            run_log_tail(
+                submission=submission, run_id=run_id, lines=lines, staff=request.user.is_staff
+            )
+        )
 
 
 class SubmissionSourceView(RawAPIView):

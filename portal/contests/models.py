@@ -58,6 +58,16 @@ class Benchmark(models.Model):
     run_output_tmpfs_bytes = models.PositiveBigIntegerField(
         default=64 * 1024 * 1024, validators=[POSITIVE]
     )
+    runtime_tail_bytes = models.PositiveIntegerField(
+        default=16 * 1024,
+        validators=[POSITIVE],
+        help_text=(
+            "What an entrant may read of an official run's log: at most its last this many "
+            "bytes, each line cut at 1,000 characters, so a log cannot carry a run's answers "
+            "out for a later replay. Staff read the whole (bounded) log; practice runs are "
+            "not cut."
+        ),
+    )
     retention_days = models.PositiveIntegerField(
         default=90,
         help_text=(

@@ -20,6 +20,22 @@ from portal.submissions.models import AttemptLedger, Run, Submission
 
 LOG_TAIL_LINES = 200
 NO_OUTPUT = "(no output yet)"
+RUNTIME_LINE_CHARS = 1000
+
+
+def run_log_tail(*, submission: Submission, run_id: int, lines: int, staff: bool = False) -> str:
+    """The last ``lines`` lines of a run's log as its reader may see them.
+
+    An entrant reads at most the benchmark's ``runtime_tail_bytes`` of an official run's
+    log, each line cut at :data:`RUNTIME_LINE_CHARS` characters and marked: the cohort's
+    order is fixed, so a log printing a run's predictions would let a later archive
+    replay them. Practice runs (public answers) and staff readers get the plain tail.
+    """
+    path = storage.run_log(run_id)
+    if staff or submission.kind != Submission.OFFICIAL:
+        return storage.read_tail(path, lines)
+    capped = storage.read_tail(path, lines, max_bytes=submission.benchmark.runtime_tail_bytes)
+    return storage.cut_lines(capped, RUNTIME_LINE_CHARS)
 
 
 def submissions_with_latest_run(entrant: Any, benchmark: Benchmark) -> QuerySet[Submission]:
@@ -132,7 +148,9 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
     charged = AttemptLedger.CHARGE in ledger
     refunded = AttemptLedger.REFUND in ledger
     build_log = storage.read_tail(storage.submission_build_log(submission.pk), LOG_TAIL_LINES)
-    run_log = storage.read_tail(storage.run_log(run.pk), LOG_TAIL_LINES) if run else ""
+    run_log = (
+        run_log_tail(submission=submission, run_id=run.pk, lines=LOG_TAIL_LINES) if run else ""
+    )
     phase = current_phase(submission, [(event.status, event.at) for event in events])
     outcome = outcome_sentence(
         status=submission.status,

@@ -214,3 +214,21 @@ def test_a_missing_dockerfile_is_named(
 
     assert result.code == 2
     assert result.err == "podium: nowhere/Dockerfile: no such Dockerfile.\n"
+
+
+def test_an_unverified_address_is_named_with_what_to_do(
+    server: str,
+    benchmark: Any,
+    podium: Podium,
+    sign_in: Callable[[Any], str],
+    tmp_path: Path,
+) -> None:
+    sign_in(factories.UserFactory(username="newcomer", email_verified=False))
+
+    result = podium("env", "create", benchmark.slug, str(dockerfile(tmp_path)))
+
+    assert result.code == 2
+    assert result.err.startswith("podium: Email address not verified: ")
+    assert result.err.rstrip().endswith(
+        "Follow the link in the email sent at sign-up, then try again."
+    )

@@ -39,6 +39,7 @@ RULE_SETTINGS = {
     "run_pids_limit",
     "run_tmpfs_bytes",
     "run_output_tmpfs_bytes",
+    "runtime_tail_bytes",
     "retention_days",
 }
 # A retention of 0 days is allowed: the artifacts may go as soon as the benchmark closes.
