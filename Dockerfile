@@ -1,7 +1,7 @@
 # Podium itself (web and workers): docker build -t podium/portal .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev make \
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev make libjpeg-turbo-progs \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY . .

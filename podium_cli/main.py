@@ -30,7 +30,7 @@ EPILOG = """\
 exit codes:
   0    done (for watch: the submission passed)
   1    watch: the submission ended without passing (failed, errored, build_failed,
-       infra_failed or cancelled)
+       rejected_verification, infra_failed or cancelled)
   2    wrong usage, a local problem (no sign-in, missing file) or a refusal by the
        server (closed window, no attempts left, refused archive or Dockerfile, ...)
   3    the server could not be reached, or failed

@@ -18,7 +18,17 @@ from podium_cli.api import Client
 from podium_cli.commands import client_for
 from podium_cli.errors import EXIT_INTERRUPTED, EXIT_NOT_PASSED, EXIT_OK, Unreachable
 
-FINAL = frozenset({"build_failed", "passed", "failed", "errored", "infra_failed", "cancelled"})
+FINAL = frozenset(
+    {
+        "build_failed",
+        "passed",
+        "rejected_verification",
+        "failed",
+        "errored",
+        "infra_failed",
+        "cancelled",
+    }
+)
 BUILD_STEP = frozenset({"accepted", "building"})
 RUN_STEP = frozenset({"staging", "running"})
 LOG_TAIL = 1000

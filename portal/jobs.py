@@ -15,7 +15,28 @@ BUILD_SUBMISSION = "scoring.build_submission"
 SCORE_SUBMISSION = "scoring.score_submission"
 REMOVE_IMAGE = "scoring.remove_image"
 
+# Scoring priorities (0 first; a Redis broker keeps one list per step, see settings):
+# official scores, then verifications of passing official runs, then practice. The
+# embedded filesystem broker has no priorities and keeps the order of arrival.
+OFFICIAL_PRIORITY = 0
+VERIFY_PRIORITY = 1
+PRACTICE_PRIORITY = 2
 
-def enqueue(task_name: str, *args: object, countdown: float | None = None) -> None:
+
+def score_priority(*, practice: bool, verification: bool = False) -> int:
+    """The message priority of a score: see :data:`OFFICIAL_PRIORITY`."""
+    if verification:
+        return VERIFY_PRIORITY
+    return PRACTICE_PRIORITY if practice else OFFICIAL_PRIORITY
+
+
+def enqueue(
+    task_name: str,
+    *args: object,
+    countdown: float | None = None,
+    priority: int | None = None,
+) -> None:
     """Send ``task_name(*args)`` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: app.send_task(task_name, args=args, countdown=countdown))
+    transaction.on_commit(
+        lambda: app.send_task(task_name, args=args, countdown=countdown, priority=priority)
+    )

@@ -161,6 +161,8 @@ EMAIL_PORT = env.int("EMAIL_PORT", default=25)
 EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
 EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+# Where staff mail links point (scheme and host, no path); empty: links are site-relative.
+PODIUM_SITE_URL = env.str("PODIUM_SITE_URL", default="")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Podium <podium@localhost>")
 
 LANGUAGE_CODE = "en-us"
@@ -340,6 +342,11 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # up to PODIUM_GATE_RETRY_MAX_S, so this must be longer or the retry is duplicated.
     CELERY_BROKER_TRANSPORT_OPTIONS.setdefault(
         "visibility_timeout", env.int("PODIUM_BROKER_VISIBILITY_S", default=3 * 3600)
+    )
+    # Message priorities (portal.jobs): a scoring worker takes official scores first,
+    # then verifications, then practice. Redis keeps one list per step, 0 first.
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(
+        {"priority_steps": list(range(3)), "sep": ":", "queue_order_strategy": "priority"}
     )
 
 LOGGING = {

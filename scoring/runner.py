@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,15 @@ from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
+    WAITING_FOR_SCORE,
     run_claim,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
+    run_record_verification,
     submission_machine_waits,
 )
-from scoring import engine, staging, verdict
+from scoring import engine, meter, staging, verdict
 from scoring import machine as machine_lock
 from scoring.staging import StagedRun
 
@@ -140,6 +142,7 @@ class SupervisorResult:
     stdout_tail: bytes
     stderr_tail: bytes
     line: bytes  # the result line itself, kept as evidence for staff
+    resources: meter.Resources  # the container's cgroup, read after the tree was reaped
 
 
 # The container ------------------------------------------------------------------
@@ -338,6 +341,10 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
     output = _b64(data, "output_b64")
     if output_error == "" and output_bytes < 0:
         raise SupervisorError("the supervisor's output fields are inconsistent")
+    try:
+        resources = meter.from_line(data)
+    except ValueError:
+        raise SupervisorError("the supervisor's result has no valid meter readings") from None
     return SupervisorResult(
         start_ns=start_ns,
         end_ns=end_ns,
@@ -352,6 +359,7 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
         stdout_tail=_b64(data, "stdout_tail_b64"),
         stderr_tail=_b64(data, "stderr_tail_b64"),
         line=lines[-1].strip(),
+        resources=resources,
     )
 
 
@@ -412,23 +420,22 @@ def _log_supervisor_stderr(run_id: int, container_id: str) -> None:
 
 
 def score_submission(submission_id: int, waits: int = 0) -> None:
-    """Score a queued submission once: claim it, run it in the sandbox, record the result.
+    """Score a queued submission once, or verify a ``verifying`` one: claim, run, record.
 
-    Idempotent: a submission that is not ``queued`` (already claimed, a redelivered
-    task) is left alone, and so is a message whose ``waits`` (how many times the
-    submission had waited for the machine when it was sent) is not the current count:
-    a stale duplicate of a rescheduled score. Exactly one of ``run_record_verdict``
-    (passed / failed / errored) or ``run_record_infra_failure`` settles the claimed
-    run, unless someone else (the reaper, staff) settled it first. The container and
-    the staged input are removed in every case.
+    Idempotent: a submission that is neither ``queued`` nor ``verifying`` (already
+    claimed, a redelivered task) is left alone, and so is a message whose ``waits`` (how
+    many times the submission had waited for the machine when it was sent) is not the
+    current count: a stale duplicate of a rescheduled score. Exactly one of the publish
+    stage or ``run_record_infra_failure`` settles the claimed run, unless someone else
+    (the reaper, staff) settled it first. The container and the staged input are
+    removed in every case.
     """
     submission = Submission.objects.select_related("benchmark").filter(pk=submission_id).first()
-    if submission is None or submission.status != Submission.QUEUED:
+    if submission is None or submission.status not in WAITING_FOR_SCORE:
         return
     if waits != submission_machine_waits(submission_id):
         log.info("submission %s: stale score message (waits=%s) ignored", submission_id, waits)
         return
-    benchmark = submission.benchmark
     lease_s = int(settings.PODIUM_LEASE_S)
     try:
         with machine(submission, waits=waits) as session:
@@ -436,10 +443,9 @@ def score_submission(submission_id: int, waits: int = 0) -> None:
             if run is None:
                 return
             session.attach(int(run.pk))
-            _score(
+            execute(
                 run,
                 submission,
-                benchmark,
                 lease_s=lease_s,
                 readings=session.readings,
                 host=session.host,
@@ -449,166 +455,264 @@ def score_submission(submission_id: int, waits: int = 0) -> None:
         log.info("submission %s waits for the scoring machine: %s", submission_id, waiting)
 
 
-def _score(
+# The stages of a run ------------------------------------------------------------------
+#
+# stage -> create -> supervise -> read -> judge -> publish, each a short function with a
+# typed result. A platform fault is an exception (engine.EngineError, StagingError,
+# SupervisorError); an end the entrant caused before the supervisor could report (the
+# host's timer, the memory limit) is an Outcome from ``read``. A score and a
+# verification go through the same stages: verification stages the cohort shuffled and
+# rewritten, and publishes through ``run_record_verification``.
+
+
+@dataclass
+class Measured:
+    """What the run has measured so far: written with its verdict or its platform fault."""
+
+    overhead_ms: dict[str, float] = field(default_factory=dict)
+    total: int | None = None
+    container_id: str = ""
+    host_start_ns: int | None = None
+    host_end_ns: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        known = {
+            "total": self.total,
+            "container_id": self.container_id,
+            "host_start_ns": self.host_start_ns,
+            "host_end_ns": self.host_end_ns,
+        }
+        return {"overhead_ms": self.overhead_ms} | {
+            key: value for key, value in known.items() if value not in (None, "")
+        }
+
+
+@dataclass(frozen=True)
+class Container:
+    id: str
+    supervisor_sha256: str
+
+
+@dataclass(frozen=True)
+class Supervised:
+    status_code: int | None  # the container's exit status; None: the host's timer fired
+    host_start_ns: int
+    host_end_ns: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A verdict (passed, failed or errored), its reason and the fields written with it."""
+
+    status: str
+    reason: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def stage(run: Run, measured: Measured) -> StagedRun:
+    """Step 3: the cohort, in the cohort's order, or shuffled and rewritten to verify."""
+    started = time.perf_counter_ns()
+    staged = staging.stage(run, verification=run.purpose == Run.VERIFY)
+    measured.overhead_ms["staging"] = _elapsed_ms(started)
+    measured.total = staged.rows
+    return staged
+
+
+def create(
+    run: Run,
+    image: str,
+    staged: StagedRun,
+    benchmark: Benchmark,
+    measured: Measured,
+    *,
+    host: str = "",
+    spare: Callable[[str], None] | None = None,
+) -> Container:
+    """Step 4: the sandboxed container, created (not started) off the clock."""
+    supervisor = Path(settings.PODIUM_SUPERVISOR)
+    try:
+        supervisor_sha256 = _sha256_file(supervisor)
+    except OSError as exc:
+        log.error("run %s: cannot read the supervisor %s: %s", run.pk, supervisor, exc)
+        raise SupervisorError("the supervisor binary is missing") from exc
+    spec = container_spec(
+        image=image,
+        staged=staged,
+        benchmark=benchmark,
+        supervisor=supervisor,
+        expect_bytes=4 * staged.rows,
+    )
+    if host:  # whose machine it runs on: the reaper finds it by run and host
+        spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}
+    started = time.perf_counter_ns()
+    container_id = engine.create_container(**spec)
+    measured.overhead_ms["create"] = _elapsed_ms(started)
+    measured.container_id = container_id
+    if spare is not None:  # before it starts: the freezer pauses any other container
+        spare(container_id)
+    return Container(id=container_id, supervisor_sha256=supervisor_sha256)
+
+
+def supervise(container: Container, benchmark: Benchmark, measured: Measured) -> Supervised:
+    """Step 5: start it under the host's outer timer, which must contain the trusted one."""
+    host_start = time.monotonic_ns()
+    engine.start(container.id)
+    left_s = benchmark.score_timeout_s - (time.monotonic_ns() - host_start) / 1e9
+    status_code = engine.wait(container.id, timeout_s=max(left_s, 1.0))
+    host_end = time.monotonic_ns()
+    measured.host_start_ns, measured.host_end_ns = host_start, host_end
+    if status_code is None:
+        engine.kill(container.id)
+    return Supervised(status_code=status_code, host_start_ns=host_start, host_end_ns=host_end)
+
+
+def read(
+    run: Run,
+    container: Container,
+    supervised: Supervised,
+    staged: StagedRun,
+    benchmark: Benchmark,
+    measured: Measured,
+) -> SupervisorResult | Outcome:
+    """Step 6: the supervisor's result line, checked, with the logs and evidence kept.
+
+    An end the entrant caused before the supervisor could report is an Outcome; a
+    supervisor that failed or lied about the clock is a platform fault.
+    """
+    if supervised.status_code is None:
+        # The supervisor should have stopped everything before this; whatever held the
+        # container past the limit was the entrant's, so the attempt counts.
+        reason = f"The run did not finish within the {benchmark.score_timeout_s}-second limit."
+        _write_run_log(staged.root, None, note=reason)
+        return Outcome(Submission.ERRORED, reason, {"killed": True})
+    started = time.perf_counter_ns()
+    # The supervisor exits 0 right after its line; anything else means it failed (its
+    # own stderr, logged by the caller, says why), never the entrant's doing.
+    if supervised.status_code != 0 and engine.state(container.id).get("OOMKilled"):
+        # The container hit its memory limit and the kernel took the supervisor: only
+        # the entrant's processes can have used that memory, so the attempt counts.
+        reason = (
+            f"The run used more than its {benchmark.run_memory_bytes:,}-byte memory "
+            "limit and was stopped."
+        )
+        _write_run_log(staged.root, None, note=reason)
+        return Outcome(Submission.ERRORED, reason)
+    if supervised.status_code != 0:
+        raise SupervisorError(f"the supervisor exited with status {supervised.status_code}")
+    result = parse_supervisor_line(engine.logs(container.id, stdout=True, stderr=False))
+    _write_run_log(staged.root, result)
+    _keep_evidence(int(run.pk), result)
+    measured.overhead_ms["collect"] = _elapsed_ms(started)
+    if not supervised.host_start_ns <= result.start_ns <= result.end_ns <= supervised.host_end_ns:
+        log.error(
+            "run %s: host interval [%s, %s] does not contain the trusted [%s, %s]",
+            run.pk,
+            supervised.host_start_ns,
+            supervised.host_end_ns,
+            result.start_ns,
+            result.end_ns,
+        )
+        raise SupervisorError("the host clock did not contain the trusted interval")
+    return result
+
+
+def judge(
+    result: SupervisorResult, staged: StagedRun, benchmark: Benchmark, measured: Measured
+) -> Outcome:
+    """Step 7, off the clock: validate the output, compare it, decide."""
+    started = time.perf_counter_ns()
+    needed = rules.pass_threshold(staged.rows, benchmark.pass_min_matches, benchmark.cohort_size)
+    expected_bytes = 4 * staged.rows
+    output_error = result.output_error
+    if not output_error and result.output_bytes > expected_bytes:
+        # The supervisor carries at most one byte too many; say the file's real size.
+        output_error = (
+            f"The output has {result.output_bytes} bytes; "
+            f"4 x {staged.rows} = {expected_bytes} were expected."
+        )
+    decision = verdict.decide(
+        output=result.output,
+        output_error=output_error,
+        exit_code=result.exit_code,
+        signal=result.signal,
+        killed=result.killed,
+        references=staged.references,
+        needed=needed,
+    )
+    output_sha256 = "" if result.output is None else hashlib.sha256(result.output).hexdigest()
+    measured.overhead_ms["compare"] = _elapsed_ms(started)
+    return Outcome(
+        decision.status,
+        decision.reason,
+        {
+            "wall_time_ns": result.wall_ns,
+            "trusted_start_ns": result.start_ns,
+            "trusted_end_ns": result.end_ns,
+            "exit_code": result.exit_code,
+            "exit_signal": result.signal,
+            "killed": result.killed,
+            "rusage": result.rusage,
+            "matches": decision.matches,
+            "output_sha256": output_sha256,
+            "resources": result.resources.as_dict()
+            | {"cpu_per_wall": meter.cpu_per_wall(result.resources, result.wall_ns)},
+        },
+    )
+
+
+def publish(run: Run, outcome: Outcome, measured: Measured) -> None:
+    """The verdict, once: a score's ranks (or goes to verification), a verification's
+    confirms or rejects the official run."""
+    record = run_record_verification if run.purpose == Run.VERIFY else run_record_verdict
+    record(
+        run_id=int(run.pk),
+        status=outcome.status,
+        reason=outcome.reason,
+        **outcome.fields,
+        **measured.fields(),
+    )
+
+
+def execute(
     run: Run,
     submission: Submission,
-    benchmark: Benchmark,
     *,
     lease_s: int,
     readings: dict[str, Any],
     host: str = "",
     spare: Callable[[str], None] | None = None,
 ) -> None:
+    """One claimed run through the stages, settled exactly once (see the module doc)."""
     run_id = int(run.pk)
-    overhead: dict[str, float] = {}
-    known: dict[str, Any] = {}  # fields measured so far, kept with a platform fault too
+    benchmark = submission.benchmark
+    measured = Measured()
     staged: StagedRun | None = None
-    container_id = ""
+    container: Container | None = None
     step = "staging the cohort"
     try:
-        started = time.perf_counter_ns()
-        staged = staging.stage(run)
-        overhead["staging"] = _elapsed_ms(started)
-        known["total"] = staged.rows
-
-        step = "reading the supervisor"
-        supervisor = Path(settings.PODIUM_SUPERVISOR)
-        try:
-            supervisor_sha256 = _sha256_file(supervisor)
-        except OSError as exc:
-            log.error("run %s: cannot read the supervisor %s: %s", run_id, supervisor, exc)
-            raise SupervisorError("the supervisor binary is missing") from exc
-
+        staged = stage(run, measured)
         step = "creating the container"
-        spec = container_spec(
-            image=submission.image_tag,
-            staged=staged,
-            benchmark=benchmark,
-            supervisor=supervisor,
-            expect_bytes=4 * staged.rows,
+        container = create(
+            run, submission.image_tag, staged, benchmark, measured, host=host, spare=spare
         )
-        if host:  # whose machine it runs on: the reaper finds it by run and host
-            spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}
-        started = time.perf_counter_ns()
-        container_id = engine.create_container(**spec)
-        overhead["create"] = _elapsed_ms(started)
-        known["container_id"] = container_id
-        if spare is not None:  # before it starts: the freezer pauses any other container
-            spare(container_id)
-
         if not run_mark_running(
             run_id=run_id,
             lease_s=lease_s,
-            container_id=container_id,
-            supervisor_sha256=supervisor_sha256,
+            container_id=container.id,
+            supervisor_sha256=container.supervisor_sha256,
             readings=readings,
         ):
             log.warning("run %s was settled by someone else before it started", run_id)
             return
-
-        # The host's outer timer: it must contain the supervisor's trusted interval.
         step = "running the container"
-        host_start = time.monotonic_ns()
-        engine.start(container_id)
-        left_s = benchmark.score_timeout_s - (time.monotonic_ns() - host_start) / 1e9
-        status_code = engine.wait(container_id, timeout_s=max(left_s, 1.0))
-        host_end = time.monotonic_ns()
-        known.update(host_start_ns=host_start, host_end_ns=host_end)
-
-        if status_code is None:
-            # The supervisor should have stopped everything before this; whatever held
-            # the container past the limit was the entrant's, so the attempt counts.
-            engine.kill(container_id)
-            reason = f"The run did not finish within the {benchmark.score_timeout_s}-second limit."
-            _write_run_log(staged.root, None, note=reason)
-            run_record_verdict(
-                run_id=run_id,
-                status=Submission.ERRORED,
-                reason=reason,
-                killed=True,
-                overhead_ms=overhead,
-                **known,
-            )
-            return
-
+        supervised = supervise(container, benchmark, measured)
         step = "reading the supervisor's result"
-        started = time.perf_counter_ns()
-        # The supervisor exits 0 right after its line; anything else means it failed
-        # (its own stderr, logged below, says why), never the entrant's doing.
-        if status_code != 0 and engine.state(container_id).get("OOMKilled"):
-            # The container hit its memory limit and the kernel took the supervisor: only
-            # the entrant's processes can have used that memory, so the attempt counts.
-            reason = (
-                f"The run used more than its {benchmark.run_memory_bytes:,}-byte memory "
-                "limit and was stopped."
-            )
-            _write_run_log(staged.root, None, note=reason)
-            run_record_verdict(
-                run_id=run_id,
-                status=Submission.ERRORED,
-                reason=reason,
-                overhead_ms=overhead,
-                **known,
-            )
-            return
-        if status_code != 0:
-            raise SupervisorError(f"the supervisor exited with status {status_code}")
-        result = parse_supervisor_line(engine.logs(container_id, stdout=True, stderr=False))
-        _write_run_log(staged.root, result)
-        _keep_evidence(run_id, result)
-        overhead["collect"] = _elapsed_ms(started)
-        if not host_start <= result.start_ns <= result.end_ns <= host_end:
-            log.error(
-                "run %s: host interval [%s, %s] does not contain the trusted [%s, %s]",
-                run_id,
-                host_start,
-                host_end,
-                result.start_ns,
-                result.end_ns,
-            )
-            raise SupervisorError("the host clock did not contain the trusted interval")
-
-        # Off the clock: validate, compare, decide.
+        result = read(run, container, supervised, staged, benchmark, measured)
         step = "deciding the verdict"
-        started = time.perf_counter_ns()
-        needed = rules.pass_threshold(
-            staged.rows, benchmark.pass_min_matches, benchmark.cohort_size
+        outcome = (
+            result if isinstance(result, Outcome) else judge(result, staged, benchmark, measured)
         )
-        expected_bytes = 4 * staged.rows
-        output_error = result.output_error
-        if not output_error and result.output_bytes > expected_bytes:
-            # The supervisor carries at most one byte too many; say the file's real size.
-            output_error = (
-                f"The output has {result.output_bytes} bytes; "
-                f"4 x {staged.rows} = {expected_bytes} were expected."
-            )
-        decision = verdict.decide(
-            output=result.output,
-            output_error=output_error,
-            exit_code=result.exit_code,
-            signal=result.signal,
-            killed=result.killed,
-            references=staged.references,
-            needed=needed,
-        )
-        output_sha256 = "" if result.output is None else hashlib.sha256(result.output).hexdigest()
-        overhead["compare"] = _elapsed_ms(started)
-        run_record_verdict(
-            run_id=run_id,
-            status=decision.status,
-            reason=decision.reason,
-            wall_time_ns=result.wall_ns,
-            trusted_start_ns=result.start_ns,
-            trusted_end_ns=result.end_ns,
-            exit_code=result.exit_code,
-            exit_signal=result.signal,
-            killed=result.killed,
-            rusage=result.rusage,
-            matches=decision.matches,
-            output_sha256=output_sha256,
-            overhead_ms=overhead,
-            **known,
-        )
+        publish(run, outcome, measured)
     except (engine.EngineError, staging.StagingError, SupervisorError) as exc:
         if isinstance(exc, engine.EngineError):
             log.error("run %s: container engine error while %s: %s", run_id, step, exc)
@@ -617,24 +721,23 @@ def _score(
             log.error("run %s: platform fault while %s: %s", run_id, step, exc)
             text = str(exc).rstrip(".")
             reason = f"platform error: {text[:1].lower()}{text[1:]}"
-        if isinstance(exc, SupervisorError) and container_id:
-            _log_supervisor_stderr(run_id, container_id)
-        run_record_infra_failure(run_id=run_id, reason=reason, overhead_ms=overhead, **known)
+        if isinstance(exc, SupervisorError) and container is not None:
+            _log_supervisor_stderr(run_id, container.id)
+        run_record_infra_failure(run_id=run_id, reason=reason, **measured.fields())
     except Exception:
         # A bug of ours is never the entrant's fault either; re-raised for the worker log.
         log.exception("run %s: internal error while %s", run_id, step)
         run_record_infra_failure(
             run_id=run_id,
             reason=f"platform error: internal error while {step}",
-            overhead_ms=overhead,
-            **known,
+            **measured.fields(),
         )
         raise
     finally:
-        if container_id:
+        if container is not None:
             try:
-                engine.remove_container(container_id)
+                engine.remove_container(container.id)
             except engine.EngineError as exc:
-                log.error("run %s: could not remove container %s: %s", run_id, container_id, exc)
+                log.error("run %s: could not remove container %s: %s", run_id, container.id, exc)
         if staged is not None:
             staging.unstage(staged)

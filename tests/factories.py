@@ -45,6 +45,9 @@ class BenchmarkFactory(factory.django.DjangoModelFactory[Benchmark]):
     opens_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(days=1))
     closes_at = factory.LazyFunction(lambda: timezone.now() + dt.timedelta(days=10))
     allowed_registries = "localhost/podium/\n"
+    # Verification before ranking is off unless a test is about it (tests/submissions/
+    # test_verification.py, the end-to-end pipeline): every other passing run ranks at once.
+    verify_top = 0
 
 
 class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):

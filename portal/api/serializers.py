@@ -18,6 +18,7 @@ from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.environments.selectors import BuildNetworkState
 from portal.submissions.models import AttemptLedger, Run, Submission
+from portal.submissions.selectors import resources_of, verification_summary
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -178,10 +179,27 @@ class LeaderboardRowSerializer(serializers.Serializer):
     total = serializers.IntegerField()
     submission_id = serializers.IntegerField()
     submitted_at = OffsetDateTimeField()
+    cpu_per_wall = serializers.FloatField(
+        allow_null=True, help_text="The run's CPU seconds (user + system) per wall second."
+    )
+
+
+class VerifyingRowSerializer(serializers.Serializer):
+    entrant = serializers.CharField()
+    wall_time_ns = serializers.IntegerField(help_text="The official run's wall time.")
+    submission_id = serializers.IntegerField()
+    submitted_at = OffsetDateTimeField()
 
 
 class LeaderboardSerializer(serializers.Serializer):
     rows = LeaderboardRowSerializer(many=True)
+    verifying = VerifyingRowSerializer(
+        many=True,
+        help_text=(
+            "Passing official runs held off the board until one more run off the board "
+            "confirms them; each ranks (or is rejected) when it ends."
+        ),
+    )
 
 
 class QuotaKindSerializer(serializers.Serializer):
@@ -294,10 +312,35 @@ INTERVAL_FIELD = serializers.ListField(
 )
 
 
-def latest_run(submission: Submission) -> Run | None:
-    """The run with the highest try number (works on prefetched ``runs`` too)."""
-    runs = list(submission.runs.all())
+def latest_run(submission: Submission, purpose: str = Run.SCORE) -> Run | None:
+    """The scored (or verification) run with the highest try number (works on prefetched
+    ``runs`` too). A submission's numbers are its scored run's; a verification run only
+    confirms them."""
+    runs = [run for run in submission.runs.all() if run.purpose == purpose]
     return max(runs, key=lambda run: run.try_number) if runs else None
+
+
+class ResourcesSerializer(serializers.Serializer):
+    """The meter: the scored container's cgroup, read after its process tree was reaped."""
+
+    cpu_user_s = serializers.FloatField(allow_null=True)
+    cpu_system_s = serializers.FloatField(allow_null=True)
+    cpu_per_wall = serializers.FloatField(
+        allow_null=True, help_text="CPU seconds (user + system) per wall-clock second."
+    )
+    memory_peak_bytes = serializers.IntegerField(allow_null=True)
+    pids_peak = serializers.IntegerField(allow_null=True)
+    io_read_bytes = serializers.IntegerField(allow_null=True)
+    io_write_bytes = serializers.IntegerField(allow_null=True)
+    oom_events = serializers.IntegerField(allow_null=True)
+
+
+class VerificationSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[s for s, _ in Run.STATUSES])
+    passed = serializers.BooleanField(allow_null=True)
+    wall_time_ns = serializers.IntegerField(allow_null=True)
+    matches = serializers.IntegerField(allow_null=True)
+    total = serializers.IntegerField(allow_null=True)
 
 
 class SubmissionSerializer(serializers.ModelSerializer):
@@ -325,6 +368,8 @@ class SubmissionSerializer(serializers.ModelSerializer):
     attempt = serializers.SerializerMethodField()
     runs = serializers.SerializerMethodField()
     disqualified = serializers.SerializerMethodField()
+    verification = serializers.SerializerMethodField()
+    resources = serializers.SerializerMethodField()
 
     class Meta:
         model = Submission
@@ -350,6 +395,8 @@ class SubmissionSerializer(serializers.ModelSerializer):
             "attempt",
             "runs",
             "disqualified",
+            "verification",
+            "resources",
         ]
 
     def _run(self, submission: Submission) -> Run | None:
@@ -412,6 +459,17 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     def get_disqualified(self, submission: Submission) -> bool:
         return submission.disqualified_at is not None
+
+    @extend_schema_field(VerificationSerializer(allow_null=True))
+    def get_verification(self, submission: Submission) -> dict[str, Any] | None:
+        """The verification run (null when none was needed): aggregates only."""
+        return verification_summary(latest_run(submission, Run.VERIFY))
+
+    @extend_schema_field(ResourcesSerializer(allow_null=True))
+    def get_resources(self, submission: Submission) -> dict[str, Any] | None:
+        """The meter's readings of the scored run (null before it ran)."""
+        run = self._run(submission)
+        return resources_of(run.resources) if run is not None else None
 
 
 class StaffReasonSerializer(serializers.Serializer):

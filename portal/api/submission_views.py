@@ -34,7 +34,7 @@ from portal.api.common import (
 from portal.audit.services import Origin
 from portal.environments.models import Environment
 from portal.submissions import staff
-from portal.submissions.models import Submission
+from portal.submissions.models import Run, Submission
 from portal.submissions.selectors import run_log_tail
 from portal.submissions.services import submission_accept
 from portal.uploads import upload_check, upload_route
@@ -148,7 +148,12 @@ class SubmissionRunLogView(RawAPIView):
     def get(self, request: Request, submission_id: int) -> HttpResponse:
         submission = own_submission(request, submission_id, staff_may_read=True, details=False)
         lines = tail_lines(request)
-        run_id = submission.runs.order_by("-try_number").values_list("pk", flat=True).first()
+        run_id = (
+            submission.runs.filter(purpose=Run.SCORE)
+            .order_by("-try_number")
+            .values_list("pk", flat=True)
+            .first()
+        )
         if run_id is None:
             return text_response("")
         return text_response(

@@ -37,7 +37,7 @@ from portal.api.common import (
 from portal.api.models import ApiToken
 from portal.api.services import token_create, token_revoke
 from portal.contests.models import Benchmark, Cohort
-from portal.contests.selectors import leaderboard_rows, quota_for
+from portal.contests.selectors import leaderboard_rows, quota_for, verifying_rows
 from portal.environments.selectors import build_network_state
 from portal.login_limits import LoginLimited, login_authenticate
 from portal.submissions.models import Submission
@@ -159,8 +159,9 @@ class LeaderboardView(APIView):
         responses={200: s.LeaderboardSerializer, **s.error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
-        rows = leaderboard_rows(get_benchmark(slug))
-        return Response(s.LeaderboardSerializer({"rows": rows}).data)
+        benchmark = get_benchmark(slug)
+        data = {"rows": leaderboard_rows(benchmark), "verifying": verifying_rows(benchmark)}
+        return Response(s.LeaderboardSerializer(data).data)
 
 
 class QuotaView(APIView):

@@ -68,6 +68,22 @@ class Benchmark(models.Model):
             "not cut."
         ),
     )
+    verify_top = models.PositiveIntegerField(
+        default=20,
+        help_text=(
+            "A passing official run that would become its entrant's best and place in this "
+            "many top rows is re-run once off the board (shuffled order, fresh names and "
+            "rewritten JPEGs) before it ranks; 0 verifies none."
+        ),
+    )
+    verify_tolerance_pct = models.PositiveSmallIntegerField(
+        default=10,
+        validators=[POSITIVE],
+        help_text=(
+            "How much slower (in percent of the official wall time) the verification run "
+            "may be for the run to rank; a faster one always confirms it."
+        ),
+    )
     retention_days = models.PositiveIntegerField(
         default=90,
         help_text=(

@@ -207,3 +207,54 @@ def best_per_entrant(candidates: Iterable[Candidate]) -> list[Candidate]:
         if held is None or rank_key(candidate) < rank_key(held):
             best[candidate.entrant_id] = candidate
     return sorted(best.values(), key=lambda c: (rank_key(c), c.entrant_id))
+
+
+# Verification (rules.md "Verification before a run ranks") ----------------------------
+
+
+def needs_verification(
+    candidate: Candidate, board: Iterable[Candidate], *, verify_top: int
+) -> bool:
+    """Whether a passing official run must be verified before it ranks.
+
+    ``board`` is every entrant's current best (the stored leaderboard). The run is
+    verified when it would become its entrant's best and would place among the first
+    ``verify_top`` rows; a run that improves nothing, or ranks lower, is not (it changes
+    no one's standing). ``verify_top`` 0 verifies none.
+    """
+    if verify_top <= 0:
+        return False
+    key = rank_key(candidate)
+    ahead = 0
+    for held in board:
+        if held.run_id == candidate.run_id:
+            continue
+        if held.entrant_id == candidate.entrant_id:
+            if rank_key(held) <= key:
+                return False  # not a new best
+        elif rank_key(held) < key:
+            ahead += 1
+    return ahead < verify_top
+
+
+def verification_problem(
+    *, official_ns: int, status: str, reason: str, wall_ns: int | None, tolerance_pct: int
+) -> str:
+    """Why a verification run does not confirm the official one ("" when it does).
+
+    It confirms when it passed the same gate and its wall time is at most
+    ``tolerance_pct`` percent over the official wall time. Only a slower verification
+    tells against the official time (answers replayed, or work done by something the
+    verification's shuffled, rewritten input defeats); a faster one only shows that the
+    official run, which is what ranks, was the first of its image on a cold host.
+    """
+    if status != "passed":
+        return f"the verification run did not pass ({status}: {reason.rstrip('.')})."
+    if wall_ns is None or official_ns <= 0:
+        return "the verification run has no wall time."
+    if (wall_ns - official_ns) * 100 > tolerance_pct * official_ns:
+        return (
+            f"the verification run took {wall_ns / 1e9:.3f} s against the official "
+            f"{official_ns / 1e9:.3f} s, more than {tolerance_pct}% slower."
+        )
+    return ""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, F, Max, Q, Sum
 
 from portal.contests import rules
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
@@ -22,16 +22,68 @@ class LeaderboardRow:
     total: int
     submission_id: int
     submitted_at: dt.datetime
+    cpu_per_wall: float | None = None  # the meter: CPU seconds per wall second of the run
+
+
+def _entries(benchmark: Benchmark) -> Any:
+    """The board's rows in rank order, with the entrant and the run's meter readings."""
+    return (
+        LeaderboardEntry.objects.filter(benchmark=benchmark)
+        .select_related("entrant")
+        .annotate(run_resources=F("run__resources"))
+        .order_by(*RANK_ORDER)
+    )
 
 
 def leaderboard_rows(benchmark: Benchmark) -> list[LeaderboardRow]:
     """The board in rank order: wall time, then earlier submission, then id. One query."""
-    entries = (
-        LeaderboardEntry.objects.filter(benchmark=benchmark)
-        .select_related("entrant")
-        .order_by(*RANK_ORDER)
+    return [_row(entry, rank) for rank, entry in enumerate(_entries(benchmark), start=1)]
+
+
+@dataclass(frozen=True)
+class VerifyingRow:
+    """A passing official run held off the board until its verification run confirms it."""
+
+    entrant: str
+    wall_time_ns: int
+    submission_id: int
+    submitted_at: dt.datetime
+
+
+def verifying_rows(benchmark: Benchmark) -> list[VerifyingRow]:
+    """Official submissions being verified, fastest first, with their official wall time.
+    One query."""
+    from portal.submissions.models import Run, Submission
+
+    runs = (
+        Run.objects.filter(
+            submission__benchmark=benchmark,
+            submission__kind=Submission.OFFICIAL,
+            submission__status=Submission.VERIFYING,
+            purpose=Run.SCORE,
+            status=Run.FINISHED,
+            passed=True,
+        )
+        .order_by("submission_id", "-try_number")
+        .values(
+            "submission_id",
+            "wall_time_ns",
+            "submission__submitted_at",
+            "submission__entrant__username",
+        )
     )
-    return [_row(entry, rank) for rank, entry in enumerate(entries, start=1)]
+    latest: dict[int, VerifyingRow] = {}
+    for run in runs:
+        latest.setdefault(
+            run["submission_id"],
+            VerifyingRow(
+                entrant=run["submission__entrant__username"],
+                wall_time_ns=run["wall_time_ns"] or 0,
+                submission_id=run["submission_id"],
+                submitted_at=run["submission__submitted_at"],
+            ),
+        )
+    return sorted(latest.values(), key=lambda row: (row.wall_time_ns, row.submitted_at))
 
 
 @dataclass(frozen=True)
@@ -143,11 +195,7 @@ class LeaderboardPage:
     @cached_property
     def rows(self) -> list[LeaderboardRow]:
         offset = (self.page - 1) * self.per_page
-        entries = (
-            LeaderboardEntry.objects.filter(benchmark=self.benchmark)
-            .select_related("entrant")
-            .order_by(*RANK_ORDER)[offset : offset + self.per_page]
-        )
+        entries = _entries(self.benchmark)[offset : offset + self.per_page]
         return [_row(entry, rank) for rank, entry in enumerate(entries, start=offset + 1)]
 
 
@@ -160,6 +208,7 @@ def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
         total=entry.total,
         submission_id=entry.submission_id,
         submitted_at=entry.submitted_at,
+        cpu_per_wall=(getattr(entry, "run_resources", None) or {}).get("cpu_per_wall"),
     )
 
 
@@ -179,11 +228,7 @@ def leaderboard_standing(benchmark: Benchmark, entrant: Any) -> LeaderboardRow |
 
     Two queries whatever the size of the board: the row, then how many rank ahead of it.
     """
-    entry = (
-        LeaderboardEntry.objects.filter(benchmark=benchmark, entrant_id=entrant.pk)
-        .select_related("entrant")
-        .first()
-    )
+    entry = _entries(benchmark).filter(entrant_id=entrant.pk).first()
     if entry is None:
         return None
     ahead = (

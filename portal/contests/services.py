@@ -12,7 +12,9 @@ from portal.contests.models import Benchmark, LeaderboardEntry
 def leaderboard_candidates(
     benchmark: Benchmark, entrant_id: int | None = None
 ) -> list[rules.Candidate]:
-    """Every passing official run of non-disqualified submissions (optionally one entrant's)."""
+    """Every passing official scored run of non-disqualified submissions (optionally one
+    entrant's). Verification runs never rank by themselves, and a submission that is being
+    verified or failed its verification ranks with none of its runs."""
     from portal.submissions.models import Run, Submission
 
     runs = Run.objects.filter(
@@ -20,9 +22,16 @@ def leaderboard_candidates(
         submission__kind=Submission.OFFICIAL,
         submission__disqualified_at__isnull=True,
         status=Run.FINISHED,
+        purpose=Run.SCORE,
         passed=True,
         wall_time_ns__isnull=False,
-    ).exclude(submission__status=Submission.CANCELLED)
+    ).exclude(
+        submission__status__in=[
+            Submission.CANCELLED,
+            Submission.VERIFYING,
+            Submission.REJECTED_VERIFICATION,
+        ]
+    )
     if entrant_id is not None:
         runs = runs.filter(submission__entrant_id=entrant_id)
     return [

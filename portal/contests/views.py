@@ -18,6 +18,7 @@ from portal.contests.selectors import (
     practice_cohort_size,
     quota_for,
     schedule_at,
+    verifying_rows,
 )
 from portal.environments.selectors import build_network_state
 from portal.submissions.models import Submission
@@ -78,6 +79,7 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, timezone.now()),
         "board": leaderboard_page(benchmark, page=page, per_page=BOARD_PAGE_ROWS),
+        "verifying": verifying_rows(benchmark),
         "standing": standing,
         "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
     }

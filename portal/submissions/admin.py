@@ -34,8 +34,9 @@ from portal.environments.admin import (
     preformatted,
 )
 from portal.errors import PodiumError
-from portal.submissions import evidence, staff
-from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
+from portal.submissions import anomalies, evidence, staff
+from portal.submissions.models import Anomaly, AttemptLedger, Run, Submission, SubmissionEvent
+from portal.submissions.selectors import resources_text
 
 StaffService = Callable[..., Submission]
 
@@ -276,6 +277,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "id",
         "submission",
         "try_number",
+        "purpose",
         "status",
         "verdict",
         "wall_time_ns",
@@ -284,10 +286,10 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "passed",
         "finished_at",
     ]
-    list_filter = ["status", "verdict", "passed", "submission__benchmark"]
+    list_filter = ["purpose", "status", "verdict", "passed", "submission__benchmark"]
     search_fields = ["submission__id", "submission__entrant__username", "container_id"]
     list_select_related = ["submission__entrant"]
-    readonly_fields = ["evidence_download", "health_readings", "run_log_tail"]
+    readonly_fields = ["evidence_download", "meter_readings", "health_readings", "run_log_tail"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
@@ -308,6 +310,10 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="Health readings")
     def health_readings(self, run: Run) -> str:
         return preformatted(json.dumps(run.readings, indent=2, sort_keys=True))
+
+    @admin.display(description="Meter (the container's cgroup after the run)")
+    def meter_readings(self, run: Run) -> str:
+        return resources_text(run.resources)
 
     @admin.display(description=f"Run log (last {LOG_TAIL_LINES} lines)")
     def run_log_tail(self, run: Run) -> str:
@@ -368,3 +374,123 @@ class SubmissionEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["submission", "status", "at", "note"]
     list_filter = ["status"]
     search_fields = ["submission__id", "submission__entrant__username", "note"]
+
+
+# Anomalies (anomalies.py): what looked wrong about a finished official run -------------
+
+
+class ReviewedFilter(admin.SimpleListFilter):
+    title = "reviewed"
+    parameter_name = "reviewed"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("no", "Not yet"), ("yes", "Reviewed")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "no":
+            return queryset.filter(reviewed_at__isnull=True)
+        if self.value() == "yes":
+            return queryset.filter(reviewed_at__isnull=False)
+        return queryset
+
+
+@admin.register(Anomaly)
+class AnomalyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """The anomalies list: read-only; "Mark reviewed" (``submissions.review_anomaly``)
+    asks for a note, then records it on each anomaly with one audit event each."""
+
+    list_display = [
+        "kind",
+        "run_link",
+        "entrant",
+        "benchmark",
+        "reason",
+        "detected_at",
+        "reviewed",
+    ]
+    list_filter = ["kind", ReviewedFilter, "run__submission__benchmark"]
+    search_fields = ["run__id", "run__submission__id", "run__submission__entrant__username"]
+    list_select_related = ["run__submission__entrant", "run__submission__benchmark"]
+    date_hierarchy = "detected_at"
+    fields = [
+        "kind",
+        "run_link",
+        "entrant",
+        "benchmark",
+        "reason",
+        "details_json",
+        "detected_at",
+        "reviewed_at",
+        "reviewed_by",
+        "review_note",
+    ]
+    readonly_fields = ["run_link", "entrant", "benchmark", "details_json"]
+    actions = ["mark_reviewed"]
+
+    def has_review_anomaly_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(anomalies.REVIEW_ANOMALY)
+
+    @admin.display(description="Run", ordering="run_id")
+    def run_link(self, anomaly: Anomaly) -> str:
+        url = reverse("admin:submissions_run_change", args=[anomaly.run_id])
+        return format_html('<a href="{}">run {}</a>', url, anomaly.run_id)
+
+    @admin.display(description="Entrant", ordering="run__submission__entrant__username")
+    def entrant(self, anomaly: Anomaly) -> str:
+        return str(anomaly.run.submission.entrant)
+
+    @admin.display(description="Benchmark", ordering="run__submission__benchmark")
+    def benchmark(self, anomaly: Anomaly) -> str:
+        return str(anomaly.run.submission.benchmark)
+
+    @admin.display(description="Reviewed", boolean=True, ordering="reviewed_at")
+    def reviewed(self, anomaly: Anomaly) -> bool:
+        return anomaly.reviewed_at is not None
+
+    @admin.display(description="Details")
+    def details_json(self, anomaly: Anomaly) -> str:
+        return preformatted(json.dumps(anomaly.details, indent=2, sort_keys=True))
+
+    @admin.action(
+        description="Mark the selected anomalies reviewed (asks for a note)",
+        permissions=["review_anomaly"],
+    )
+    def mark_reviewed(
+        self, request: HttpRequest, queryset: QuerySet[Anomaly]
+    ) -> TemplateResponse | None:
+        """Ask for the note on an intermediate page, then review each anomaly (audited)."""
+        try:
+            staff.staff_permission_check(request.user, anomalies.REVIEW_ANOMALY)
+        except staff.StaffPermissionDenied as exc:
+            raise PermissionDenied(exc.detail) from exc
+        note = reason_given(request, required=True)
+        if note is None:
+            return reason_page(
+                request,
+                self,
+                title="Mark reviewed",
+                explanation="Say what the review found (the entrant's explanation, the "
+                "sources compared, the decision). The note is kept with each anomaly and "
+                "recorded in the audit log.",
+                objects=queryset.select_related("run"),
+                reason_required=True,
+                action="mark_reviewed",
+            )
+        done = 0
+        origin = Origin.of(request)
+        for anomaly in queryset.select_related("run"):
+            try:
+                anomalies.anomaly_review(
+                    anomaly=anomaly, actor=request.user, note=note, origin=origin
+                )
+            except PodiumError as exc:
+                self.message_user(request, f"{anomaly}: {exc.detail}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(
+                request,
+                f"Marked reviewed: {done} anomal{'y' if done == 1 else 'ies'}.",
+                messages.SUCCESS,
+            )
+        return None

@@ -13,7 +13,9 @@ class Submission(models.Model):
     QUEUED = "queued"
     STAGING = "staging"
     RUNNING = "running"
+    VERIFYING = "verifying"
     PASSED = "passed"
+    REJECTED_VERIFICATION = "rejected_verification"
     FAILED = "failed"
     ERRORED = "errored"
     INFRA_FAILED = "infra_failed"
@@ -27,14 +29,24 @@ class Submission(models.Model):
             QUEUED,
             STAGING,
             RUNNING,
+            VERIFYING,
             PASSED,
+            REJECTED_VERIFICATION,
             FAILED,
             ERRORED,
             INFRA_FAILED,
             CANCELLED,
         )
     ]
-    FINAL = (BUILD_FAILED, PASSED, FAILED, ERRORED, INFRA_FAILED, CANCELLED)
+    FINAL = (
+        BUILD_FAILED,
+        PASSED,
+        REJECTED_VERIFICATION,
+        FAILED,
+        ERRORED,
+        INFRA_FAILED,
+        CANCELLED,
+    )
 
     OFFICIAL = "official"
     PRACTICE = "practice"
@@ -50,7 +62,7 @@ class Submission(models.Model):
         "environments.Environment", on_delete=models.PROTECT, related_name="submissions"
     )
     kind = models.CharField(max_length=16, choices=KINDS, default=OFFICIAL)
-    status = models.CharField(max_length=16, choices=STATUSES, default=ACCEPTED)
+    status = models.CharField(max_length=32, choices=STATUSES, default=ACCEPTED)
     submitted_at = models.DateTimeField(db_index=True)
     source_name = models.CharField(max_length=255)
     source_format = models.CharField(max_length=8)  # "tar.gz", "tar" or "zip"
@@ -90,7 +102,7 @@ class SubmissionEvent(models.Model):
     """One status change of a submission: its timeline."""
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="events")
-    status = models.CharField(max_length=16)
+    status = models.CharField(max_length=32)
     at = models.DateTimeField()
     note = models.TextField(blank=True)
 
@@ -128,7 +140,12 @@ class AttemptLedger(models.Model):
 
 
 class Run(models.Model):
-    """One scored run of a submission on a cohort. A platform failure retries as try 2."""
+    """One scored run of a submission on a cohort. A platform failure retries as try 2.
+
+    A *verification* run re-runs a passing official submission once, off the board, on
+    the same cohort members shuffled and rewritten, before that submission ranks; it is
+    created ``queued`` when the official run passes and is claimed like a score.
+    """
 
     QUEUED = "queued"
     STAGING = "staging"
@@ -137,9 +154,14 @@ class Run(models.Model):
     INFRA_FAILED = "infra_failed"
     STATUSES = [(s, s) for s in (QUEUED, STAGING, RUNNING, FINISHED, INFRA_FAILED)]
 
+    SCORE = "score"
+    VERIFY = "verify"
+    PURPOSES = [(SCORE, "score"), (VERIFY, "verification")]
+
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="runs")
     cohort = models.ForeignKey("contests.Cohort", on_delete=models.PROTECT)
     try_number = models.PositiveSmallIntegerField(default=1)
+    purpose = models.CharField(max_length=16, choices=PURPOSES, default=SCORE)
     status = models.CharField(max_length=16, choices=STATUSES, default=QUEUED)
     verdict = models.CharField(max_length=16, blank=True)  # passed / failed / errored
     verdict_reason = models.TextField(blank=True)
@@ -163,6 +185,9 @@ class Run(models.Model):
     output_sha256 = models.CharField(max_length=64, blank=True)
     supervisor_sha256 = models.CharField(max_length=64, blank=True)
     readings = models.JSONField(default=dict, blank=True)  # health gates
+    # The meter: the scored container's cgroup, read after its tree was reaped (see
+    # scoring.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
+    resources = models.JSONField(default=dict, blank=True)
     overhead_ms = models.JSONField(default=dict, blank=True)  # staging, create, compare
 
     class Meta:
@@ -202,3 +227,49 @@ class MachineLease(models.Model):
 
     def __str__(self) -> str:
         return f"machine lock of {self.host} ({self.holder or 'free'})"
+
+
+class Anomaly(models.Model):
+    """Something about a finished official run that staff should look at (``anomalies.py``).
+
+    Found after the run's verdict commits, at most one row per run and kind; a signal
+    for review, never a verdict: nothing here changes the run, the submission or the
+    board. Staff holding ``review_anomaly`` mark it reviewed with a note (audited).
+    """
+
+    MUCH_FASTER = "much_faster"
+    IDENTICAL_OUTPUT = "identical_output"
+    IDLE_CPU = "idle_cpu"
+    FAILED_VERIFICATION = "failed_verification"
+    KINDS = [
+        (MUCH_FASTER, "much faster than every other entrant"),
+        (IDENTICAL_OUTPUT, "output identical to another entrant's"),
+        (IDLE_CPU, "passed with the CPU nearly idle"),
+        (FAILED_VERIFICATION, "failed its verification"),
+    ]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="anomalies")
+    kind = models.CharField(max_length=32, choices=KINDS)
+    reason = models.TextField()
+    details = models.JSONField(default=dict, blank=True)  # e.g. the other run's id
+    detected_at = models.DateTimeField(db_index=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    review_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-detected_at", "-id"]
+        verbose_name_plural = "anomalies"
+        permissions = [("review_anomaly", "Can mark an anomaly reviewed (audited)")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "kind"], name="one_anomaly_per_run_and_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on run {self.run_id}"

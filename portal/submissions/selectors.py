@@ -38,10 +38,100 @@ def run_log_tail(*, submission: Submission, run_id: int, lines: int, staff: bool
     return storage.cut_lines(capped, RUNTIME_LINE_CHARS)
 
 
+def scored_run(submission: Submission) -> Run | None:
+    """The submission's latest scored run: what its entrant's numbers and log come from (a
+    verification run only confirms it; see :func:`verification_run`)."""
+    return submission.runs.filter(purpose=Run.SCORE).order_by("-try_number").first()
+
+
+def verification_run(submission: Submission) -> Run | None:
+    """The submission's latest verification run, if it had one."""
+    return submission.runs.filter(purpose=Run.VERIFY).order_by("-try_number").first()
+
+
+# The meter's readings an entrant sees (Run.resources, written by the scoring worker
+# from the scored container's cgroup; a value the host's kernel does not give is null).
+RESOURCE_KEYS = (
+    "cpu_user_s",
+    "cpu_system_s",
+    "cpu_per_wall",
+    "memory_peak_bytes",
+    "pids_peak",
+    "io_read_bytes",
+    "io_write_bytes",
+    "oom_events",
+)
+
+
+def resources_of(stored: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's published readings (null before the meter read anything)."""
+    if not stored:
+        return None
+    return {key: stored.get(key) for key in RESOURCE_KEYS}
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "?"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{value} B"  # pragma: no cover - the loop always returns
+
+
+def resources_text(stored: dict[str, Any]) -> str:
+    """One line of a run's meter readings for the pages ("-" before any)."""
+    readings = resources_of(stored)
+    if readings is None:
+        return "-"
+
+    def seconds(key: str) -> str:
+        value = readings[key]
+        return "?" if value is None else f"{value:.2f} s"
+
+    ratio = readings["cpu_per_wall"]
+    parts = [
+        f"CPU {seconds('cpu_user_s')} user + {seconds('cpu_system_s')} system"
+        + ("" if ratio is None else f" ({ratio:.2f} CPU-s per wall-s)"),
+        f"peak memory {_bytes(readings['memory_peak_bytes'])}",
+        f"peak PIDs {'?' if readings['pids_peak'] is None else readings['pids_peak']}",
+        f"read {_bytes(readings['io_read_bytes'])}, written {_bytes(readings['io_write_bytes'])}",
+        f"OOM events {'?' if readings['oom_events'] is None else readings['oom_events']}",
+    ]
+    return " · ".join(parts)
+
+
+def verification_summary(run: Run | None) -> dict[str, Any] | None:
+    """What an entrant sees of a verification run: aggregates, as of a scored run."""
+    if run is None:
+        return None
+    return {
+        "status": run.status,
+        "passed": run.passed,
+        "wall_time_ns": run.wall_time_ns,
+        "matches": run.matches,
+        "total": run.total,
+    }
+
+
+def verification_text(run: Run | None) -> str:
+    if run is None:
+        return "-"
+    if run.status != Run.FINISHED:
+        return f"{run.status} (re-runs the image on the cohort shuffled and rewritten)"
+    wall = f"{ns(run.wall_time_ns)}, " if run.wall_time_ns is not None else ""
+    agreement = f"{run.matches:,} / {run.total:,} matches" if run.matches is not None else ""
+    return f"{run.verdict}: {wall}{agreement}".rstrip(", ")
+
+
 def submissions_with_latest_run(entrant: Any, benchmark: Benchmark) -> QuerySet[Submission]:
     """The entrant's submissions on the benchmark, newest first, each annotated with its
     latest run's wall time and agreement. One query."""
-    latest = Run.objects.filter(submission=OuterRef("pk")).order_by("-try_number")
+    latest = Run.objects.filter(submission=OuterRef("pk"), purpose=Run.SCORE).order_by(
+        "-try_number"
+    )
     return (
         Submission.objects.filter(entrant_id=entrant.pk, benchmark=benchmark)
         .select_related("environment")
@@ -75,6 +165,7 @@ PHASE_WORDS = {
     Submission.QUEUED: "Waiting for the scoring machine",
     Submission.STAGING: "Preparing the run, off the clock,",
     Submission.RUNNING: "Running",
+    Submission.VERIFYING: "Verifying (one more run off the board, before it ranks)",
 }
 
 
@@ -106,6 +197,7 @@ OUTCOME_HEADLINES = {
     Submission.FAILED: "Your run did not pass",
     Submission.ERRORED: "Your run gave no valid result",
     Submission.INFRA_FAILED: "The platform failed to score this submission",
+    Submission.REJECTED_VERIFICATION: "Your run failed its verification",
     Submission.CANCELLED: "Staff cancelled this submission",
 }
 
@@ -141,7 +233,8 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
     """What the submission page and its status.json show. A fixed number of queries."""
     now = now or timezone.now()
     zone = submission.benchmark.attempt_timezone
-    run = submission.runs.order_by("-try_number").first()
+    run = scored_run(submission)
+    verification = verification_run(submission)
     ledger = [entry.delta for entry in submission.ledger.all()]
     events = list(submission.events.all())
     wall_time_ns = run.wall_time_ns if run else None
@@ -189,6 +282,8 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
             "output": run.output_sha256 if run else "",
         },
         "attempt": {"charged": charged, "refunded": refunded},
+        "verification": verification_summary(verification),
+        "resources": resources_of(run.resources) if run else None,
         "failure_reason": submission.failure_reason,
         "outcome": outcome,
         "phase": (
@@ -217,6 +312,8 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
                 else "-"
             ),
             "attempt": attempt_text(submission.kind, charged, refunded),
+            "verification": verification_text(verification),
+            "resources": resources_text(run.resources) if run else "-",
             "failure_reason": submission.failure_reason,
             "digest_environment_image": submission.environment_image_digest or "-",
             "digest_submission_image": submission.image_digest or "-",

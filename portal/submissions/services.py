@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from portal import errors, jobs, storage
 from portal.contests import rules, selectors
-from portal.contests.models import Benchmark, Cohort
+from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.contests.services import leaderboard_refresh_entrant
 from portal.environments.models import Environment
 from portal.environments.services import (
@@ -32,7 +32,7 @@ from portal.environments.services import (
     entrant_check_build_slots,
     entrant_check_verified,
 )
-from portal.submissions import archives
+from portal.submissions import anomalies, archives, notify
 from portal.submissions.models import (
     AttemptLedger,
     MachineLease,
@@ -45,6 +45,24 @@ SOURCE_FILE = "source.archive"
 PLATFORM_RETRY_NOTE = "platform error, build will be retried"
 PLATFORM_RETRY_DELAY_S = 60.0
 MACHINE_WAIT_NOTE = "waiting for the scoring machine"
+VERIFY_NOTE = "passed; verifying before it ranks: one more run off the board"
+# A submission waiting for a scoring host: a score, or the verification of a passed run.
+WAITING_FOR_SCORE = (Submission.QUEUED, Submission.VERIFYING)
+
+
+def score_enqueue(
+    submission_id: int,
+    *args: object,
+    kind: str,
+    verification: bool = False,
+    countdown: float | None = None,
+) -> None:
+    """Send the score (or verification) of a submission to the scoring queue, after commit,
+    at its priority: official scores first, then verifications, then practice."""
+    priority = jobs.score_priority(practice=kind == Submission.PRACTICE, verification=verification)
+    jobs.enqueue(
+        jobs.SCORE_SUBMISSION, submission_id, *args, countdown=countdown, priority=priority
+    )
 
 
 def source_path(submission: Submission) -> Path:
@@ -242,7 +260,8 @@ def submission_build_finished(
             image_bytes=image_bytes,
         )
         if done:
-            jobs.enqueue(jobs.SCORE_SUBMISSION, submission_id)
+            kind = Submission.objects.values_list("kind", flat=True).get(pk=submission_id)
+            score_enqueue(submission_id, kind=kind)
         return done
 
 
@@ -288,11 +307,27 @@ def submission_build_platform_failure(submission_id: int, *, reason: str) -> boo
 
 
 def run_claim(submission_id: int, *, lease_s: int) -> Run | None:
-    """queued -> staging for the submission, creating its next Run. None if already claimed."""
+    """queued -> staging for the submission, creating its next Run. None if already claimed.
+
+    A ``verifying`` submission's queued verification run is claimed instead (queued ->
+    staging); the submission itself stays ``verifying`` until that run's verdict.
+    """
     with transaction.atomic():
         submission = Submission.objects.select_for_update().filter(pk=submission_id).first()
-        if submission is None or submission.status != Submission.QUEUED:
+        if submission is None or submission.status not in WAITING_FOR_SCORE:
             return None
+        if submission.status == Submission.VERIFYING:
+            pending = submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).first()
+            if pending is None:
+                return None
+            now = timezone.now()
+            Run.objects.filter(pk=pending.pk).update(
+                status=Run.STAGING,
+                started_at=now,
+                lease_expires_at=now + dt.timedelta(seconds=lease_s),
+            )
+            pending.refresh_from_db()
+            return pending
         kind = Cohort.PRACTICE if submission.kind == Submission.PRACTICE else Cohort.OFFICIAL
         cohort = Cohort.objects.filter(benchmark_id=submission.benchmark_id, kind=kind).first()
         if cohort is None:
@@ -326,39 +361,76 @@ def run_mark_running(*, run_id: int, lease_s: int, **fields: Any) -> bool:
         return bool(done)
 
 
+def _finish_run(
+    run_id: int,
+    *,
+    status: str,
+    reason: str,
+    submission_statuses: list[str],
+    fields: dict[str, Any],
+) -> Run | None:
+    """Write a run's verdict once, holding its submission's row lock; the run, or None
+    when the submission is no longer in ``submission_statuses`` or the run no longer open.
+
+    Concurrent writers (a redelivered task, the reaper, a staff cancel) serialize on the
+    lock, and the conditional update filters on the run's own columns only, which
+    PostgreSQL re-checks after waiting for a lock (a filter through a join would be a
+    subquery evaluated once, before the wait). Call inside a transaction.
+    """
+    if status not in (Submission.PASSED, Submission.FAILED, Submission.ERRORED):
+        raise ValueError(f"not a verdict: {status}")
+    submission_ids = list(Run.objects.filter(pk=run_id).values_list("submission_id", flat=True))
+    active = list(
+        Submission.objects.select_for_update()
+        .filter(pk__in=submission_ids, status__in=submission_statuses)
+        .values_list("pk", flat=True)
+    )
+    if not active:
+        return None
+    done = Run.objects.filter(pk=run_id, status__in=[Run.STAGING, Run.RUNNING]).update(
+        status=Run.FINISHED,
+        verdict=status,
+        verdict_reason=reason,
+        passed=status == Submission.PASSED,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+        **fields,
+    )
+    if not done:
+        return None
+    return Run.objects.select_related("submission__benchmark").get(pk=run_id)
+
+
 def run_record_verdict(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
     """Write the run's verdict once, the submission's final status and the leaderboard.
 
     ``status`` is passed, failed or errored. All in one transaction, holding the
-    submission's row lock: concurrent writers (a redelivered task, the reaper, a staff
-    cancel) serialize on it, and the conditional update below filters on the run's own
-    columns only, which PostgreSQL re-checks after waiting for a lock (a filter through
-    a join would be a subquery evaluated once, before the wait).
+    submission's row lock (see :func:`_finish_run`). A passing official run that must be
+    verified first leaves the submission ``verifying`` with a queued verification run.
     """
-    if status not in (Submission.PASSED, Submission.FAILED, Submission.ERRORED):
-        raise ValueError(f"not a verdict: {status}")
     with transaction.atomic():
-        submission_ids = list(Run.objects.filter(pk=run_id).values_list("submission_id", flat=True))
-        active = list(
-            Submission.objects.select_for_update()
-            .filter(pk__in=submission_ids, status__in=[Submission.STAGING, Submission.RUNNING])
-            .values_list("pk", flat=True)
+        run = _finish_run(
+            run_id,
+            status=status,
+            reason=reason,
+            submission_statuses=[Submission.STAGING, Submission.RUNNING],
+            fields=fields,
         )
-        if not active:
+        if run is None:
             return False
-        done = Run.objects.filter(pk=run_id, status__in=[Run.STAGING, Run.RUNNING]).update(
-            status=Run.FINISHED,
-            verdict=status,
-            verdict_reason=reason,
-            passed=status == Submission.PASSED,
-            finished_at=timezone.now(),
-            lease_expires_at=None,
-            **fields,
-        )
-        if not done:
-            return False
-        run = Run.objects.select_related("submission").get(pk=run_id)
         submission = run.submission
+        if submission.kind == Submission.OFFICIAL:
+            transaction.on_commit(lambda: anomalies.anomaly_scan_after_commit(run_id))
+        if status == Submission.PASSED and _verification_due(run):
+            submission_transition(
+                submission.pk,
+                frm=[Submission.STAGING, Submission.RUNNING],
+                to=Submission.VERIFYING,
+                note=VERIFY_NOTE,
+                failure_reason="",
+            )
+            _queue_verification(submission)
+            return True
         submission_transition(
             submission.pk,
             frm=[Submission.STAGING, Submission.RUNNING],
@@ -393,6 +465,9 @@ def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool
             return False
         run = Run.objects.select_related("submission").get(pk=run_id)
         submission = run.submission
+        if run.purpose == Run.VERIFY:
+            _verification_infra_failure(run, reason)
+            return True
         active = [Submission.STAGING, Submission.RUNNING]
         earlier = submission.runs.filter(try_number__lt=run.try_number)
         previous = earlier.order_by("-try_number").values_list("status", flat=True).first()
@@ -403,7 +478,7 @@ def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool
                 to=Submission.QUEUED,
                 note=f"platform failure, requeued: {reason}",
             ):
-                jobs.enqueue(jobs.SCORE_SUBMISSION, submission.pk)
+                score_enqueue(submission.pk, kind=submission.kind)
         elif earlier.filter(status=Run.FINISHED).exists():
             submission_transition(
                 submission.pk,
@@ -523,7 +598,7 @@ def submission_machine_waits(submission_id: int) -> int:
     count = 0
     events = SubmissionEvent.objects.filter(submission_id=submission_id).order_by("-at", "-id")
     for status, note in events.values_list("status", "note").iterator():
-        if status != Submission.QUEUED or not note.startswith(MACHINE_WAIT_NOTE):
+        if status not in WAITING_FOR_SCORE or not note.startswith(MACHINE_WAIT_NOTE):
             break
         count += 1
     return count
@@ -561,19 +636,205 @@ def submission_wait_for_machine(
 ) -> bool:
     """The scoring machine is not ready (a health gate failed, or it is busy): try later.
 
-    Only while the submission is still ``queued``: adds a ``queued`` timeline event
-    noting why (the entrant sees it waiting, not failed; nothing is charged or
-    refunded) and enqueues the score again after ``retry_in_s`` seconds, numbered
-    ``waits`` so that a duplicate of an older message recognises itself as stale.
+    Only while the submission is still ``queued`` (or ``verifying``): adds a timeline
+    event of that status noting why (the entrant sees it waiting, not failed; nothing is
+    charged or refunded) and enqueues the score again after ``retry_in_s`` seconds,
+    numbered ``waits`` so that a duplicate of an older message recognises itself as
+    stale.
     """
     with transaction.atomic():
-        still_queued = (
+        waiting = (
             Submission.objects.select_for_update()
-            .filter(pk=submission_id, status=Submission.QUEUED)
-            .exists()
+            .filter(pk=submission_id, status__in=WAITING_FOR_SCORE)
+            .values("status", "kind")
+            .first()
         )
-        if not still_queued:
+        if waiting is None:
             return False
-        _event(submission_id, Submission.QUEUED, f"{MACHINE_WAIT_NOTE}: {reason}")
-        jobs.enqueue(jobs.SCORE_SUBMISSION, submission_id, waits, countdown=retry_in_s)
+        _event(submission_id, waiting["status"], f"{MACHINE_WAIT_NOTE}: {reason}")
+        score_enqueue(
+            submission_id,
+            waits,
+            kind=waiting["kind"],
+            verification=waiting["status"] == Submission.VERIFYING,
+            countdown=retry_in_s,
+        )
     return True
+
+
+# Verification (rules.md "Verification before a run ranks") ----------------------------
+
+
+def _verification_due(run: Run) -> bool:
+    """A passing official run that would be its entrant's new best in the top
+    ``verify_top`` rows of the stored leaderboard (see ``rules.needs_verification``)."""
+    submission = run.submission
+    benchmark = submission.benchmark
+    if submission.kind != Submission.OFFICIAL or run.purpose != Run.SCORE:
+        return False
+    if benchmark.verify_top <= 0 or run.wall_time_ns is None:
+        return False
+    candidate = rules.Candidate(
+        entrant_id=submission.entrant_id,
+        run_id=int(run.pk),
+        submission_id=int(submission.pk),
+        wall_time_ns=run.wall_time_ns,
+        submitted_at=submission.submitted_at,
+    )
+    board = [
+        rules.Candidate(
+            entrant_id=row["entrant_id"],
+            run_id=row["run_id"],
+            submission_id=row["submission_id"],
+            wall_time_ns=row["wall_time_ns"],
+            submitted_at=row["submitted_at"],
+        )
+        for row in LeaderboardEntry.objects.filter(benchmark=benchmark).values(
+            "entrant_id", "run_id", "submission_id", "wall_time_ns", "submitted_at"
+        )
+    ]
+    return rules.needs_verification(candidate, board, verify_top=benchmark.verify_top)
+
+
+def _queue_verification(submission: Submission) -> None:
+    """A queued verification run of a ``verifying`` submission, and its message."""
+    verification_requeue(submission)
+    score_enqueue(submission.pk, kind=submission.kind, verification=True)
+
+
+def _scored_cohort_id(submission: Submission) -> int:
+    """The cohort of the submission's latest scored (not verification) run."""
+    cohort_id = (
+        submission.runs.filter(purpose=Run.SCORE)
+        .exclude(status=Run.QUEUED)
+        .order_by("-try_number")
+        .values_list("cohort_id", flat=True)
+        .first()
+    )
+    if cohort_id is None:
+        raise errors.InvalidParameter("This submission has no scored run to verify.")
+    return int(cohort_id)
+
+
+def _official_run(submission: Submission) -> Run | None:
+    """The passing scored run that a verification checks (the latest one)."""
+    return (
+        submission.runs.filter(purpose=Run.SCORE, status=Run.FINISHED, passed=True)
+        .order_by("-try_number")
+        .first()
+    )
+
+
+def run_record_verification(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
+    """Write a verification run's verdict, then rank the submission or reject it.
+
+    The submission ranks (``verifying`` -> ``passed``, the leaderboard refreshed) only
+    when the verification run passed the gate and its wall time lies within the
+    benchmark's ``verify_tolerance_pct`` of the official run's; otherwise it ends
+    ``rejected_verification``: off the board, the attempt still charged, and staff are
+    told with both runs. Written once, holding the submission's row lock (see
+    :func:`_finish_run`).
+    """
+    if not Run.objects.filter(pk=run_id, purpose=Run.VERIFY).exists():
+        return False
+    with transaction.atomic():
+        run = _finish_run(
+            run_id,
+            status=status,
+            reason=reason,
+            submission_statuses=[Submission.VERIFYING],
+            fields=fields,
+        )
+        if run is None:
+            return False
+        submission = run.submission
+        official = _official_run(submission)
+        problem = rules.verification_problem(
+            official_ns=(official.wall_time_ns or 0) if official else 0,
+            status=status,
+            reason=reason,
+            wall_ns=run.wall_time_ns,
+            tolerance_pct=submission.benchmark.verify_tolerance_pct,
+        )
+        if problem:
+            submission_transition(
+                submission.pk,
+                frm=[Submission.VERIFYING],
+                to=Submission.REJECTED_VERIFICATION,
+                note=f"verification failed: {problem}",
+                failure_reason=(
+                    f"Verification failed: {problem} The run stays off the leaderboard; "
+                    "the attempt counts."
+                ),
+            )
+            transaction.on_commit(
+                lambda: notify.verification_rejected(
+                    submission_id=int(submission.pk),
+                    official_run_id=int(official.pk) if official else None,
+                    verification_run_id=run_id,
+                    problem=problem,
+                )
+            )
+        else:
+            seconds = (run.wall_time_ns or 0) / 1e9
+            submission_transition(
+                submission.pk,
+                frm=[Submission.VERIFYING],
+                to=Submission.PASSED,
+                note=f"verified: the verification run passed in {seconds:.3f} s",
+            )
+        leaderboard_refresh_entrant(
+            benchmark=submission.benchmark, entrant_id=submission.entrant_id
+        )
+        transaction.on_commit(lambda: anomalies.anomaly_scan_after_commit(run_id))
+        return True
+
+
+def verification_requeue(submission: Submission) -> None:
+    """Staff requeue of a ``verifying`` submission: a queued verification run exists
+    afterwards (a new one unless one is still queued). Refuses one under way."""
+    runs = submission.runs.filter(purpose=Run.VERIFY)
+    if runs.filter(status__in=[Run.STAGING, Run.RUNNING]).exists():
+        raise errors.InvalidParameter("Its verification run is under way; cancel it instead.")
+    if not runs.filter(status=Run.QUEUED).exists():
+        Run.objects.create(
+            submission=submission,
+            cohort_id=_scored_cohort_id(submission),
+            try_number=submission.runs.count() + 1,
+            purpose=Run.VERIFY,
+            status=Run.QUEUED,
+        )
+
+
+def _verification_infra_failure(run: Run, reason: str) -> None:
+    """A platform fault during verification: the verification alone is queued again,
+    once; after a second fault in a row the submission stays ``verifying`` and staff are
+    told (they may requeue it). Nothing is charged or refunded either way."""
+    submission = run.submission
+    previous = (
+        submission.runs.filter(purpose=Run.VERIFY, try_number__lt=run.try_number)
+        .order_by("-try_number")
+        .values_list("status", flat=True)
+        .first()
+    )
+    if submission.status != Submission.VERIFYING:
+        return
+    if previous != Run.INFRA_FAILED:
+        _event(
+            submission.pk,
+            Submission.VERIFYING,
+            f"platform failure during verification, requeued: {reason}",
+        )
+        _queue_verification(submission)
+        return
+    _event(
+        submission.pk,
+        Submission.VERIFYING,
+        f"platform failure during verification twice; staff will requeue it: {reason}",
+    )
+    run_id = int(run.pk)
+    transaction.on_commit(
+        lambda: notify.verification_stuck(
+            submission_id=int(submission.pk), verification_run_id=run_id, reason=reason
+        )
+    )

@@ -24,9 +24,11 @@ from portal.contests.services import leaderboard_refresh_entrant
 from portal.submissions.models import Submission
 from portal.submissions.services import (
     attempt_refund,
+    score_enqueue,
     source_path,
     submission_machine_waits,
     submission_transition,
+    verification_requeue,
 )
 
 UNFINISHED = tuple(status for status, _ in Submission.STATUSES if status not in Submission.FINAL)
@@ -35,6 +37,7 @@ RESCORABLE = (
     Submission.FAILED,
     Submission.ERRORED,
     Submission.INFRA_FAILED,
+    Submission.REJECTED_VERIFICATION,
 )
 
 
@@ -163,6 +166,8 @@ def submission_requeue(
     - ``infra_failed`` (the platform failed twice; the attempt was refunded and stays
       refunded): back to ``queued`` when its submission image exists, else to
       ``accepted`` for a new build.
+    - ``verifying`` with no verification run under way (its message lost, or the
+      platform failed twice while verifying): its verification is sent again.
 
     Anything building, staging or running is refused: the reaper takes back work whose
     worker stopped answering, and staff may cancel it.
@@ -173,18 +178,25 @@ def submission_requeue(
         _refuse_after_purge(current)
         if current.status == Submission.INFRA_FAILED:
             target = Submission.QUEUED if current.image_digest else Submission.ACCEPTED
-        elif current.status in (Submission.ACCEPTED, Submission.QUEUED):
+        elif current.status in (Submission.ACCEPTED, Submission.QUEUED, Submission.VERIFYING):
             target = current.status
         else:
             raise errors.InvalidParameter(
-                "Only an accepted, queued or infra-failed submission can be requeued; "
-                f"this one is {current.status}."
+                "Only an accepted, queued, verifying or infra-failed submission can be "
+                f"requeued; this one is {current.status}."
             )
+        if target == Submission.VERIFYING:
+            verification_requeue(current)
         submission_transition(
             current.pk, frm=[current.status], to=target, note=note, failure_reason=""
         )
-        if target == Submission.QUEUED:
-            jobs.enqueue(jobs.SCORE_SUBMISSION, current.pk, submission_machine_waits(current.pk))
+        if target in (Submission.QUEUED, Submission.VERIFYING):
+            score_enqueue(
+                current.pk,
+                submission_machine_waits(current.pk),
+                kind=current.kind,
+                verification=target == Submission.VERIFYING,
+            )
         else:
             jobs.enqueue(jobs.BUILD_SUBMISSION, current.pk)
         audit_record(
@@ -202,7 +214,8 @@ def submission_requeue(
 def submission_rescore(
     *, submission: Submission, actor: Any, reason: str = "", origin: Origin = NOWHERE
 ) -> Submission:
-    """Queue a new scored run of a finished submission (passed, failed, errored, infra_failed).
+    """Queue a new scored run of a finished submission (passed, failed, errored,
+    infra_failed, rejected_verification).
 
     Charges nothing; the new run is the next try, and the leaderboard keeps the
     entrant's best passing run whatever the new one measures.
@@ -220,10 +233,11 @@ def submission_rescore(
         if not done:
             submission.refresh_from_db(fields=["status"])
             raise errors.InvalidParameter(
-                "Only a passed, failed, errored or infra-failed submission can be rescored; "
+                "Only a passed, failed, errored, infra-failed or rejected submission can be "
+                "rescored; "
                 f"this one is {submission.status}."
             )
-        jobs.enqueue(jobs.SCORE_SUBMISSION, submission.pk)
+        score_enqueue(submission.pk, kind=submission.kind)
         audit_record(
             actor=actor,
             action="submission.rescore",

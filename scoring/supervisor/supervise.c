@@ -44,13 +44,23 @@
  *    left and keep reaping: as PID 1, kill(-1) (every process of our uid in the
  *    namespace but us); natively, the child's process group plus every descendant
  *    found in /proc (never kill(-1) on a host). "killed" is then true.
- *  - Off the clock we read PATH (O_NOFOLLOW|O_NONBLOCK, must be a regular file, at
- *    most expect-bytes + 1 bytes) and the last tail-bytes of each log through our
- *    own descriptors, then write exactly ONE JSON line to fd 1 and exit 0:
+ *  - Off the clock, once every entrant process is reaped and after the clock's second
+ *    reading, the meter: as PID 1 only, we read a fixed allow-list of the container's
+ *    cgroup files (see meter_prepare: v2 when /sys/fs/cgroup/cgroup.controllers
+ *    exists, else v1), each at most METER_FILE_BYTES, O_NOFOLLOW, a regular file.
+ *    Natively /sys/fs/cgroup is the host's or a session's, shared with other
+ *    processes: nothing is read there.
+ *  - Then we read PATH (O_NOFOLLOW|O_NONBLOCK, must be a regular file, at most
+ *    expect-bytes + 1 bytes) and the last tail-bytes of each log through our own
+ *    descriptors, then write exactly ONE JSON line to fd 1 and exit 0:
  *    {"podium_supervisor": 1, "start_ns", "end_ns", "wall_ns", "exit_code",
  *     "signal", "killed", "rusage": {"utime_us", "stime_us", "maxrss_kb"},
  *     "output_bytes", "output_error", "output_b64", "stdout_tail_b64",
- *     "stderr_tail_b64"}
+ *     "stderr_tail_b64", "cgroup": {FILE: BASE64, ...}, "meter_ns"}
+ *    where "cgroup" holds, under its allow-list name, the contents of each cgroup file
+ *    that could be read whole (a file longer than the bound is left out rather than
+ *    cut), {} natively; and "meter_ns" the time the meter took (CLOCK_MONOTONIC,
+ *    after end_ns, so never part of wall_ns). scoring/meter.py decodes them.
  *  - Exit 2 on a usage error, 1 if the run could not be set up (message on stderr).
  *
  * Why a uid of our own: the kernel lets any process renice, ionice, re-pin or prlimit
@@ -178,6 +188,7 @@
 #define ENTRANT_OOM_SCORE_ADJ "1000"
 #define PREWARM_BYTES (16 << 20) /* of the entrypoint, read before the clock */
 #define WARM_UP "--warm-up"          /* argv[1] of our own warm-up exec: exit 0 at once */
+#define METER_FILE_BYTES 4096        /* of each cgroup file the meter reads */
 static long long mono_ns(void)
 {
     struct timespec ts;
@@ -307,6 +318,120 @@ static void b64_tail(const char *key, int fd, long long tail)
             break;
     }
     printf("\"");
+}
+
+/* ---- the meter: the container's cgroup files, read off the clock ---- */
+
+/* The allow-lists, relative to our cgroup's folder: CPU time, the memory peak, OOM
+ * events, the PID peak and block I/O bytes, plus v2's list of enabled controllers (it
+ * tells why a file is missing). v1's cpuacct.usage_user/_sys and cpuacct.stat are
+ * sampled (at the tick, on most kernels), cpuacct.usage is the scheduler's exact sum:
+ * scoring/meter.py splits the latter by the former. v1's memory.failcnt is left out:
+ * it counts every time the usage touched the limit, reclaim included, not OOM events.
+ * pids.peak is new (older kernels lack it, under either version); blkio's recursive
+ * file only exists with CFQ or BFQ. */
+static const char *const meter_v2[] = {
+    "cgroup.controllers", "cpu.stat", "memory.peak", "memory.events", "pids.peak", "io.stat"};
+static const char *const meter_v1[] = {
+    "cpuacct/cpuacct.usage", "cpuacct/cpuacct.usage_user", "cpuacct/cpuacct.usage_sys",
+    "cpuacct/cpuacct.stat", "memory/memory.max_usage_in_bytes", "memory/memory.oom_control",
+    "pids/pids.peak", "blkio/blkio.throttle.io_service_bytes",
+    "blkio/blkio.io_service_bytes_recursive"};
+#define METER_MAX_FILES (sizeof meter_v1 / sizeof *meter_v1)
+
+static const char *const *meter_files; /* NULL: no meter (not PID 1, or no cgroup) */
+static size_t meter_count;
+static char meter_dir[1024];
+/* One byte more than the bound, to tell a longer file (left out) from a full one. */
+static unsigned char meter_buf[METER_MAX_FILES][METER_FILE_BYTES + 1];
+static ssize_t meter_len[METER_MAX_FILES]; /* -1: not read */
+
+/* Reads all of a small file into buf (at most cap bytes); -1 if it cannot be opened,
+ * is not a regular file (cgroupfs files are), fails to read or is longer than cap. */
+static ssize_t read_small(const char *path, unsigned char *buf, size_t cap)
+{
+    struct stat st;
+    ssize_t len = 0, n = 1;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        n = -1;
+    while (n > 0 && (size_t)len <= cap) /* their st_size says nothing: read to EOF */
+        if ((n = read(fd, buf + len, cap + 1 - (size_t)len)) > 0)
+            len += n;
+    close(fd);
+    return n < 0 || (size_t)len > cap ? -1 : len;
+}
+
+/* Before the clock: which version and which folder. Only as PID 1, where the engine
+ * gave us the container's own cgroup. Under v1 the engine mounts each controller's
+ * folder of the container at /sys/fs/cgroup/<controller> (cpuacct may be a link to
+ * "cpu,cpuacct": O_NOFOLLOW refuses a link only as the last step). Under v2 the folder
+ * is /sys/fs/cgroup plus our path in /proc/self/cgroup's "0::" line: "/" in a cgroup
+ * namespace of our own (Docker's default on v2), the full path where the engine shares
+ * the host's namespace and mounts the whole tree; /sys/fs/cgroup itself would then be
+ * the host's root, whose cpu.stat and io.stat are the whole machine's. */
+static void meter_prepare(void)
+{
+    struct stat st;
+    if (getpid() != 1)
+        return;
+    if (lstat("/sys/fs/cgroup/cgroup.controllers", &st) != 0) {
+        snprintf(meter_dir, sizeof meter_dir, "/sys/fs/cgroup");
+        meter_files = meter_v1;
+        meter_count = sizeof meter_v1 / sizeof *meter_v1;
+        return;
+    }
+    unsigned char *buf = meter_buf[0]; /* not in use yet */
+    ssize_t len = read_small("/proc/self/cgroup", buf, METER_FILE_BYTES);
+    if (len <= 0)
+        return;
+    buf[len] = 0;
+    char *line = (char *)buf;
+    while (line && strncmp(line, "0::/", 4) != 0)
+        if ((line = strchr(line, '\n')))
+            line++;
+    if (!line)
+        return;
+    line[strcspn(line, "\n")] = 0;
+    if (snprintf(meter_dir, sizeof meter_dir, "/sys/fs/cgroup%s", line + 3) >=
+        (int)sizeof meter_dir)
+        return;
+    meter_files = meter_v2;
+    meter_count = sizeof meter_v2 / sizeof *meter_v2;
+}
+
+/* After the clock's second reading, with no entrant process left: every file of the
+ * allow-list that can be read whole. Returns the time it took. */
+static long long meter_read(void)
+{
+    long long started = mono_ns();
+    char path[sizeof meter_dir + 64];
+    for (size_t k = 0; k < METER_MAX_FILES; k++)
+        meter_len[k] = -1;
+    for (size_t k = 0; k < meter_count; k++) {
+        /* "/" alone (our own namespace's root) needs no second slash */
+        const char *sep = meter_dir[strlen(meter_dir) - 1] == '/' ? "" : "/";
+        snprintf(path, sizeof path, "%s%s%s", meter_dir, sep, meter_files[k]);
+        meter_len[k] = read_small(path, meter_buf[k], METER_FILE_BYTES);
+    }
+    return mono_ns() - started;
+}
+
+static void print_meter(long long meter_ns)
+{
+    const char *comma = "";
+    printf(", \"cgroup\": {");
+    for (size_t k = 0; k < meter_count; k++) {
+        if (meter_len[k] < 0)
+            continue;
+        printf("%s\"%s\": \"", comma, meter_files[k]);
+        b64(meter_buf[k], (size_t)meter_len[k]);
+        printf("\"");
+        comma = ", ";
+    }
+    printf("}, \"meter_ns\": %lld", meter_ns);
 }
 
 /* ---- killing what is left at the deadline ---- */
@@ -734,6 +859,8 @@ int main(int argc, char **argv)
     memset(out, 0, out_cap);
     memset(tail_buf, 0, sizeof tail_buf);
     memset(stdout_buf, 0, sizeof stdout_buf);
+    memset(meter_buf, 0, sizeof meter_buf);
+    meter_prepare();
     setvbuf(stdout, stdout_buf, _IOFBF, sizeof stdout_buf);
     touch_stack();
     prewarm(prog[0], 1);
@@ -800,10 +927,13 @@ int main(int argc, char **argv)
     }
 
     /* 5. Off the clock: give our reserve back (no entrant process is left to take
-     * it), resource usage, the output file (the log tails in 6), read as the entrant
-     * (its folder), which no entrant process is left to exploit. */
+     * it), the meter (after end: every entrant process has been charged to the cgroup,
+     * and the reading is never part of wall_ns), resource usage, the output file (the
+     * log tails in 6), read as the entrant (its folder), which no entrant process is
+     * left to exploit. */
     if (reserve >= 0)
         close(reserve);
+    long long meter_ns = meter_read();
     act_as_entrant(1);
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
@@ -854,6 +984,7 @@ int main(int argc, char **argv)
     printf("\"");
     b64_tail("stdout_tail_b64", fds[0], tail);
     b64_tail("stderr_tail_b64", fds[1], tail);
+    print_meter(meter_ns);
     printf("}\n");
     free(out);
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;

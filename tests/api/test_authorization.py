@@ -406,7 +406,7 @@ def test_unpaginated_lists_are_plain_and_bounded(
     assert [row["id"] for row in environments] == [world.environment.pk]  # removed ones hidden
     assert len(environments) <= benchmark.max_environments
     assert [row["slug"] for row in benchmarks] == [benchmark.slug]
-    assert leaderboard == {"rows": []}
+    assert leaderboard == {"rows": [], "verifying": []}
 
 
 # Throttling ------------------------------------------------------------------------------

@@ -189,6 +189,40 @@ def test_a_failing_submission_exits_1_with_its_reason(
     ]
 
 
+def test_a_run_rejected_by_its_verification_is_followed_through_it_and_exits_1(
+    submission: Submission, podium: Podium, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submission.benchmark.verify_top = 20
+    submission.benchmark.save()
+    pipeline = Pipeline(submission)
+
+    def verification_fails() -> None:
+        run = services.run_claim(pipeline.id, lease_s=60)
+        assert run is not None and run.purpose == Run.VERIFY
+        services.run_mark_running(run_id=run.pk, lease_s=60)
+        services.run_record_verification(
+            run_id=run.pk, status="failed", reason="0 of 4 match; 4 needed", wall_time_ns=1
+        )
+
+    steps(
+        monkeypatch,
+        pipeline.start_build,
+        pipeline.finish_build,
+        pipeline.start_run,
+        lambda: pipeline.verdict("passed", 4),
+        verification_fails,
+    )
+
+    result = podium("watch", str(submission.pk), "--no-logs")
+
+    assert result.code == 1
+    assert timeline(result.out)[-2:] == ["verifying", "rejected_verification"]
+    assert result.out.splitlines()[-2].startswith(
+        "Verdict: rejected_verification, 4/4 matches, wall time 123.456789 ms"
+    )
+    assert "Reason: Verification failed: the verification run did not pass" in result.out
+
+
 def test_a_failed_build_shows_the_end_of_its_log_and_exits_1(
     submission: Submission, podium: Podium, monkeypatch: pytest.MonkeyPatch
 ) -> None:

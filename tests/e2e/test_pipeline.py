@@ -17,8 +17,10 @@ import pytest
 import requests
 from django.utils import timezone
 
+from podium_cli.watch import FINAL
 from portal.contests.cohorts import cohort_import
 from portal.contests.democohort import generate
+from portal.contests.models import CohortItem
 from tests import factories
 from tests.e2e.conftest import REPO, wait_for
 
@@ -26,7 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 STARTER_KIT = REPO / "examples" / "starter-kit"
 COHORT_SIZE = 24
-FINAL = {"build_failed", "passed", "failed", "errored", "infra_failed", "cancelled"}
 
 
 def starter_kit_archive() -> bytes:
@@ -112,6 +113,11 @@ def demo(transactional_db, data_dir: Path, tmp_path: Path):
         attempts_per_day=10,
         build_timeout_s=300,
         score_timeout_s=120,
+        # Every new best is verified before it ranks; the tolerance is wide because a
+        # 24-image run on a busy test machine is noisy (the rule's decisions are tested
+        # in tests/submissions/test_verification.py).
+        verify_top=20,
+        verify_tolerance_pct=1000,
     )
     images = tmp_path / "cohort"
     answers = generate(images, COHORT_SIZE, seed=7)
@@ -141,8 +147,20 @@ def test_starter_kit_goes_from_upload_to_the_leaderboard(celery_workers, live_se
         "queued",
         "staging",
         "running",
+        "verifying",
         "passed",
     ]
+    # The first passing run is a new best in the top 20: it ranked only once one more
+    # run, shuffled and rewritten, confirmed it.
+    verification = sub["verification"]
+    assert verification["status"] == "finished" and verification["passed"], verification
+    assert verification["matches"] == COHORT_SIZE
+    assert sub["runs"] == 2
+    # The meter's readings of the scored run.
+    resources = sub["resources"]
+    assert resources["cpu_user_s"] + resources["cpu_system_s"] > 0, resources
+    assert resources["memory_peak_bytes"] > 1 << 20, resources
+    assert resources["oom_events"] == 0, resources
     assert sub["matches"] == sub["total"] == COHORT_SIZE
     assert sub["wall_time_ns"] > 0
     host_start, host_end = sub["host_interval_ns"]
@@ -160,6 +178,31 @@ def test_starter_kit_goes_from_upload_to_the_leaderboard(celery_workers, live_se
         (1, "alice", sub_id)
     ]
     assert board["rows"][0]["wall_time_ns"] == sub["wall_time_ns"]
+    assert board["rows"][0]["cpu_per_wall"] > 0
+    assert board["verifying"] == []
+
+    # The replay: an archive that writes back the answers in the cohort's fixed order
+    # passes its official run far faster, but the verification run sees the images
+    # shuffled under fresh names and fails the gate. It never ranks; the attempt counts.
+    replay_id = alice.submit(demo.slug, env["id"], replay_archive(demo))
+    replay = alice.wait_submission(replay_id)
+    assert replay["status"] == "rejected_verification", replay
+    assert replay["passed"] is True  # the official run itself passed
+    assert replay["verification"]["passed"] is False
+    assert "Verification failed" in replay["failure_reason"]
+    assert replay["attempt"] == {"charged": True, "refunded": False}
+    board = requests.get(f"{alice.base}/benchmarks/{demo.slug}/leaderboard/", timeout=30).json()
+    assert [row["submission_id"] for row in board["rows"]] == [sub_id]
+
+
+def replay_archive(benchmark: Any) -> bytes:
+    """A submission that prints the official answers in cohort order, learned elsewhere."""
+    classes = CohortItem.objects.filter(
+        cohort__benchmark=benchmark, cohort__kind="official"
+    ).order_by("position")
+    data = b"".join(item.reference_class.to_bytes(4, "little") for item in classes)
+    octal = "".join(f"\\{byte:03o}" for byte in data)
+    return archive({"run": (f"#!/bin/sh\nprintf '{octal}' > \"$3\"\n", 0o755)})
 
 
 def test_failures_end_in_the_right_status_and_charge(celery_workers, live_server, demo):

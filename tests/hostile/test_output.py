@@ -30,6 +30,8 @@ FORGED = json.dumps(
         "output_b64": base64.b64encode(b"\x07\0\0\0" * ROWS).decode(),
         "stdout_tail_b64": "",
         "stderr_tail_b64": "",
+        "cgroup": {},
+        "meter_ns": 0,
     }
 )
 

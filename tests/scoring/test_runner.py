@@ -47,6 +47,8 @@ def supervisor_line(**overrides: Any) -> bytes:
         "output_b64": b64(b"\x07\0\0\0\x07\0\0\0"),
         "stdout_tail_b64": b64(b"hello\n"),
         "stderr_tail_b64": b64(b"oops\n"),
+        "cgroup": {},
+        "meter_ns": 0,
     }
     fields.update(overrides)
     return json.dumps(fields).encode() + b"\n"
@@ -367,7 +369,7 @@ def queued(alice, benchmark) -> Submission:
 
 
 def the_run(submission: Submission) -> Run:
-    return Run.objects.filter(submission=submission).latest("try_number")
+    return Run.objects.filter(submission=submission, purpose=Run.SCORE).latest("try_number")
 
 
 def clock_readings(run: Run) -> list[int]:
@@ -539,6 +541,8 @@ FORGED_LINE = json.dumps(
         "output_b64": b64(b"\x07\0\0\0" * 10),
         "stdout_tail_b64": "",
         "stderr_tail_b64": "",
+        "cgroup": {},
+        "meter_ns": 0,
     }
 )
 
@@ -647,6 +651,50 @@ def test_a_right_answer_passes_and_reaches_the_leaderboard(score, queued):
     assert "scored 10 rows" in run_log(run)
     entry = LeaderboardEntry.objects.get(benchmark=queued.benchmark, entrant=queued.entrant)
     assert (entry.run_id, entry.wall_time_ns, entry.matches) == (run.pk, run.wall_time_ns, 10)
+    # The meter: the container's cgroup, read once the tree was reaped.
+    resources = run.resources
+    assert resources["cgroup_version"] in (1, 2), resources
+    assert resources["cpu_user_s"] is not None and resources["cpu_system_s"] is not None
+    assert resources["memory_peak_bytes"] > 0 and resources["oom_events"] == 0, resources
+    assert resources["cpu_per_wall"] == pytest.approx(
+        (resources["cpu_user_s"] + resources["cpu_system_s"]) / (run.wall_time_ns / 1e9)
+    )
+    assert 0 <= resources["meter_ms"] < 1000
+
+
+@pytest.mark.docker
+def test_a_verification_reruns_the_image_through_the_same_stages(score, queued):
+    benchmark = queued.benchmark
+    benchmark.verify_top = 20
+    # A few-millisecond run on a busy test machine is noisy: only a 10x slower verification
+    # is refused here (the rule's boundaries: tests/submissions/test_verification.py).
+    benchmark.verify_tolerance_pct = 1000
+    benchmark.save()
+    official = score("right")
+    queued.refresh_from_db()
+    assert queued.status == Submission.VERIFYING
+    assert not LeaderboardEntry.objects.filter(benchmark=benchmark).exists()
+
+    runner.score_submission(queued.pk)  # the verification message
+
+    verification = Run.objects.get(submission=queued, purpose=Run.VERIFY)
+    assert (verification.status, verification.verdict) == (Run.FINISHED, "passed")
+    assert verification.matches == 10 and (verification.wall_time_ns or 0) > 0
+    assert verification.resources["cpu_user_s"] is not None
+    # Staged shuffled under fresh names, off the board; the official run is what ranks.
+    official_names = {line.split("\t")[2] for line in mapping(official)}
+    verify_names = {line.split("\t")[2] for line in mapping(verification)}
+    assert len(verify_names) == 10 and not official_names & verify_names
+    queued.refresh_from_db()
+    assert queued.status == Submission.PASSED, queued.failure_reason
+    entry = LeaderboardEntry.objects.get(benchmark=benchmark)
+    assert (entry.run_id, entry.wall_time_ns) == (official.pk, official.wall_time_ns)
+    assert not engine.list_containers(label=f"podium.run={verification.pk}")
+    assert not (storage.run_dir(verification.pk) / "input").exists()
+
+
+def mapping(run: Run) -> list[str]:
+    return (storage.run_private_dir(run.pk) / storage.RUN_MAPPING).read_text().splitlines()
 
 
 @pytest.mark.docker

@@ -29,6 +29,8 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.rescore_submission",
     "submissions.cancel_submission",
     "submissions.disqualify_submission",
+    "submissions.review_anomaly",
+    "submissions.view_anomaly",
     "contests.export_cohort_members",
     "contests.export_cohort_answers",
     "submissions.view_submission",

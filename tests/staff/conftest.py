@@ -52,6 +52,18 @@ def scored(submission, official) -> Run:
         output_sha256="6" * 64,
         supervisor_sha256="7" * 64,
         readings={"cpu_idle": 0.97, "temperature_c": 41},
+        resources={
+            "cgroup_version": 2,
+            "cpu_user_s": 1.5,
+            "cpu_system_s": 0.25,
+            "cpu_per_wall": 1.4,
+            "memory_peak_bytes": 3 << 20,
+            "pids_peak": 9,
+            "io_read_bytes": 0,
+            "io_write_bytes": 4096,
+            "oom_events": 0,
+            "meter_ms": 0.4,
+        },
         finished_at=timezone.now(),
     )
     private = storage.ensure_dir(storage.run_private_dir(run.pk))

@@ -60,6 +60,8 @@ def test_the_run_page_shows_health_readings_and_the_evidence_link(admin_client, 
     html = page.content.decode()
     assert "temperature_c" in html and "0.97" in html
     assert reverse("admin:submissions_run_evidence", args=[scored.pk]) in html
+    assert "CPU 1.50 s user + 0.25 s system (1.40 CPU-s per wall-s)" in html
+    assert "peak memory 3.0 MiB · peak PIDs 9 · read 0 B, written 4.0 KiB" in html
 
 
 def test_a_source_download_asks_why_then_is_audited(admin_client, submission, staff):

@@ -25,13 +25,15 @@ from typing import Any
 
 import pytest
 
+from scoring import meter
+
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "scoring/supervisor/supervise"
 IMAGE = "localhost/podium/busybox:1"
 SECOND = 1_000_000_000
 VALID = bytes([1, 0, 0, 0, 231, 3, 0, 0])  # two int32 predictions: 1 and 999
 KEYS = """podium_supervisor start_ns end_ns wall_ns exit_code signal killed rusage
-output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64"""
+output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64 cgroup meter_ns"""
 
 
 @pytest.fixture(scope="session")
@@ -421,6 +423,16 @@ def test_usage_errors_exit_2_without_a_result_line(supervise: Path, args: list[s
     assert b"usage:" in proc.stderr
 
 
+def test_natively_the_meter_reads_no_cgroup(native: Native) -> None:
+    # Natively /sys/fs/cgroup is the host's or a session's, shared with other
+    # processes: its readings would not be the entrant's.
+    run = native.run("exit 0")
+    assert run.result["cgroup"] == {}
+    resources = meter.from_line(run.result)
+    assert resources.cgroup_version == 0
+    assert resources.meter_ms >= 0
+
+
 # Inside Docker, as PID 1 --------------------------------------------------------------
 
 CONTAINER_OUTPUT = "/contest/output/predictions.i32"
@@ -480,12 +492,14 @@ def container_args(
     deadline_ms: int = 10_000,
     env: Sequence[str] = (),
     own_uid: bool = False,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """``docker run`` options, image and command (no ``--rm``) for one supervised run.
 
     ``own_uid``: as the runner does it, the supervisor starts as root with nothing but
     CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and becomes uid 65533 (its logs are its
     own) before it starts the entrant as 65534. Otherwise both are 65534 from the start.
+    ``extra``: more ``docker run`` options (limits, mounts).
     """
     logs_uid = 65533 if own_uid else 65534
     sandbox = f"""--network none --read-only --cap-drop ALL
@@ -501,6 +515,7 @@ def container_args(
         args += ["--user", "65534:65534"]
     args += ["-v", f"{binary}:/podium/supervise:ro", "-v", f"{program}:/submission/run:ro"]
     args += [a for e in env for a in ("-e", e)]
+    args += extra
     args += ["--entrypoint", "/podium/supervise", IMAGE, "--deadline-ms", str(deadline_ms)]
     args += ["--log-dir", "/contest/logs", "--output", CONTAINER_OUTPUT]
     args += ["--expect-bytes", str(len(VALID))]
@@ -518,8 +533,11 @@ def run_in_container(
     deadline_ms: int = 10_000,
     env: Sequence[str] = (),
     own_uid: bool = False,
+    extra: Sequence[str] = (),
 ) -> Run:
-    args = container_args(binary, program, deadline_ms=deadline_ms, env=env, own_uid=own_uid)
+    args = container_args(
+        binary, program, deadline_ms=deadline_ms, env=env, own_uid=own_uid, extra=extra
+    )
     return timed(["docker", "run", "--rm", *args])
 
 
@@ -684,3 +702,241 @@ def test_container_pid1_is_out_of_reach_of_unfiltered_processes_only_under_its_o
         f"ionice -c 3 -p 1: {verdict}",
         f"taskset -p 1 1: {verdict}",
     ]
+
+
+# The meter: the container's cgroup, read after the run -----------------------------
+
+MIB = 1 << 20
+# WORKLOAD=burn (the default): touch 64 MiB, then burn 0.3 s of user CPU time.
+# WORKLOAD=daemon: the entrypoint exits at once; its child, in a session of its own,
+# burns 0.3 s. WORKLOAD=oom: a child allocates until the OOM killer takes it; the
+# entrypoint prints how it ended and exits 0.
+WORKLOAD_C = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+static void burn(long long ns)
+{
+    volatile uint64_t x = 88172645463325252ULL;
+    struct timespec now;
+    do {
+        for (int i = 0; i < 100000; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    } while (now.tv_sec * 1000000000LL + now.tv_nsec < ns);
+}
+static void touch(size_t bytes)
+{
+    volatile char *p = malloc(bytes);
+    for (size_t i = 0; p && i < bytes; i += 4096)
+        p[i] = 1;
+}
+int main(void)
+{
+    const char *mode = getenv("WORKLOAD") ? getenv("WORKLOAD") : "burn";
+    if (!strcmp(mode, "daemon")) {
+        if (fork() != 0)
+            return 0;
+        setsid();
+        burn(300000000LL);
+        return 0;
+    }
+    if (!strcmp(mode, "oom")) {
+        pid_t child = fork();
+        if (child == 0)
+            for (;;)
+                touch(1 << 20);
+        int status = 0;
+        waitpid(child, &status, 0);
+        printf("child signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        return 0;
+    }
+    touch(64 << 20);
+    burn(300000000LL);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def workload(supervise: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A static program (the image has no compiler and no libc): see WORKLOAD_C."""
+    folder = tmp_path_factory.mktemp("workload")
+    (folder / "workload.c").write_text(WORKLOAD_C)
+    cc = os.environ.get("CC", "cc")
+    built = subprocess.run(
+        [cc, "-O2", "-static", "-o", "workload", "workload.c"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (folder / "workload").chmod(0o755)
+    return folder / "workload"
+
+
+def host_cgroup_version() -> int:
+    """2 where /sys/fs/cgroup is a cgroup2 mount, else 1 (what a container gets)."""
+    for entry in Path("/proc/self/mounts").read_text().splitlines():
+        _, target, fstype, *_ = entry.split()
+        if target == "/sys/fs/cgroup":
+            return 2 if fstype == "cgroup2" else 1
+    return 1
+
+
+@pytest.mark.docker
+def test_container_meter_reports_cpu_and_memory_of_the_run(
+    container_supervise: Path, workload: Path
+) -> None:
+    run = run_in_container(container_supervise, workload, own_uid=True)
+    r = run.result
+    assert (r["exit_code"], r["killed"]) == (0, False), run.stderr_tail
+    resources = meter.from_line(r)
+    assert resources.cgroup_version == host_cgroup_version()
+    assert resources.cpu_user_s is not None and resources.cpu_user_s >= 0.2
+    assert resources.cpu_system_s is not None and resources.cpu_system_s >= 0
+    assert resources.memory_peak_bytes is not None and resources.memory_peak_bytes >= 64 * MIB
+    assert resources.oom_events == 0
+    # The supervisor and the entrant at least (kernels before pids.peak: none).
+    assert resources.pids_peak is None or resources.pids_peak >= 2
+    # The meter reads after the clock's second reading (end_ns): its time is not in
+    # wall_ns, and it comes after end_ns, inside the host's interval. (Were it inside
+    # the clock, nothing in the line could show it; supervise.c's order is the proof,
+    # and the grandchild test below shows it waits for the whole tree.)
+    assert r["meter_ns"] >= 0
+    assert r["end_ns"] + r["meter_ns"] <= run.host_end
+    run.assert_inside_host_interval()
+    # One busy thread: about one CPU-second per second (plus the engine's start and the
+    # supervisor's set-up, which the cgroup counts and the clock does not).
+    cpu_per_wall = meter.cpu_per_wall(resources, r["wall_ns"])
+    assert cpu_per_wall is not None and 0.5 <= cpu_per_wall <= 2 * (os.cpu_count() or 1)
+
+
+@pytest.mark.docker
+def test_container_meter_waits_for_a_detached_grandchild(
+    container_supervise: Path, workload: Path
+) -> None:
+    # The entrypoint exits at once; the CPU is burnt by its detached child, which
+    # only the reaping until no process is left waits for.
+    run = run_in_container(container_supervise, workload, env=["WORKLOAD=daemon"])
+    r = run.result
+    assert (r["exit_code"], r["killed"]) == (0, False)
+    assert r["wall_ns"] >= SECOND * 3 // 10
+    resources = meter.from_line(r)
+    assert resources.cpu_user_s is not None and resources.cpu_user_s >= 0.2
+
+
+@pytest.mark.docker
+def test_container_meter_counts_an_oom_kill(container_supervise: Path, workload: Path) -> None:
+    run = run_in_container(
+        container_supervise,
+        workload,
+        env=["WORKLOAD=oom"],
+        own_uid=True,
+        extra=["--memory", "32m", "--memory-swap", "32m"],
+    )
+    r = run.result
+    assert (r["exit_code"], r["killed"]) == (0, False), run.stderr_tail
+    assert run.stdout_tail == b"child signal 9\n"
+    resources = meter.from_line(r)
+    assert resources.oom_events is not None and resources.oom_events >= 1
+    assert resources.memory_peak_bytes is not None
+    assert 16 * MIB <= resources.memory_peak_bytes <= 32 * MIB
+
+
+def _v2_tree(folder: Path) -> dict[str, bytes]:
+    """A cgroup v2 folder in the kernel documentation's formats, with traps: a link, a
+    file longer than the supervisor's 4 KiB bound, one not on its list. Returns what
+    the supervisor must carry back: the listed regular files, each read whole."""
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)  # the supervisor's uid must get in, whatever the umask
+    events = b"low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n"
+    events += b"".join(b"pad%04d 0\n" % i for i in range(400))
+    events += b"p" * (4096 - len(events) - 3) + b" 0\n"
+    wanted = {
+        "cgroup.controllers": b"cpuset cpu io memory pids\n",
+        "cpu.stat": b"usage_usec 1334567\nuser_usec 1034567\nsystem_usec 300000\n",
+        "memory.peak": b"71303168\n",
+        # exactly at the bound: still read whole
+        "memory.events": events,
+    }
+    trap = {
+        "io.stat": b"8:0 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0\n" * 90,  # > 4 KiB
+        "memory.stat": b"anon 1\n",  # not on the list
+    }
+    for name, contents in {**wanted, **trap}.items():
+        (folder / name).write_bytes(contents)
+        (folder / name).chmod(0o644)
+    (folder / "pids.peak").symlink_to("memory.peak")  # O_NOFOLLOW: left out
+    assert len(wanted["memory.events"]) == 4096 < len(trap["io.stat"])
+    return wanted
+
+
+@pytest.mark.docker
+def test_container_meter_reads_only_its_v2_list_each_file_whole_and_no_link(
+    container_supervise: Path, workload: Path, tmp_path: Path
+) -> None:
+    # A stand-in for a v2 host: a folder over the container's /sys/fs/cgroup, in a
+    # cgroup namespace of its own, where /proc/self/cgroup says "0::/".
+    if not any(line.startswith("0::") for line in open("/proc/self/cgroup")):  # noqa: SIM115
+        pytest.skip("this kernel shows no cgroup v2 path in /proc/self/cgroup")
+    wanted = _v2_tree(tmp_path / "cgroup")
+    mount = ["--cgroupns", "private", "-v", f"{tmp_path / 'cgroup'}:/sys/fs/cgroup:ro"]
+    run = run_in_container(container_supervise, workload, own_uid=True, extra=mount)
+    r = run.result
+    assert r["exit_code"] == 0
+    got = {name: base64.b64decode(data, validate=True) for name, data in r["cgroup"].items()}
+    assert got == wanted
+    resources = meter.from_line(r)
+    assert resources.as_dict() == {
+        "cgroup_version": 2,
+        "cpu_user_s": 1.034567,
+        "cpu_system_s": 0.3,
+        "memory_peak_bytes": 71303168,
+        "pids_peak": None,
+        "io_read_bytes": None,
+        "io_write_bytes": None,
+        "oom_events": 1,
+        "meter_ms": r["meter_ns"] / 1e6,
+    }
+
+
+def _host_cgroup2_mount() -> Path | None:
+    for entry in Path("/proc/self/mounts").read_text().splitlines():
+        _, target, fstype, *_ = entry.split()
+        if fstype == "cgroup2":
+            return Path(target)
+    return None
+
+
+@pytest.mark.docker
+def test_container_meter_reads_its_own_cgroup_in_a_shared_v2_tree(
+    container_supervise: Path, workload: Path
+) -> None:
+    # An engine that shares the host's cgroup namespace mounts the whole v2 tree at
+    # /sys/fs/cgroup: its top is the host's root cgroup, whose cpu.stat is the whole
+    # machine's. The supervisor must read its own folder (its /proc/self/cgroup path).
+    # The same happens here with the host's cgroup2 mount (v2, or v1's "unified").
+    tree = _host_cgroup2_mount()
+    if tree is None:
+        pytest.skip("no cgroup2 hierarchy is mounted on this host")
+    mount = ["--cgroupns", "host", "-v", f"{tree}:/sys/fs/cgroup:ro"]
+    run = run_in_container(container_supervise, workload, own_uid=True, extra=mount)
+    assert run.result["exit_code"] == 0
+    resources = meter.from_line(run.result)
+    assert resources.cgroup_version == 2
+    assert resources.cpu_user_s is not None and resources.cpu_system_s is not None
+    cpu_s = resources.cpu_user_s + resources.cpu_system_s
+    machine = dict(line.split() for line in (tree / "cpu.stat").read_text().splitlines())
+    machine_s = int(machine["usage_usec"]) / 1e6
+    # This run's 0.3 s (and the engine's start), far from the machine's total so far
+    # (this test session alone has used more than a second of CPU).
+    assert 0.25 <= cpu_s < machine_s - 1.0

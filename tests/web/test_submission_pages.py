@@ -566,3 +566,40 @@ def test_a_practice_run_says_it_stays_off_the_board(client, alice, ready_env):
     html = client.get(f"/submissions/{submission.pk}/").content.decode()
 
     assert "Passed; practice runs never appear on the leaderboard." in html
+
+
+def test_a_run_being_verified_shows_its_official_numbers_and_the_verification(
+    client, alice, ready_env
+):
+    submission = make_submission(alice, ready_env, status=Submission.VERIFYING)
+    cohort = Cohort.objects.create(benchmark=submission.benchmark, kind=Cohort.OFFICIAL)
+    Run.objects.create(
+        submission=submission,
+        cohort=cohort,
+        status=Run.FINISHED,
+        verdict="passed",
+        passed=True,
+        wall_time_ns=2_000_000_000,
+        matches=10,
+        total=10,
+        resources={"cpu_user_s": 3.0, "cpu_system_s": 1.0, "cpu_per_wall": 2.0},
+    )
+    Run.objects.create(submission=submission, cohort=cohort, try_number=2, purpose=Run.VERIFY)
+    client.force_login(alice)
+
+    data = client.get(f"/submissions/{submission.pk}/status.json").json()
+    html = visible_text(client.get(f"/submissions/{submission.pk}/").content.decode())
+
+    assert data["status"] == "verifying" and data["finished"] is False
+    assert data["wall_time_ns"] == 2_000_000_000 and data["matches"] == 10  # the official run
+    assert data["verification"] == {
+        "status": "queued",
+        "passed": None,
+        "wall_time_ns": None,
+        "matches": None,
+        "total": None,
+    }
+    assert data["resources"]["cpu_per_wall"] == 2.0
+    assert "Verifying (one more run off the board, before it ranks)" in html
+    assert "queued (re-runs the image on the cohort shuffled and rewritten)" in html
+    assert "CPU 3.00 s user + 1.00 s system (2.00 CPU-s per wall-s)" in html
