@@ -414,8 +414,8 @@ def test_run_takes_no_flag_but_mount() -> None:
         + "RUN --security=insecure make\n"
         + "RUN --device=/dev/kvm make\n"
         + 'RUN --network=host ["sh", "-c", "make"]\n'
-        + "run --mount=type=cache,target=/root/.cache --network=host pip install x\n"
-        + "RUN --mount=type=cache,target=/root/.cache pip install -r requirements.txt\n"
+        + "run --mount=type=cache,target=/var/cache/pip --network=host pip install x\n"
+        + "RUN --mount=type=cache,target=/var/cache/pip pip install -r requirements.txt\n"
         + "RUN --mount=type=secret,id=token cat /run/secrets/token\n"
     )
     violations = check_dockerfile(text, DEFAULT)
