@@ -95,6 +95,7 @@ def _follow(client: Client, submission_id: int, *, interval_s: float, logs: bool
     printed = 0
     missed = 0
     first = True
+    queue_shown = ""
     while True:
         try:
             submission = client.get_json(f"{base}/")
@@ -112,6 +113,10 @@ def _follow(client: Client, submission_id: int, *, interval_s: float, logs: bool
                 build.active = build.active or status == "building"
                 run.active = run.active or status in RUN_STEP
             printed = max(printed, len(timeline))
+            queue = _queue_line(submission)
+            if queue and queue != queue_shown:
+                print(queue)
+            queue_shown = queue
             if logs and submission["status"] in FINAL:
                 build.finish()
                 run.finish()
@@ -145,6 +150,20 @@ def _header(submission: dict[str, Any]) -> str:
 def _event_line(event: dict[str, Any]) -> str:
     note = f"  ({event['note']})" if event.get("note") else ""
     return f"{show.clock(event.get('at'))}  {event['status']}{note}"
+
+
+def _queue_line(submission: dict[str, Any]) -> str:
+    """Its place in line while it waits for a scoring host ("" once it does not wait)."""
+    position = submission.get("queue_position")
+    if position is None:
+        return ""
+    eta = submission.get("eta_seconds")
+    if eta is None:
+        guess = "no estimate: no scoring host of its class is online, or none has timed a run"
+    else:
+        minutes = max(1, round(eta / 60))
+        guess = f"starts in about {show.plural(minutes, 'minute')}"
+    return f"  queue | number {position} in line; {guess}"
 
 
 def _verdict(submission: dict[str, Any]) -> str:

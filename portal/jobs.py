@@ -12,7 +12,7 @@ from portal.celery import app
 
 BUILD_ENVIRONMENT = "scoring.build_environment"
 BUILD_SUBMISSION = "scoring.build_submission"
-SCORE_SUBMISSION = "scoring.score_submission"
+SCORE_NEXT = "scoring.score_next"
 REMOVE_IMAGE = "scoring.remove_image"
 
 # Scoring priorities (0 first; a Redis broker keeps one list per step, see settings):
@@ -30,13 +30,22 @@ def score_priority(*, practice: bool, verification: bool = False) -> int:
     return PRACTICE_PRIORITY if practice else OFFICIAL_PRIORITY
 
 
+def scoring_queue(hardware_class: str) -> str:
+    """The queue that the scoring hosts of ``hardware_class`` consume (one per class)."""
+    return f"scoring.{hardware_class}"
+
+
 def enqueue(
     task_name: str,
     *args: object,
     countdown: float | None = None,
     priority: int | None = None,
+    queue: str | None = None,
 ) -> None:
-    """Send ``task_name(*args)`` once the current transaction commits (at once outside one)."""
+    """Send ``task_name(*args)`` once the current transaction commits (at once outside one),
+    to ``queue`` or else the queue ``CELERY_TASK_ROUTES`` names for it."""
     transaction.on_commit(
-        lambda: app.send_task(task_name, args=args, countdown=countdown, priority=priority)
+        lambda: app.send_task(
+            task_name, args=args, countdown=countdown, priority=priority, queue=queue
+        )
     )

@@ -8,6 +8,7 @@ database or broker server. Secrets may also be read from ``NAME_FILE``.
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,6 +76,7 @@ INSTALLED_APPS = [
     "portal.environments",
     "portal.submissions",
     "portal.audit",
+    "portal.hosts",
     "portal.api",
     "scoring",
 ]
@@ -228,7 +230,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ROUTES = {
     "scoring.build_environment": {"queue": "builds"},
     "scoring.build_submission": {"queue": "builds"},
-    "scoring.score_submission": {"queue": "scoring"},
+    # scoring.score_next goes to its class's queue, scoring.<hardware class> (portal.jobs).
     "scoring.remove_image": {"queue": "builds"},
     "scoring.reap": {"queue": "builds"},
 }
@@ -306,11 +308,23 @@ PODIUM_BUILD_PIDS_LIMIT = env.int("PODIUM_BUILD_PIDS_LIMIT", default=1024)
 PODIUM_BUILD_CPUS = env.float("PODIUM_BUILD_CPUS", default=max(1.0, (os.cpu_count() or 2) / 2))
 PODIUM_BUILD_CGROUP_PARENT = env.str("PODIUM_BUILD_CGROUP_PARENT", default="podium-build")
 
-# The machine lock and the health gates (scoring/machine.py, scoring/gates.py).
-# The lock is per scoring host; "" means the Docker Engine's own name, which every
-# worker talking to that engine sees alike (in compose, the builds and scoring services
-# have different container hostnames but share the host's engine).
-PODIUM_SCORING_HOST = env.str("PODIUM_SCORING_HOST", default="")
+# The scoring fleet (portal/hosts, scoring/hosts.py). A worker that consumes a scoring queue
+# registers its host under PODIUM_HOST_NAME, for benchmarks of PODIUM_HARDWARE_CLASS (a
+# benchmark's hardware_class), with its machine's facts, then heartbeats every
+# PODIUM_HOST_HEARTBEAT_S; a host whose last heartbeat is older than PODIUM_HOST_STALE_S
+# is offline. The host name is also its machine lock's (scoring/machine.py): "" means the
+# Docker Engine's own name, which every worker talking to that engine sees alike (in
+# compose, the builds and scoring services have different container hostnames but share
+# the host's engine, and builds must see the lock of the scores on their engine).
+PODIUM_HOST_NAME = env.str("PODIUM_HOST_NAME", default="")
+PODIUM_HARDWARE_CLASS = env.str("PODIUM_HARDWARE_CLASS", default=f"cpu-{platform.machine()}")
+PODIUM_HOST_HEARTBEAT_S = env.int("PODIUM_HOST_HEARTBEAT_S", default=30)
+PODIUM_HOST_STALE_S = env.int("PODIUM_HOST_STALE_S", default=90)
+
+# The machine lock and the health gates (scoring/machine.py, scoring/gates.py): one lock
+# per scoring host (PODIUM_HOST_NAME above).
+# A wake-up taken by a draining or retired host goes back to its queue after this long.
+PODIUM_DRAIN_REQUEUE_S = env.float("PODIUM_DRAIN_REQUEUE_S", default=10.0)
 # A score pauses every other container on its host; these (comma-separated container
 # names: the deployment's own PostgreSQL, Redis, web and workers) it never pauses.
 PODIUM_FREEZE_EXEMPT = env.list("PODIUM_FREEZE_EXEMPT", default=[])

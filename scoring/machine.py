@@ -22,7 +22,7 @@ One score at a time per scoring host, across any number of scoring worker proces
   score. At release every paused container on the host is unpaused, except the exempt
   ones: on a scoring host nothing but this module pauses containers, so whatever is
   paused there was paused by a score (possibly one whose worker died). A scoring host
-  is one Docker Engine: two ``PODIUM_SCORING_HOST`` names on one engine would freeze
+  is one Docker Engine: two ``PODIUM_HOST_NAME`` names on one engine would freeze
   and thaw each other's containers. Build workers start no new step while the lock is
   held, and count their cap only over time it was not (:func:`builds_frozen`,
   :func:`wait_while_frozen`).
@@ -105,11 +105,11 @@ def _engine_host() -> str:
 
 
 def scoring_host() -> str:
-    """This worker's scoring host: ``PODIUM_SCORING_HOST``, else the engine's own name.
+    """This worker's scoring host: ``PODIUM_HOST_NAME``, else the engine's own name.
 
     Raises :class:`engine.EngineError` when it must ask the engine and cannot.
     """
-    name = str(settings.PODIUM_SCORING_HOST) or _engine_host()
+    name = str(settings.PODIUM_HOST_NAME) or _engine_host()
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:100]
 
 
@@ -558,21 +558,35 @@ def _kill_lost_run(run_id: int | None) -> None:
         engine.kill(container_id)
 
 
-def _reschedule(submission_id: int, waits: int, reason: str) -> None:
-    retry_in_s = gates.retry_delay_s(
-        waits + 1, settings.PODIUM_GATE_RETRY_S, settings.PODIUM_GATE_RETRY_MAX_S
+def retry_delay_s(waits: int) -> float:
+    """How long a score waits for the machine on its ``waits``-th try (backoff)."""
+    return gates.retry_delay_s(
+        waits, settings.PODIUM_GATE_RETRY_S, settings.PODIUM_GATE_RETRY_MAX_S
     )
+
+
+def wait_reason(reason: str, retry_in_s: float) -> str:
     minutes = max(1, round(retry_in_s / 60))
+    return f"{reason} (next try in {minutes} minute{'s' if minutes != 1 else ''})"
+
+
+def _reschedule(submission_id: int, waits: int, reason: str) -> None:
+    retry_in_s = retry_delay_s(waits + 1)
     submission_wait_for_machine(
         submission_id=submission_id,
-        reason=f"{reason} (next try in {minutes} minute{'s' if minutes != 1 else ''})",
+        reason=wait_reason(reason, retry_in_s),
         retry_in_s=retry_in_s,
         waits=waits + 1,
     )
 
 
 @contextmanager
-def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
+def hold(
+    *,
+    submission_id: int | None = None,
+    waits: int = 0,
+    reschedule: Callable[[str], None] | None = None,
+) -> Iterator[Session]:
     """Hold the scoring host's machine for one score: lock, freeze the host, pass the gates.
 
     Order: take the lock (waiting up to ``PODIUM_LOCK_WAIT_S`` for another score),
@@ -584,20 +598,29 @@ def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
     paused containers are unpaused and the lock is released, in that order.
 
     When the lock cannot be had, the engine does not answer or a gate fails, nothing
-    is claimed: the lock is released, the submission gets a "waiting for the scoring
-    machine" timeline note, the score is enqueued again with backoff, and
-    :class:`MachineWaiting` is raised instead of running the body.
+    is claimed: the lock is released, ``reschedule(reason)`` is called and
+    :class:`MachineWaiting` is raised instead of running the body. By default (a score
+    of ``submission_id``) the submission gets a "waiting for the scoring machine"
+    timeline note and its score is enqueued again with backoff.
     """
+    if reschedule is None:
+        if submission_id is None:
+            raise ValueError("hold() needs a submission_id or a reschedule")
+        wanted = submission_id
+
+        def reschedule(reason: str) -> None:
+            _reschedule(wanted, waits, reason)
+
     try:
         host = scoring_host()
     except engine.EngineError as exc:
-        log.error("submission %s: cannot name the scoring host: %s", submission_id, exc)
-        _reschedule(submission_id, waits, "the container engine did not answer")
+        log.error("cannot name the scoring host: %s", exc)
+        reschedule("the container engine did not answer")
         raise MachineWaiting("engine") from exc
     holder = _holder_name()
     lease_s = float(settings.PODIUM_LEASE_S)
     if not _acquire(host, holder, lease_s, float(settings.PODIUM_LOCK_WAIT_S)):
-        _reschedule(submission_id, waits, "another score is using it")
+        reschedule("another score is using it")
         raise MachineWaiting("busy")
     heartbeat = Heartbeat(host=host, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
     heartbeat.start()
@@ -615,10 +638,9 @@ def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
             failed = gates.failing(readings)
         if not failed:
             log.info(
-                "machine %s held by %s for submission %s (%d containers paused)",
+                "machine %s held by %s (%d containers paused)",
                 host,
                 holder,
-                submission_id,
                 len(freezer.paused),
             )
             yield Session(host, holder, gates.as_json(readings), heartbeat, freezer)
@@ -632,9 +654,7 @@ def hold(*, submission_id: int, waits: int = 0) -> Iterator[Session]:
     if failed:
         for reading in failed:
             log.warning("gate %s failed: %s (%s)", reading.name, reading.value, reading.detail)
-        _reschedule(
-            submission_id, waits, "health check " + ", ".join(r.name for r in failed) + " failed"
-        )
+        reschedule("health check " + ", ".join(r.name for r in failed) + " failed")
         raise MachineWaiting(", ".join(r.name for r in failed))
 
 

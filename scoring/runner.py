@@ -46,17 +46,21 @@ from django.conf import settings
 from portal import storage
 from portal.contests import rules
 from portal.contests.models import Benchmark
+from portal.submissions.dispatch import next_waiting_id
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     WAITING_FOR_SCORE,
     run_claim,
+    run_claim_next,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
     run_record_verification,
+    score_wake,
     submission_machine_waits,
+    submission_wait_for_machine,
 )
-from scoring import engine, meter, staging, verdict
+from scoring import engine, hosts, meter, staging, verdict
 from scoring import machine as machine_lock
 from scoring.staging import StagedRun
 
@@ -453,6 +457,68 @@ def score_submission(submission_id: int, waits: int = 0) -> None:
             )
     except machine_lock.MachineWaiting as waiting:
         log.info("submission %s waits for the scoring machine: %s", submission_id, waiting)
+
+
+def score_next(hardware_class: str, waits: int = 0) -> None:
+    """A scoring host's wake-up: claim the next waiting run of its class, score it.
+
+    The message names no submission: each waiting submission was sent one wake-up to
+    its benchmark's class queue, and whichever host of the class takes one claims, in
+    the fair order (``portal.submissions.dispatch``), from the database, so two hosts
+    never claim one run and a lost or doubled message loses or doubles no run.
+
+    A host that is draining or retired takes nothing: it sends the wake-up back to the
+    class queue for another host. A machine that is not ready (lock, engine, health
+    gates) notes the wait on the next waiting submission's timeline and sends the
+    wake-up again with backoff (``waits`` counts the tries).
+    """
+    try:
+        host = machine_lock.scoring_host()
+    except engine.EngineError as exc:
+        log.error("cannot name the scoring host: %s", exc)
+        _wake_later(hardware_class, waits + 1, "the container engine did not answer")
+        return
+    if not hosts.accepts_work(host):
+        log.info("host %s takes no new run: the wake-up goes back to its queue", host)
+        score_wake(hardware_class=hardware_class, countdown=settings.PODIUM_DRAIN_REQUEUE_S)
+        return
+    if next_waiting_id(hardware_class=hardware_class) is None:
+        return  # another host took it, or a duplicate message
+
+    def reschedule(reason: str) -> None:
+        _wake_later(hardware_class, waits + 1, reason)
+
+    lease_s = int(settings.PODIUM_LEASE_S)
+    try:
+        with machine_lock.hold(reschedule=reschedule) as session:
+            run = run_claim_next(hardware_class=hardware_class, lease_s=lease_s, host=host)
+            if run is None:
+                return
+            session.attach(int(run.pk))
+            execute(
+                run,
+                run.submission,
+                lease_s=lease_s,
+                readings=session.readings,
+                host=session.host,
+                spare=session.spare,
+            )
+    except machine_lock.MachineWaiting as waiting:
+        log.info("class %s waits for host %s: %s", hardware_class, host, waiting)
+
+
+def _wake_later(hardware_class: str, waits: int, reason: str) -> None:
+    """This host is not ready: the next waiting submission's timeline says why, and a
+    host of the class is woken again with backoff (try ``waits``)."""
+    retry_in_s = machine_lock.retry_delay_s(waits)
+    next_id = next_waiting_id(hardware_class=hardware_class)
+    if next_id is None or not submission_wait_for_machine(
+        submission_id=next_id,
+        reason=machine_lock.wait_reason(reason, retry_in_s),
+        retry_in_s=retry_in_s,
+        waits=waits,
+    ):
+        score_wake(hardware_class=hardware_class, waits=waits, countdown=retry_in_s)
 
 
 # The stages of a run ------------------------------------------------------------------

@@ -7,8 +7,15 @@ message (acks_late, a worker lost mid-task) does nothing twice.
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from scoring import builds, engine, reaper, runner
+from scoring.hosts import on_worker_ready
+
+# Connected here rather than in apps.py: every worker imports this module when it starts
+# (autodiscovery, before it is ready), and the web never does, so the web process keeps
+# clear of the worker side. A worker that consumes a scoring queue registers its host.
+worker_ready.connect(on_worker_ready, dispatch_uid="scoring.hosts.on_worker_ready")
 
 
 @shared_task(name="scoring.build_environment")
@@ -21,10 +28,11 @@ def build_submission(submission_id: int) -> None:
     builds.build_submission(submission_id)
 
 
-@shared_task(name="scoring.score_submission")
-def score_submission(submission_id: int, waits: int = 0) -> None:
-    """``waits``: how often the submission had waited for the machine when this was sent."""
-    runner.score_submission(submission_id, waits)
+@shared_task(name="scoring.score_next")
+def score_next(hardware_class: str, waits: int = 0) -> None:
+    """A wake-up on the class queue: claim the next waiting run in the fair order, score it.
+    ``waits``: how often a host had not been ready when this was sent (backoff)."""
+    runner.score_next(hardware_class, waits)
 
 
 @shared_task(name="scoring.remove_image")

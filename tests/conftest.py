@@ -88,7 +88,7 @@ def quiet_machine_gates(settings) -> None:
     test process holds its own machine lock, apart from any other suite on this engine."""
     settings.PODIUM_GATE_CPU_BUSY_MAX = 1024.0
     settings.PODIUM_GATE_CPU_SAMPLE_S = 0.1
-    settings.PODIUM_SCORING_HOST = f"test-{os.getpid()}"
+    settings.PODIUM_HOST_NAME = f"test-{os.getpid()}"
 
 
 @pytest.fixture

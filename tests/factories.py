@@ -6,6 +6,7 @@ import datetime as dt
 
 import factory
 from allauth.account.models import EmailAddress
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -48,6 +49,8 @@ class BenchmarkFactory(factory.django.DjangoModelFactory[Benchmark]):
     # Verification before ranking is off unless a test is about it (tests/submissions/
     # test_verification.py, the end-to-end pipeline): every other passing run ranks at once.
     verify_top = 0
+    # The class this machine's scoring worker serves (its queue: scoring.<class>).
+    hardware_class = factory.LazyFunction(lambda: settings.PODIUM_HARDWARE_CLASS)
 
 
 class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):

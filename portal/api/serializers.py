@@ -18,7 +18,13 @@ from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.environments.selectors import BuildNetworkState
 from portal.submissions.models import AttemptLedger, Run, Submission
-from portal.submissions.selectors import resources_of, verification_summary
+from portal.submissions.selectors import (
+    QueueStanding,
+    queue_standing,
+    resources_of,
+    run_host,
+    verification_summary,
+)
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -370,6 +376,9 @@ class SubmissionSerializer(serializers.ModelSerializer):
     disqualified = serializers.SerializerMethodField()
     verification = serializers.SerializerMethodField()
     resources = serializers.SerializerMethodField()
+    queue_position = serializers.SerializerMethodField()
+    eta_seconds = serializers.SerializerMethodField()
+    host = serializers.SerializerMethodField()
 
     class Meta:
         model = Submission
@@ -397,6 +406,9 @@ class SubmissionSerializer(serializers.ModelSerializer):
             "disqualified",
             "verification",
             "resources",
+            "queue_position",
+            "eta_seconds",
+            "host",
         ]
 
     def _run(self, submission: Submission) -> Run | None:
@@ -460,6 +472,30 @@ class SubmissionSerializer(serializers.ModelSerializer):
     def get_disqualified(self, submission: Submission) -> bool:
         return submission.disqualified_at is not None
 
+    def _standing(self, submission: Submission) -> QueueStanding | None:
+        cache: dict[int, QueueStanding | None] = self.context.setdefault("_standings", {})
+        if submission.pk not in cache:
+            cache[submission.pk] = queue_standing(submission)
+        return cache[submission.pk]
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_queue_position(self, submission: Submission) -> int | None:
+        """Its place in the fair order of its hardware class while it waits (1: next)."""
+        standing = self._standing(submission)
+        return standing.position if standing else None
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_eta_seconds(self, submission: Submission) -> int | None:
+        """About when its run starts, while it waits; null when no host of its class is
+        online (or none has finished a run to time)."""
+        standing = self._standing(submission)
+        return standing.eta_seconds if standing else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_host(self, submission: Submission) -> str | None:
+        """The scoring host of its latest run, once staging started."""
+        return run_host(self._run(submission), latest_run(submission, Run.VERIFY), submission)
+
     @extend_schema_field(VerificationSerializer(allow_null=True))
     def get_verification(self, submission: Submission) -> dict[str, Any] | None:
         """The verification run (null when none was needed): aggregates only."""
@@ -485,3 +521,32 @@ class DisqualifySerializer(serializers.Serializer):
 def error_responses(*statuses: int) -> dict[int, Any]:
     """The error body for the given statuses, for the schema."""
     return dict.fromkeys(statuses, ErrorSerializer)
+
+
+# Scoring hosts ------------------------------------------------------------------------
+
+
+class HostSerializer(serializers.Serializer):
+    """One scoring host (``portal.hosts.selectors.HostRow``): its machine, its state and its
+    class's queue; never what it runs or for whom."""
+
+    name = serializers.CharField()
+    hardware_class = serializers.CharField(
+        help_text="The benchmarks it scores are those of this class."
+    )
+    architecture = serializers.CharField()
+    gpus = serializers.ListField(
+        child=serializers.CharField(), help_text="One GPU model per GPU; empty when none."
+    )
+    cpu_cores = serializers.IntegerField()
+    memory_bytes = serializers.IntegerField()
+    state = serializers.ChoiceField(
+        choices=["online", "draining", "offline"],
+        help_text="offline: no heartbeat within the stale time; draining: finishes its "
+        "current run and takes no more.",
+    )
+    last_heartbeat_at = OffsetDateTimeField()
+    queue_length = serializers.IntegerField(
+        help_text="Official and practice submissions of its hardware class waiting for a "
+        "scoring host (queued or verifying), the same for every host of the class."
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from portal.api import environment_views, staff_views, submission_views, views
+from portal.api import environment_views, host_views, staff_views, submission_views, views
 
 app_name = "api"
 
@@ -77,6 +77,7 @@ urlpatterns = [
         name="submission-rescore",
     ),
     path("v1/audit/", staff_views.AuditExportView.as_view(), name="audit"),
+    path("v1/hosts/", host_views.HostListView.as_view(), name="hosts"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", views.docs, name="docs"),
 ]

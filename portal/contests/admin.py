@@ -64,6 +64,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
             "Scored run",
             {
                 "fields": [
+                    "hardware_class",
                     "score_timeout_s",
                     "run_memory_bytes",
                     "run_pids_limit",
@@ -73,6 +74,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        ("Verification before ranking", {"fields": ["verify_top", "verify_tolerance_pct"]}),
         ("Retention", {"fields": ["retention_days", "artifacts_purged_at"]}),
     ]
 

@@ -92,6 +92,15 @@ class Benchmark(models.Model):
             "(manage.py purge_artifacts). Results, digests and the audit trail stay."
         ),
     )
+    hardware_class = models.CharField(
+        max_length=64,
+        default="cpu-x86_64",
+        help_text=(
+            "The scoring hosts' hardware class its runs are scored on (a host's "
+            "PODIUM_HARDWARE_CLASS: cpu-x86_64, cpu-aarch64, gpu-h200...); no run is scored "
+            "on a host of another class."
+        ),
+    )
     artifacts_purged_at = models.DateTimeField(
         null=True, blank=True, help_text="When purge_artifacts last removed the artifacts."
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -82,9 +84,21 @@ class Submission(models.Model):
         related_name="+",
     )
     disqualification_reason = models.TextField(blank=True)
+    # When it last entered a waiting status (queued, or verifying): the fair order's
+    # "oldest first" (dispatch.py). A wait for the scoring machine keeps it.
+    queued_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
+        indexes = [
+            # The waiting set that scoring hosts claim from (dispatch.py), small however
+            # long the contest's history grows.
+            models.Index(
+                fields=["queued_at", "id"],
+                condition=models.Q(status__in=["queued", "verifying"]),
+                name="submission_waiting_idx",
+            )
+        ]
         # Staff actions, each its own permission (see staff.py); "contest staff" holds them.
         permissions = [
             ("download_source", "Can download an entrant's source archive (audited)"),
@@ -162,6 +176,17 @@ class Run(models.Model):
     cohort = models.ForeignKey("contests.Cohort", on_delete=models.PROTECT)
     try_number = models.PositiveSmallIntegerField(default=1)
     purpose = models.CharField(max_length=16, choices=PURPOSES, default=SCORE)
+    host = models.CharField(max_length=100, blank=True)  # the scoring host that claimed it
+    # The submission's entrant, copied on save: the fair claim counts each entrant's runs
+    # started in the last 24 hours from this table alone (dispatch.py).
+    entrant = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+    )
     status = models.CharField(max_length=16, choices=STATUSES, default=QUEUED)
     verdict = models.CharField(max_length=16, blank=True)  # passed / failed / errored
     verdict_reason = models.TextField(blank=True)
@@ -193,6 +218,14 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         permissions = [("download_evidence", "Can download a run's evidence bundle (audited)")]
+        indexes = [
+            # The fair claim (dispatch.py): runs started in its 24-hour window, and the
+            # few queued (verification) runs, found without reading the rest.
+            models.Index(fields=["started_at", "entrant"], name="run_started_idx"),
+            models.Index(
+                fields=["submission"], condition=models.Q(status="queued"), name="run_queued_idx"
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["submission", "try_number"], name="one_run_per_try"),
             # Never two runs of one submission at once: the database backs up the services'
@@ -207,6 +240,15 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} of submission {self.submission_id} (try {self.try_number})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.entrant_id is None and self.submission_id is not None:
+            self.entrant_id = (
+                Submission.objects.filter(pk=self.submission_id)
+                .values_list("entrant_id", flat=True)
+                .first()
+            )
+        super().save(*args, **kwargs)
 
 
 class MachineLease(models.Model):

@@ -16,6 +16,8 @@ from django.utils import timezone
 from portal import storage
 from portal.contests.models import Benchmark
 from portal.contests.templatetags.podium import minutes, ns, span, zoned, zoned_seconds
+from portal.hosts.selectors import hosts_online
+from portal.submissions import dispatch
 from portal.submissions.models import AttemptLedger, Run, Submission
 
 LOG_TAIL_LINES = 200
@@ -103,6 +105,72 @@ def resources_text(stored: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+# How many of a class's latest finished runs the ETA averages (staging to verdict).
+ETA_SAMPLE_RUNS = 20
+
+
+@dataclass(frozen=True)
+class QueueStanding:
+    """Where a waiting submission stands: its place in the fair order of its class, the
+    live hosts of the class, and an estimate of when its run starts (None: no host of
+    the class is online, or none has finished a run to measure)."""
+
+    position: int
+    hardware_class: str
+    hosts_online: int
+    eta_seconds: int | None
+
+    def text(self) -> str:
+        where = f"number {self.position} in the queue of {self.hardware_class} hosts"
+        if self.hosts_online == 0:
+            return (
+                f"You are {where}. No scoring host of this class is online now: the run "
+                "waits until one is."
+            )
+        hosts = f"{self.hosts_online} host{'s' if self.hosts_online != 1 else ''} online"
+        if self.eta_seconds is None:
+            return f"You are {where} ({hosts}); no run has finished yet to time the wait."
+        return f"You are {where} ({hosts}); the run should start in about {span(self.eta_seconds)}."
+
+
+def class_run_seconds(hardware_class: str) -> float | None:
+    """The mean duration, claim to verdict (off the clock and on it), of the class's last
+    :data:`ETA_SAMPLE_RUNS` finished runs; None before any."""
+    spans = list(
+        Run.objects.filter(
+            submission__benchmark__hardware_class=hardware_class,
+            status=Run.FINISHED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .order_by("-finished_at")
+        .values_list("started_at", "finished_at")[:ETA_SAMPLE_RUNS]
+    )
+    seconds = [(end - start).total_seconds() for start, end in spans if start and end]
+    return sum(seconds) / len(seconds) if seconds else None
+
+
+def queue_standing(submission: Submission, now: dt.datetime | None = None) -> QueueStanding | None:
+    """A waiting (``queued`` or ``verifying``) submission's place; None for any other.
+
+    The estimate: with ``h`` live hosts and the class's mean run duration ``d``, the run
+    at place ``p`` starts after about ``ceil(p / h) * d`` (each host takes one run at a
+    time, in the fair order); the runs already under way are counted as a whole run.
+    """
+    if submission.status not in (Submission.QUEUED, Submission.VERIFYING):
+        return None
+    now = now or timezone.now()
+    hardware_class = submission.benchmark.hardware_class
+    order = dispatch.waiting_in_fair_order(hardware_class=hardware_class, now=now)
+    if submission.pk not in order:
+        return None  # claimed meanwhile
+    position = order.index(submission.pk) + 1
+    online = hosts_online(hardware_class, now)
+    mean_s = class_run_seconds(hardware_class) if online else None
+    eta = None if mean_s is None else round(-(-position // online) * mean_s)
+    return QueueStanding(position, hardware_class, online, eta)
+
+
 def verification_summary(run: Run | None) -> dict[str, Any] | None:
     """What an entrant sees of a verification run: aggregates, as of a scored run."""
     if run is None:
@@ -114,6 +182,14 @@ def verification_summary(run: Run | None) -> dict[str, Any] | None:
         "matches": run.matches,
         "total": run.total,
     }
+
+
+def run_host(run: Run | None, verification: Run | None, submission: Submission) -> str | None:
+    """The scoring host of the run under way, or of the latest run; None before staging."""
+    latest = verification if submission.status == Submission.VERIFYING else run
+    if latest is None or latest.status == Run.QUEUED:
+        latest = run
+    return (latest.host or None) if latest is not None else None
 
 
 def verification_text(run: Run | None) -> str:
@@ -235,6 +311,7 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
     zone = submission.benchmark.attempt_timezone
     run = scored_run(submission)
     verification = verification_run(submission)
+    standing = queue_standing(submission, now)
     ledger = [entry.delta for entry in submission.ledger.all()]
     events = list(submission.events.all())
     wall_time_ns = run.wall_time_ns if run else None
@@ -283,6 +360,9 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
         },
         "attempt": {"charged": charged, "refunded": refunded},
         "verification": verification_summary(verification),
+        "queue_position": standing.position if standing else None,
+        "eta_seconds": standing.eta_seconds if standing else None,
+        "host": run_host(run, verification, submission),
         "resources": resources_of(run.resources) if run else None,
         "failure_reason": submission.failure_reason,
         "outcome": outcome,
@@ -313,6 +393,8 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
             ),
             "attempt": attempt_text(submission.kind, charged, refunded),
             "verification": verification_text(verification),
+            "queue": standing.text() if standing else "",
+            "host": run_host(run, verification, submission) or "-",
             "resources": resources_text(run.resources) if run else "-",
             "failure_reason": submission.failure_reason,
             "digest_environment_image": submission.environment_image_digest or "-",

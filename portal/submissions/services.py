@@ -32,7 +32,7 @@ from portal.environments.services import (
     entrant_check_build_slots,
     entrant_check_verified,
 )
-from portal.submissions import anomalies, archives, notify
+from portal.submissions import anomalies, archives, dispatch, notify
 from portal.submissions.models import (
     AttemptLedger,
     MachineLease,
@@ -50,19 +50,35 @@ VERIFY_NOTE = "passed; verifying before it ranks: one more run off the board"
 WAITING_FOR_SCORE = (Submission.QUEUED, Submission.VERIFYING)
 
 
-def score_enqueue(
-    submission_id: int,
-    *args: object,
-    kind: str,
-    verification: bool = False,
+def score_wake(
+    *,
+    hardware_class: str,
+    waits: int = 0,
     countdown: float | None = None,
+    priority: int | None = None,
 ) -> None:
-    """Send the score (or verification) of a submission to the scoring queue, after commit,
-    at its priority: official scores first, then verifications, then practice."""
-    priority = jobs.score_priority(practice=kind == Submission.PRACTICE, verification=verification)
+    """Wake a scoring host of ``hardware_class`` (after commit): its class queue's message
+    names no submission; the host claims the next waiting one in the fair order
+    (``dispatch``). ``waits`` counts the tries of a machine that was not ready."""
     jobs.enqueue(
-        jobs.SCORE_SUBMISSION, submission_id, *args, countdown=countdown, priority=priority
+        jobs.SCORE_NEXT,
+        hardware_class,
+        waits,
+        countdown=countdown,
+        priority=priority,
+        queue=jobs.scoring_queue(hardware_class),
     )
+
+
+def score_enqueue(submission_id: int, *, kind: str, verification: bool = False) -> None:
+    """One wake-up for a submission that starts waiting for a score (or its verification),
+    on its benchmark's class queue, at its priority: official scores first, then
+    verifications, then practice."""
+    hardware_class = Submission.objects.values_list("benchmark__hardware_class", flat=True).get(
+        pk=submission_id
+    )
+    priority = jobs.score_priority(practice=kind == Submission.PRACTICE, verification=verification)
+    score_wake(hardware_class=hardware_class, priority=priority)
 
 
 def source_path(submission: Submission) -> Path:
@@ -200,7 +216,16 @@ def submission_accept(
 def submission_transition(
     submission_id: int, *, frm: Iterable[str], to: str, note: str = "", **fields: Any
 ) -> bool:
-    """Move a submission from one of ``frm`` to ``to`` (once) and record the event."""
+    """Move a submission from one of ``frm`` to ``to`` (once) and record the event.
+
+    Entering a waiting status stamps ``queued_at`` (the fair order's "oldest first",
+    dispatch.py); staying in it (a staff requeue of a lost message) keeps its place.
+    """
+    if to in WAITING_FOR_SCORE and "queued_at" not in fields:
+        fields["queued_at"] = models.Case(
+            models.When(status=to, queued_at__isnull=False, then=models.F("queued_at")),
+            default=models.Value(timezone.now()),
+        )
     with transaction.atomic():
         done = Submission.objects.filter(pk=submission_id, status__in=list(frm)).update(
             status=to, **fields
@@ -306,7 +331,18 @@ def submission_build_platform_failure(submission_id: int, *, reason: str) -> boo
         return done
 
 
-def run_claim(submission_id: int, *, lease_s: int) -> Run | None:
+def run_claim_next(*, hardware_class: str, lease_s: int, host: str = "") -> Run | None:
+    """Claim for ``host`` the next waiting submission of ``hardware_class`` in the fair
+    order (``dispatch.lock_next_waiting``: rows other hosts hold are skipped); None when
+    nothing waits."""
+    with transaction.atomic():
+        submission = dispatch.lock_next_waiting(hardware_class=hardware_class)
+        if submission is None:
+            return None
+        return run_claim(int(submission.pk), lease_s=lease_s, host=host)
+
+
+def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None:
     """queued -> staging for the submission, creating its next Run. None if already claimed.
 
     A ``verifying`` submission's queued verification run is claimed instead (queued ->
@@ -323,6 +359,7 @@ def run_claim(submission_id: int, *, lease_s: int) -> Run | None:
             now = timezone.now()
             Run.objects.filter(pk=pending.pk).update(
                 status=Run.STAGING,
+                host=host,
                 started_at=now,
                 lease_expires_at=now + dt.timedelta(seconds=lease_s),
             )
@@ -338,6 +375,7 @@ def run_claim(submission_id: int, *, lease_s: int) -> Run | None:
             cohort=cohort,
             try_number=try_number,
             status=Run.STAGING,
+            host=host,
             started_at=timezone.now(),
             lease_expires_at=timezone.now() + dt.timedelta(seconds=lease_s),
         )
@@ -638,25 +676,22 @@ def submission_wait_for_machine(
 
     Only while the submission is still ``queued`` (or ``verifying``): adds a timeline
     event of that status noting why (the entrant sees it waiting, not failed; nothing is
-    charged or refunded) and enqueues the score again after ``retry_in_s`` seconds,
-    numbered ``waits`` so that a duplicate of an older message recognises itself as
-    stale.
+    charged or refunded) and wakes a host of its class again after ``retry_in_s``
+    seconds, numbered ``waits``.
     """
     with transaction.atomic():
         waiting = (
             Submission.objects.select_for_update()
             .filter(pk=submission_id, status__in=WAITING_FOR_SCORE)
-            .values("status", "kind")
+            .values("status", "benchmark__hardware_class")
             .first()
         )
         if waiting is None:
             return False
         _event(submission_id, waiting["status"], f"{MACHINE_WAIT_NOTE}: {reason}")
-        score_enqueue(
-            submission_id,
-            waits,
-            kind=waiting["kind"],
-            verification=waiting["status"] == Submission.VERIFYING,
+        score_wake(
+            hardware_class=waiting["benchmark__hardware_class"],
+            waits=waits,
             countdown=retry_in_s,
         )
     return True

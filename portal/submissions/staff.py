@@ -26,7 +26,6 @@ from portal.submissions.services import (
     attempt_refund,
     score_enqueue,
     source_path,
-    submission_machine_waits,
     submission_transition,
     verification_requeue,
 )
@@ -159,10 +158,10 @@ def submission_requeue(
 ) -> Submission:
     """Put a waiting or infra-failed submission back in its queue. Charges nothing.
 
-    - ``accepted`` or ``queued`` (its queue message lost, say): the build or the score
-      is sent again. The worker claims it with a conditional update, so a message that
-      was not lost after all does nothing twice; a queued submission's count of waits
-      for the machine starts afresh.
+    - ``accepted`` or ``queued`` (its queue message lost, say): the build is sent again,
+      or a scoring host of its class is woken again. Workers claim with a conditional
+      update (scores from the database, in the fair order), so a message that was not
+      lost after all does nothing twice.
     - ``infra_failed`` (the platform failed twice; the attempt was refunded and stays
       refunded): back to ``queued`` when its submission image exists, else to
       ``accepted`` for a new build.
@@ -192,10 +191,7 @@ def submission_requeue(
         )
         if target in (Submission.QUEUED, Submission.VERIFYING):
             score_enqueue(
-                current.pk,
-                submission_machine_waits(current.pk),
-                kind=current.kind,
-                verification=target == Submission.VERIFYING,
+                current.pk, kind=current.kind, verification=target == Submission.VERIFYING
             )
         else:
             jobs.enqueue(jobs.BUILD_SUBMISSION, current.pk)

@@ -62,6 +62,7 @@ MATRIX: dict[str, dict[str, str]] = {
     "submission-disqualify": {"POST": STAFF},
     "submission-rescore": {"POST": STAFF},
     "audit": {"GET": STAFF},
+    "hosts": {"GET": CALLER},
     "schema": {"GET": PUBLIC},
     "docs": {"GET": PUBLIC},
 }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from podium_cli import watch
 from podium_cli.pack import pack_folder
@@ -152,6 +153,8 @@ def test_a_passing_submission_is_followed_to_its_verdict_and_exits_0(
         "  build | step 2/2: compile",
         "  build | compiled 3 files",
         "  build | build done",
+        "  queue | number 1 in line; no estimate: no scoring host of its class is online, "
+        "or none has timed a run",
         "  run   | loading model",
         "  run   | predicted 4",
     ]
@@ -221,6 +224,42 @@ def test_a_run_rejected_by_its_verification_is_followed_through_it_and_exits_1(
         "Verdict: rejected_verification, 4/4 matches, wall time 123.456789 ms"
     )
     assert "Reason: Verification failed: the verification run did not pass" in result.out
+
+
+def test_a_waiting_submission_shows_its_place_in_line_once_per_change(
+    submission: Submission, podium: Podium, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from portal.hosts.models import ScoringHost
+
+    pipeline = Pipeline(submission)
+    pipeline.start_build()
+    pipeline.finish_build()
+
+    def a_host_comes_online() -> None:
+        now = timezone.now()
+        ScoringHost.objects.create(
+            name="alpha",
+            hardware_class=submission.benchmark.hardware_class,
+            registered_at=now,
+            last_heartbeat_at=now,
+        )
+
+    steps(
+        monkeypatch,
+        lambda: None,  # nothing changes: the line is not printed again
+        a_host_comes_online,  # still no run timed: no estimate either
+        pipeline.start_run,
+        lambda: pipeline.verdict("passed", 4),
+    )
+
+    result = podium("watch", str(submission.pk), "--no-logs")
+
+    assert result.code == 0, result.err
+    queue_lines = [line for line in result.out.splitlines() if line.startswith("  queue |")]
+    assert queue_lines == [
+        "  queue | number 1 in line; no estimate: no scoring host of its class is online, "
+        "or none has timed a run"
+    ]
 
 
 def test_a_failed_build_shows_the_end_of_its_log_and_exits_1(

@@ -40,10 +40,22 @@ RULE_SETTINGS = {
     "run_tmpfs_bytes",
     "run_output_tmpfs_bytes",
     "runtime_tail_bytes",
+    "hardware_class",
+    "verify_top",
+    "verify_tolerance_pct",
     "retention_days",
 }
-# A retention of 0 days is allowed: the artifacts may go as soon as the benchmark closes.
-NOT_LIMITS = {"opens_at", "closes_at", "attempt_timezone", "allowed_registries", "retention_days"}
+# A retention of 0 days is allowed: the artifacts may go as soon as the benchmark closes;
+# verify_top 0 verifies none.
+NOT_LIMITS = {
+    "opens_at",
+    "closes_at",
+    "attempt_timezone",
+    "allowed_registries",
+    "hardware_class",
+    "verify_top",
+    "retention_days",
+}
 LIMITS = sorted(RULE_SETTINGS - NOT_LIMITS)
 
 

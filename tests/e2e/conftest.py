@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from portal import jobs
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
 from scoring import engine
@@ -56,12 +57,14 @@ def celery_workers(transactional_db, data_dir: Path) -> Iterator[None]:
         "PYTHONUNBUFFERED": "1",
         "PODIUM_GATE_CPU_BUSY_MAX": str(settings.PODIUM_GATE_CPU_BUSY_MAX),
         "PODIUM_GATE_CPU_SAMPLE_S": str(settings.PODIUM_GATE_CPU_SAMPLE_S),
-        "PODIUM_SCORING_HOST": settings.PODIUM_SCORING_HOST,
+        "PODIUM_HOST_NAME": settings.PODIUM_HOST_NAME,
+        "PODIUM_HARDWARE_CLASS": settings.PODIUM_HARDWARE_CLASS,
     }
     logs = data_dir / "worker-logs"
     logs.mkdir()
     workers = []
-    for queue, concurrency in (("builds", 2), ("scoring", 1)):
+    scoring = jobs.scoring_queue(settings.PODIUM_HARDWARE_CLASS)
+    for queue, concurrency in (("builds", 2), (scoring, 1)):
         log = (logs / f"{queue}.log").open("wb")
         workers.append(
             (

@@ -574,7 +574,11 @@ def engine_lowers_oom_score() -> bool:
     """Whether the engine may give the supervisor oom_score_adj -1000 (CAP_SYS_RESOURCE)."""
     try:
         container_id = engine.create_container(
-            image=BASE, command=["/bin/true"], entrypoint=[], oom_score_adj=-1000
+            image=BASE,
+            command=["/bin/true"],
+            entrypoint=[],
+            oom_score_adj=-1000,
+            network_mode="none",
         )
     except engine.EngineError:
         return False
@@ -699,7 +703,7 @@ def hostile(
     settings.PODIUM_RUN_OOM_SCORE_ADJ = -1000 if engine_lowers_oom_score else None
     # The machine lock and gates are not under test here: a scoring host of our own
     # (its build freezer touches no one else's containers) and gates that pass.
-    settings.PODIUM_SCORING_HOST = f"hostile-{uuid.uuid4().hex[:8]}"
+    settings.PODIUM_HOST_NAME = f"hostile-{uuid.uuid4().hex[:8]}"
     settings.PODIUM_GATE_CPU_BUSY_MAX = 1e6
     settings.PODIUM_GATE_CPU_SAMPLE_S = 0.05
     settings.PODIUM_GATE_MIN_MEMORY_BYTES = 0

@@ -25,6 +25,7 @@ from celery import Celery
 from django.conf import settings
 from django.utils import timezone
 
+from portal import jobs
 from portal.submissions.models import AttemptLedger, MachineLease, Run, Submission
 from scoring import engine, reaper, runner
 from tests.e2e.conftest import database_url, worker_command
@@ -72,14 +73,16 @@ def start_worker(
     log_path: Path,
     broker_dir: Path | None = None,
     concurrency: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """A real Celery worker process in its own process group (so it can be killed whole)."""
     env = {
         **os.environ,
+        **(extra_env or {}),
         "DATABASE_URL": database_url(),
         "PODIUM_DATA_DIR": str(data_dir),
         "CELERY_BROKER_URL": broker_url,
-        "PODIUM_SCORING_HOST": host,
+        "PODIUM_HOST_NAME": host,
         "PODIUM_LEASE_S": str(LEASE_S),
         "PODIUM_SUPERVISOR": str(REPO / "scoring" / "supervisor" / "supervise"),
         # The gates' decisions are tested elsewhere; a shared test machine may be busy.
@@ -155,7 +158,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     alice, benchmark, data_dir, settings, sleeper_image, sent, monkeypatch
 ):
     host = f"test-crash-{uuid.uuid4().hex[:8]}"
-    settings.PODIUM_SCORING_HOST = host
+    settings.PODIUM_HOST_NAME = host
     settings.PODIUM_LEASE_S = LEASE_S
     benchmark.cohort_size = 10
     benchmark.pass_min_matches = 10
@@ -168,7 +171,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     broker_url, options = filesystem_broker(broker_dir)
     log_path = data_dir / "scoring-worker.log"
     worker = start_worker(
-        queue="scoring",
+        queue=jobs.scoring_queue(benchmark.hardware_class),
         broker_url=broker_url,
         broker_dir=broker_dir,
         data_dir=data_dir,
@@ -177,7 +180,11 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     )
     run: Run | None = None
     try:
-        sender(broker_url, options).send_task("scoring.score_submission", args=(submission.pk,))
+        sender(broker_url, options).send_task(
+            jobs.SCORE_NEXT,
+            args=(benchmark.hardware_class,),
+            queue=jobs.scoring_queue(benchmark.hardware_class),
+        )
         run = poll(
             lambda: Run.objects.filter(submission=submission, status=Run.RUNNING).first(),
             lambda found: found is not None,
@@ -215,7 +222,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
         assert run_containers(run.pk, host) == []  # the orphan was killed and removed
         assert run.verdict == "" and run.verdict_reason == "the scoring worker stopped answering"
         assert submission.status == Submission.QUEUED  # requeued once, for try 2
-        assert sent == [("scoring.score_submission", (submission.pk,))]
+        assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class, 0))]  # a host woken again
         assert MachineLease.objects.get(host=host).holder == ""  # the dead holder's lock freed
         assert not AttemptLedger.objects.filter(
             submission=submission, delta=AttemptLedger.REFUND
@@ -234,7 +241,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     fake = FakeEngine().install(monkeypatch)
     fake.create_error = engine.EngineError("no space left on device")
 
-    runner.score_submission(submission.pk)
+    runner.score_next(benchmark.hardware_class)
 
     submission.refresh_from_db()
     runs = list(Run.objects.filter(submission=submission).order_by("try_number"))
@@ -249,5 +256,5 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
 
     # A late reaper pass, or the dead worker's message redelivered, changes nothing.
     reaper.reap(timezone.now())
-    runner.score_submission(submission.pk)
+    runner.score_next(benchmark.hardware_class)
     assert Run.objects.filter(submission=submission).count() == 2

@@ -321,7 +321,7 @@ def test_build_sh_builds_the_submission_image_and_queues_the_score(
     assert submission.image_digest.startswith("sha256:")
     assert submission.image_bytes and submission.image_bytes > 0
     assert timeline(submission) == ["accepted", "building", "queued"]
-    assert sent[-1] == (jobs.SCORE_SUBMISSION, (submission.pk,))
+    assert sent[-1] == (jobs.SCORE_NEXT, (submission.benchmark.hardware_class, 0))
     probe = engine.create_container(image=submission.image_tag, command=["/x"], entrypoint=[])
     run_stat = engine.path_stat(probe, "/submission/run")
     assert run_stat is not None and run_stat["mode"] & 0o111
@@ -353,7 +353,7 @@ def test_a_failing_build_sh_is_the_entrants_build_failure(alice, benchmark, sent
     assert ledger == [AttemptLedger.CHARGE]  # the attempt counts
     assert "compiling" in (storage.submission_dir(submission.pk) / "build.log").read_text()
     assert all(container_gone(c) for c in made["containers"])
-    assert not any(name == jobs.SCORE_SUBMISSION for name, _ in sent)
+    assert not any(name == jobs.SCORE_NEXT for name, _ in sent)
 
 
 @pytest.mark.docker

@@ -25,7 +25,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import storage
+from portal import jobs, storage
 from portal.environments.models import Environment
 from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
 from portal.submissions.services import (
@@ -51,7 +51,7 @@ BUSYBOX = "localhost/podium/busybox:1"
 def host(settings) -> str:
     """A scoring host name of this test's own."""
     name = f"test-{uuid.uuid4().hex[:10]}"
-    settings.PODIUM_SCORING_HOST = name
+    settings.PODIUM_HOST_NAME = name
     return name
 
 
@@ -206,9 +206,10 @@ def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
     fake = FakeEngine().install(monkeypatch)
     failing_gate(monkeypatch)
 
+    hardware_class = queued.benchmark.hardware_class
     for waits in range(6):
         with django_capture_on_commit_callbacks(execute=True):
-            runner.score_submission(queued.pk, waits)
+            runner.score_next(hardware_class, waits)  # each retry, as its wake-up says
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED  # waiting, not failed
@@ -216,7 +217,7 @@ def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
     assert fake.calls == []  # no container
     assert not machine_held(host)  # the lock was released each time
     assert [countdown for _name, _args, countdown in sent] == [300, 600, 1200, 2400, 3600, 3600]
-    assert [args for _name, args, _countdown in sent] == [(queued.pk, n) for n in range(1, 7)]
+    assert [args for _name, args, _countdown in sent] == [(hardware_class, n) for n in range(1, 7)]
     notes = waiting_notes(queued)
     assert notes[0] == (
         "waiting for the scoring machine: health check cpu_idle failed (next try in 5 minutes)"
@@ -249,7 +250,7 @@ def test_a_stale_duplicate_of_a_rescheduled_score_does_nothing(
     failing_gate(monkeypatch)
     with django_capture_on_commit_callbacks(execute=True):
         runner.score_submission(queued.pk)  # waits once: the retry carries waits=1
-    assert sent == [("scoring.score_submission", (queued.pk, 1), 300)]
+    assert sent == [(jobs.SCORE_NEXT, (queued.benchmark.hardware_class, 1), 300)]
     sent.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -452,7 +453,11 @@ def containers() -> Iterator[Callable[..., str]]:
 
     def make(labels: dict[str, str] | None = None, *, name: str = "", start: bool = True) -> str:
         container_id = engine.create_container(
-            image=BUSYBOX, entrypoint=[], command=TICKING, labels=labels or {}
+            image=BUSYBOX,
+            entrypoint=[],
+            command=TICKING,
+            labels=labels or {},
+            network_mode="none",  # the default bridge may be missing on a fresh machine
         )
         made.append(container_id)
         if name:  # how the deployment's own services get theirs (compose container_name)
@@ -627,7 +632,10 @@ def test_thaw_unpauses_what_a_dead_holder_left_paused(host, containers, freezer)
 def test_a_build_sh_left_paused_by_a_dead_holder_resumes_by_itself(db, host, monkeypatch):
     monkeypatch.setattr(builds, "STRAY_PAUSE_S", 0.3)
     container_id = engine.create_container(
-        image=BUSYBOX, entrypoint=[], command=["sh", "-c", "sleep 1; exit 3"]
+        image=BUSYBOX,
+        entrypoint=[],
+        command=["sh", "-c", "sleep 1; exit 3"],
+        network_mode="none",
     )
     try:
         engine.start(container_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import io
 import json
@@ -16,9 +17,10 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
-from portal import storage
-from portal.contests.models import Benchmark, LeaderboardEntry
+from portal import jobs, storage
+from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.submissions import evidence
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine, runner
@@ -447,7 +449,7 @@ def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
     assert first.status == Run.INFRA_FAILED
     assert "host clock" in first.verdict_reason
     assert queued.status == Submission.QUEUED  # requeued for try 2
-    assert sent == [("scoring.score_submission", (queued.pk,))]
+    assert sent == [(jobs.SCORE_NEXT, (queued.benchmark.hardware_class, 0))]
     assert not refunded(queued)
     assert fake.calls[-1] == "remove"
 
@@ -757,3 +759,50 @@ def test_a_real_runs_evidence_bundle_holds_what_was_staged_and_read(score):
     assert record["digests"]["output"] == run.output_sha256
     assert supervisor["wall_ns"] == run.wall_time_ns == record["run"]["wall_time_ns"]
     assert "scored 10 rows" in files["run.log"].decode()
+
+
+# A scoring host's wake-up: the fair order, drained hosts --------------------------------
+
+
+def test_a_wake_up_claims_the_fair_next_run_on_this_host(
+    queued, alice, bob, benchmark, monkeypatch, sent, settings
+):
+    FakeEngine().install(monkeypatch)
+    # Alice already had a run started today; Bob's first attempt, though queued later,
+    # goes first.
+    Run.objects.create(
+        submission=make_submission(alice, benchmark, status=Submission.FAILED),
+        cohort=Cohort.objects.get(benchmark=benchmark, kind=Cohort.OFFICIAL),
+        status=Run.FINISHED,
+        started_at=timezone.now() - dt.timedelta(hours=1),
+    )
+    bobs = make_submission(bob, benchmark)
+
+    runner.score_next(benchmark.hardware_class)
+
+    run = the_run(bobs)
+    assert run.status == Run.FINISHED and run.host == settings.PODIUM_HOST_NAME
+    assert not Run.objects.filter(submission=queued).exists()  # alice waits her turn
+    runner.score_next(benchmark.hardware_class)
+    assert the_run(queued).host == settings.PODIUM_HOST_NAME
+    runner.score_next(benchmark.hardware_class)  # a duplicate wake-up finds nothing
+    assert Run.objects.filter(status=Run.FINISHED, purpose=Run.SCORE).count() == 3
+
+
+def test_a_draining_host_takes_nothing_and_wakes_another(
+    queued, benchmark, monkeypatch, sent, settings, django_capture_on_commit_callbacks
+):
+    from portal.hosts.services import host_drain
+    from scoring import hosts
+
+    FakeEngine().install(monkeypatch)
+    monkeypatch.setattr(hosts, "machine_facts", lambda: {})
+    hosts.register()
+    host_drain(name=settings.PODIUM_HOST_NAME, actor=None, reason="maintenance")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        runner.score_next(benchmark.hardware_class)
+
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED and not queued.runs.exists()
+    assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class, 0))]

@@ -31,6 +31,8 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.disqualify_submission",
     "submissions.review_anomaly",
     "submissions.view_anomaly",
+    "hosts.manage_host",
+    "hosts.view_scoringhost",
     "contests.export_cohort_members",
     "contests.export_cohort_answers",
     "submissions.view_submission",

@@ -58,13 +58,13 @@ def test_a_queued_submission_is_scored_afresh(submission, staff, sent, requeue):
 
     requeue(submission)
 
-    assert sent == [(jobs.SCORE_SUBMISSION, (submission.pk, 0))]
+    assert sent == [(jobs.SCORE_NEXT, (submission.benchmark.hardware_class, 0))]
 
 
 @pytest.mark.parametrize(
     ("image_digest", "status", "task"),
     [
-        ("sha256:" + "1" * 64, Submission.QUEUED, jobs.SCORE_SUBMISSION),
+        ("sha256:" + "1" * 64, Submission.QUEUED, jobs.SCORE_NEXT),
         ("", Submission.ACCEPTED, jobs.BUILD_SUBMISSION),
     ],
 )

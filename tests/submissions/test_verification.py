@@ -206,7 +206,7 @@ def test_a_passing_top_run_is_verified_before_it_ranks(
         2,
     )
     # Sent again to the scoring queue, at the verification priority.
-    assert priorities[-1] == (jobs.SCORE_SUBMISSION, (submission.pk,), jobs.VERIFY_PRIORITY)
+    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.VERIFY_PRIORITY)
 
     verify = claimed(submission)
     assert verify.pk == pending.pk and status(submission) == Submission.VERIFYING
@@ -304,7 +304,7 @@ def test_a_platform_fault_requeues_the_verification_alone_then_waits_for_staff(
         assert run_record_infra_failure(run_id=first.pk, reason="engine fell over")
     assert status(submission) == Submission.VERIFYING
     assert submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).count() == 1
-    assert priorities[-1] == (jobs.SCORE_SUBMISSION, (submission.pk,), jobs.VERIFY_PRIORITY)
+    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.VERIFY_PRIORITY)
     assert mail.outbox == []
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -339,7 +339,7 @@ def test_staff_can_rescore_a_rejected_submission_for_free(
     with django_capture_on_commit_callbacks(execute=True):
         staff.submission_rescore(submission=submission, actor=reviewer, reason="host noise")
     assert status(submission) == Submission.QUEUED
-    assert priorities[-1] == (jobs.SCORE_SUBMISSION, (submission.pk,), jobs.OFFICIAL_PRIORITY)
+    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.OFFICIAL_PRIORITY)
 
 
 def test_a_verification_under_way_cannot_be_requeued(

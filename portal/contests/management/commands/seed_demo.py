@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -118,6 +119,8 @@ class Command(BaseCommand):
             "cohort_size": official_count,
             "pass_min_matches": math.ceil(official_count * DEMO_PASS_RATIO),
             "allowed_registries": "localhost/podium/\n",
+            # Scored by this machine's own scoring worker (`make run`).
+            "hardware_class": django_settings.PODIUM_HARDWARE_CLASS,
         }
         demo = Benchmark.objects.filter(slug=DEMO_SLUG).first()
         if demo is None:

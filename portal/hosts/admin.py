@@ -1,0 +1,168 @@
+"""Scoring hosts in the admin: the fleet with each machine's facts (read-only; hosts
+register themselves), and the drain, resume and retire actions.
+
+Each action asks for a reason on an intermediate page (optional, kept in the audit log)
+and needs ``hosts.manage_host`` (held by the "contest staff" group): it is offered only
+to those who hold it, and refuses anyone else (403) before anything is read or written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from portal.audit.reasons import reason_given, reason_page
+from portal.audit.services import Origin
+from portal.environments.admin import ReadOnlyMixin, preformatted
+from portal.errors import PodiumError
+from portal.hosts import services
+from portal.hosts.models import ScoringHost
+from portal.hosts.selectors import host_state_label, memory_text
+from portal.submissions.staff import StaffPermissionDenied, staff_permission_check
+
+HostService = Callable[..., ScoringHost]
+
+
+@admin.register(ScoringHost)
+class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = [
+        "name",
+        "hardware_class",
+        "architecture",
+        "cpu_cores",
+        "memory",
+        "state",
+        "last_heartbeat_at",
+    ]
+    list_filter = ["hardware_class", "status", "architecture"]
+    search_fields = ["name", "hardware_class", "cpu_model"]
+    fields = [
+        "name",
+        "hardware_class",
+        "status",
+        "state",
+        "registered_at",
+        "last_heartbeat_at",
+        "architecture",
+        "cpu_model",
+        "cpu_cores",
+        "memory",
+        "gpu_list",
+        "docker_version",
+        "kernel_version",
+        "supervisor_sha256",
+    ]
+    readonly_fields = ["state", "memory", "gpu_list"]
+    actions = ["drain", "resume", "retire"]
+
+    def has_manage_host_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(services.MANAGE_HOST)
+
+    @admin.display(description="State")
+    def state(self, host: ScoringHost) -> str:
+        return host_state_label(host, timezone.now())
+
+    @admin.display(description="Memory", ordering="memory_bytes")
+    def memory(self, host: ScoringHost) -> str:
+        return memory_text(host.memory_bytes)
+
+    @admin.display(description="GPUs")
+    def gpu_list(self, host: ScoringHost) -> str:
+        return preformatted(json.dumps(host.gpus, indent=2) if host.gpus else "none")
+
+    @admin.action(
+        description="Drain the selected hosts (finish the current run, take no more)",
+        permissions=["manage_host"],
+    )
+    def drain(
+        self, request: HttpRequest, queryset: QuerySet[ScoringHost]
+    ) -> TemplateResponse | None:
+        return self._host_action(
+            request,
+            queryset,
+            action="drain",
+            service=services.host_drain,
+            title="Drain",
+            explanation="These hosts finish the run they hold and claim no new one until "
+            "they are resumed.",
+        )
+
+    @admin.action(
+        description="Resume the selected hosts (draining or retired: take work again)",
+        permissions=["manage_host"],
+    )
+    def resume(
+        self, request: HttpRequest, queryset: QuerySet[ScoringHost]
+    ) -> TemplateResponse | None:
+        return self._host_action(
+            request,
+            queryset,
+            action="resume",
+            service=services.host_resume,
+            title="Resume",
+            explanation="These draining or retired hosts become active and claim work again.",
+        )
+
+    @admin.action(
+        description="Retire the selected hosts (leave the fleet)",
+        permissions=["manage_host"],
+    )
+    def retire(
+        self, request: HttpRequest, queryset: QuerySet[ScoringHost]
+    ) -> TemplateResponse | None:
+        return self._host_action(
+            request,
+            queryset,
+            action="retire",
+            service=services.host_retire,
+            title="Retire",
+            explanation="These hosts leave the fleet: they claim no work, count as offline "
+            "and are no longer listed by the API. A worker starting on one does not bring it "
+            "back; resuming it does.",
+        )
+
+    def _host_action(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[ScoringHost],
+        *,
+        action: str,
+        service: HostService,
+        title: str,
+        explanation: str,
+    ) -> TemplateResponse | None:
+        """Ask for a reason on an intermediate page, then call the service per host."""
+        try:
+            staff_permission_check(request.user, services.MANAGE_HOST)
+        except StaffPermissionDenied as exc:
+            raise PermissionDenied(exc.detail) from exc
+        reason = reason_given(request, required=False)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title=title,
+                explanation=explanation,
+                objects=queryset,
+                reason_required=False,
+                action=action,
+            )
+        done = 0
+        origin = Origin.of(request)
+        for host in queryset:
+            try:
+                service(name=host.name, actor=request.user, reason=reason, origin=origin)
+            except PodiumError as exc:
+                self.message_user(request, f"{host.name}: {exc.detail}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"{title}: {done} host(s).", messages.SUCCESS)
+        return None

@@ -1,0 +1,225 @@
+"""This machine as a scoring host: its facts, its registration and its heartbeat.
+
+A Celery worker that consumes a scoring queue (``scoring``, or a class queue
+``scoring.<class>``) registers its host when it is ready (:func:`on_worker_ready`,
+connected in ``scoring/tasks.py``) and heartbeats from a daemon thread of the worker's
+main process every ``PODIUM_HOST_HEARTBEAT_S``. Registration and heartbeats happen in
+that thread, never in the signal handler, so a slow engine, a missing ``nvidia-smi`` or
+a database outage never holds up or crashes the worker: failures are logged and tried
+again at the next beat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import re
+import subprocess
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from portal.hosts.models import ScoringHost
+from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
+from scoring import engine
+from scoring.machine import scoring_host
+
+log = logging.getLogger(__name__)
+
+SCORING_QUEUE = "scoring"
+GPU_LIST_TIMEOUT_S = 10
+# nvidia-smi -L: "GPU 0: NVIDIA H200 (UUID: GPU-5d0e...)"; its MIG device lines are skipped.
+GPU_LINE = re.compile(r"GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)")
+
+
+# Facts --------------------------------------------------------------------------------
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's model from a ``/proc/cpuinfo`` text (x86 ``model name``; Arm kernels
+    say ``Model`` or ``Hardware``, or nothing: then "")."""
+    found: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.strip():
+            found.setdefault(key.strip().lower(), value.strip())
+    for key in ("model name", "model", "hardware", "cpu model"):
+        if key in found:
+            return found[key]
+    return ""
+
+
+def mem_total_bytes(meminfo: str) -> int:
+    """``MemTotal`` of a ``/proc/meminfo`` text, in bytes (0 when absent)."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            fields = line.split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                return int(fields[1]) * 1024
+    return 0
+
+
+def parse_gpu_list(text: str) -> list[dict[str, Any]]:
+    """The GPUs of an ``nvidia-smi -L`` listing: ``[{"index", "name", "uuid"}]``."""
+    return [
+        {"index": int(match["index"]), "name": match["name"], "uuid": match["uuid"]}
+        for line in text.splitlines()
+        if (match := GPU_LINE.fullmatch(line.strip()))
+    ]
+
+
+def gpus() -> list[dict[str, Any]]:
+    """This machine's GPUs (``PODIUM_GPU_QUERY_COMMAND -L``); ``[]`` when there is no such
+    command, it fails or it hangs. Never raises."""
+    command = [*str(settings.PODIUM_GPU_QUERY_COMMAND).split(), "-L"]
+    try:
+        completed = subprocess.run(
+            command, capture_output=True, text=True, timeout=GPU_LIST_TIMEOUT_S, check=True
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):  # ValueError: not UTF-8
+        return []
+    return parse_gpu_list(completed.stdout)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _docker_version() -> str:
+    try:
+        return engine.version()
+    except engine.EngineError as exc:
+        log.warning("the Docker Engine's version could not be read: %s", exc)
+        return ""
+
+
+def _supervisor_sha256() -> str:
+    try:
+        with Path(settings.PODIUM_SUPERVISOR).open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as exc:
+        log.warning("the supervisor could not be read: %s", exc)
+        return ""
+
+
+def machine_facts() -> dict[str, Any]:
+    """What this machine is, for its ``ScoringHost`` row. Never raises: a fact that cannot
+    be read is empty (``""``, 0 or ``[]``) and the reason is logged."""
+    return {
+        "architecture": platform.machine(),
+        "cpu_model": cpu_model(_read("/proc/cpuinfo")),
+        "cpu_cores": os.cpu_count() or 0,
+        "memory_bytes": mem_total_bytes(_read("/proc/meminfo")),
+        "gpus": gpus(),
+        "docker_version": _docker_version(),
+        "kernel_version": platform.release(),
+        "supervisor_sha256": _supervisor_sha256(),
+    }
+
+
+# Registration and heartbeat -----------------------------------------------------------
+
+
+def register() -> ScoringHost:
+    """Register (or refresh) this host (``machine.scoring_host()``: ``PODIUM_HOST_NAME``,
+    else its engine's name) as of ``PODIUM_HARDWARE_CLASS`` with its current facts. A
+    draining or retired host keeps its status."""
+    host = host_register(
+        name=scoring_host(),
+        hardware_class=settings.PODIUM_HARDWARE_CLASS,
+        facts=machine_facts(),
+    )
+    log.info("scoring host %s registered (%s, %s)", host.name, host.hardware_class, host.status)
+    return host
+
+
+class HostHeartbeat(threading.Thread):
+    """Registers this host, then records a heartbeat every ``interval_s`` until
+    :meth:`stop`. A beat that fails (database down, say) is logged and the next one tries
+    again, registering first if the host was never registered or its row is gone. Uses
+    its own database connection, closed when it ends."""
+
+    def __init__(self, interval_s: float | None = None) -> None:
+        super().__init__(daemon=True, name="scoring-host-heartbeat")
+        self.interval_s = float(
+            settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
+        )
+        self.registered = False
+        self._stopping = threading.Event()
+
+    def beat(self) -> None:
+        """One beat: register when needed, else record the heartbeat. Never raises."""
+        try:
+            if not self.registered or not host_heartbeat(scoring_host()):
+                register()
+                self.registered = True
+        except Exception:
+            # Whatever failed, the thread must live on: a silent host is taken offline.
+            log.exception("scoring host: heartbeat failed")
+
+    def run(self) -> None:
+        try:
+            while True:
+                # A connection the database dropped since the last beat is reopened.
+                close_old_connections()
+                self.beat()
+                if self._stopping.wait(self.interval_s):
+                    return
+        finally:
+            connections.close_all()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive():
+            self.join(self.interval_s + 30)
+
+
+def accepts_work(name: str) -> bool:
+    """Whether this host (``name``) takes a new run: registered (now, when its first beat
+    has not landed yet) and neither draining nor retired."""
+    if not ScoringHost.objects.filter(name=name).exists():
+        register()
+    return host_accepts_work(name)
+
+
+def consumes_scoring(queue_names: Iterable[str]) -> bool:
+    """Whether a worker consuming ``queue_names`` scores: ``scoring`` or ``scoring.<class>``."""
+    prefix = f"{SCORING_QUEUE}."
+    return any(
+        name == SCORING_QUEUE or (name.startswith(prefix) and len(name) > len(prefix))
+        for name in queue_names
+    )
+
+
+_heartbeat: HostHeartbeat | None = None
+
+
+def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    """``celery.signals.worker_ready``: a worker that consumes a scoring queue starts the
+    heartbeat thread (once per process), which registers the host. Other workers (builds)
+    do nothing."""
+    global _heartbeat
+    queue_names = list(sender.app.amqp.queues.consume_from) if sender is not None else []
+    if not consumes_scoring(queue_names):
+        return
+    for name in queue_names:
+        if name.startswith(f"{SCORING_QUEUE}.") and name != (
+            f"{SCORING_QUEUE}.{settings.PODIUM_HARDWARE_CLASS}"
+        ):
+            log.warning(
+                "this worker consumes %s but its host registers as hardware class %s",
+                name,
+                settings.PODIUM_HARDWARE_CLASS,
+            )
+    if _heartbeat is None or not _heartbeat.is_alive():
+        _heartbeat = HostHeartbeat()
+        _heartbeat.start()
