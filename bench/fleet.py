@@ -92,6 +92,7 @@ def setup(args: argparse.Namespace, work: Path) -> str:
 
 
 def start_engine(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    root.mkdir(parents=True, exist_ok=True)
     (root / "daemon.json").write_text("{}")
     url = f"unix://{root / 'docker.sock'}"
     process = subprocess.Popen(
