@@ -1,4 +1,6 @@
-"""The machine lock, the build freezer and the health gates (architecture steps 1 and 2).
+"""Holding a scoring host (architecture steps 1 and 2): its machine lock (the lease rows of
+``portal.hosts.leases``), its build freezer (``scoring.freezer``) and its health gates
+(``scoring.health`` measures, ``scoring.gates`` decides).
 
 One score at a time per scoring host, across any number of scoring worker processes:
 
@@ -41,21 +43,17 @@ and :func:`frozen_seconds`.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import os
 import re
 import secrets
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -63,18 +61,19 @@ from django.db import DatabaseError, connections
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.submissions.models import MachineLease, Run
-from portal.submissions.services import (
+from portal.hosts.leases import (
     machine_held,
     machine_lease_acquire,
     machine_lease_free_expired,
     machine_lease_release,
     machine_lease_renew,
-    run_record_infra_failure,
-    submission_wait_for_machine,
 )
+from portal.submissions.models import MachineLease, Run
+from portal.submissions.services import run_record_infra_failure, submission_wait_for_machine
 from scoring import engine, gates
+from scoring.freezer import BuildFreezer, thaw
 from scoring.gates import Reading
+from scoring.health import limits, measure
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +81,6 @@ log = logging.getLogger(__name__)
 RUN_LABEL = "podium.run"  # on scoring containers: their run (the reaper finds them by it)
 HOST_LABEL = "podium.host"  # on scoring containers: the host whose lock they ran under
 LOCK_POLL_S = 1.0
-GPU_QUERY = (
-    "--query-gpu=index,driver_version,utilization.gpu,memory.used,temperature.gpu",
-    "--format=csv,noheader,nounits",
-)
-CPU_SAMPLES = 3  # at most; the first one at or above the minimum ends the sampling
 
 
 class MachineWaiting(Exception):
@@ -155,262 +149,6 @@ def frozen_seconds(since: dt.datetime, now: dt.datetime) -> float:
         end = min(finished or now, now)
         total += max(0.0, (end - start).total_seconds())
     return total
-
-
-def freeze_exempt() -> frozenset[str]:
-    """The container names no score pauses: ``PODIUM_FREEZE_EXEMPT`` (comma-separated)."""
-    value = settings.PODIUM_FREEZE_EXEMPT
-    names = value.split(",") if isinstance(value, str) else value
-    return frozenset(name.strip().lstrip("/") for name in names if name.strip())
-
-
-def _names(container: dict[str, Any]) -> set[str]:
-    """A listed container's names, without the engine's leading slash."""
-    return {str(name).lstrip("/") for name in container.get("Names") or []}
-
-
-class BuildFreezer:
-    """Pauses every container on the host but the scored one and the deployment's own,
-    and keeps them paused until :meth:`stop`.
-
-    :meth:`start` subscribes to the engine's ``start`` and ``unpause`` events of every
-    container first and then pauses every running container, so one that starts in
-    between is caught by its event. A thread pauses each container that starts (or is
-    unpaused) while frozen; a broken event stream is resubscribed, with a fresh sweep.
-    Never paused: containers given to :meth:`spare` (by id; the scored container, spared
-    before it starts) and containers whose name is in ``exempt`` (by default
-    ``PODIUM_FREEZE_EXEMPT``). Labels exempt nothing. :meth:`stop` ends the watch and
-    unpauses every paused container of the host but the exempt ones (also any that a
-    dead holder left paused), see :func:`thaw`.
-    """
-
-    def __init__(self, host: str, exempt: frozenset[str] | None = None) -> None:
-        self.host = host
-        self.exempt = freeze_exempt() if exempt is None else exempt
-        self.paused: set[str] = set()
-        self.spared: set[str] = set()
-        self._closing = threading.Event()
-        self._stream: engine.EventStream | None = None
-        self._thread: threading.Thread | None = None
-
-    def spare(self, container_id: str) -> None:
-        """Never pause ``container_id``. Call it before the container starts, so that its
-        ``start`` event finds it spared already."""
-        self.spared.add(container_id)
-
-    def start(self) -> None:
-        """Freeze; raises :class:`engine.EngineError` if the engine cannot be asked."""
-        self._stream = self._subscribe()
-        self._sweep()
-        self._thread = threading.Thread(
-            target=self._watch, daemon=True, name=f"build-freezer-{self.host}"
-        )
-        self._thread.start()
-
-    def stop(self) -> int:
-        """Stop watching and unpause; the number of containers unpaused."""
-        self._closing.set()
-        if self._stream is not None:
-            self._stream.close()
-        if self._thread is not None:
-            self._thread.join(10)
-        return thaw(self.host, self.exempt)
-
-    def _subscribe(self) -> engine.EventStream:
-        return engine.container_events(labels=[], actions=["start", "unpause"])
-
-    def _sweep(self) -> None:
-        for container in engine.list_containers([], status="running"):
-            container_id = str(container["Id"])
-            if container_id not in self.spared and not _names(container) & self.exempt:
-                self._pause(container_id)
-
-    def _pause(self, container_id: str) -> None:
-        try:
-            engine.pause(container_id)
-        except engine.EngineError as exc:  # it stopped meanwhile, or is paused already
-            log.debug("could not pause container %s: %s", container_id[:12], exc)
-            return
-        self.paused.add(container_id)
-
-    def _on_event(self, event: dict[str, Any]) -> None:
-        actor = event.get("Actor") or {}
-        container_id = str(event.get("id") or actor.get("ID") or "")
-        if not container_id or container_id in self.spared:
-            return
-        # The engine writes the container's own name over any label called "name".
-        name = str((actor.get("Attributes") or {}).get("name") or "")
-        if name not in self.exempt:
-            self._pause(container_id)
-
-    def _watch(self) -> None:
-        stream = self._stream
-        while not self._closing.is_set():
-            if stream is not None:
-                for event in stream:
-                    if self._closing.is_set():
-                        return
-                    self._on_event(event)
-            if self._closing.is_set():
-                return
-            log.warning("the engine's event stream ended; watching %s again", self.host)
-            try:
-                stream = self._subscribe()
-                self._stream = stream
-                if self._closing.is_set():
-                    stream.close()
-                    return
-                self._sweep()
-            except engine.EngineError:
-                log.exception("could not watch the containers of %s", self.host)
-                stream = None
-                self._closing.wait(0.5)
-
-
-def thaw(host: str, exempt: frozenset[str] | None = None) -> int:
-    """Unpause every paused container on ``host``'s engine but those named in ``exempt``
-    (by default ``PODIUM_FREEZE_EXEMPT``); how many were unpaused.
-
-    Only a score pauses containers on a scoring host, so every paused one there is a
-    score's to thaw. Callers: the freezer at release, and the reaper while no score holds
-    the lock (a holder that died left them paused).
-    """
-    exempt = freeze_exempt() if exempt is None else exempt
-    count = 0
-    for container in engine.list_containers([], status="paused"):
-        if _names(container) & exempt:
-            continue
-        try:
-            engine.unpause(str(container["Id"]))
-            count += 1
-        except engine.EngineError as exc:
-            log.warning(
-                "could not unpause container %s on %s: %s", str(container["Id"])[:12], host, exc
-            )
-    return count
-
-
-# The health gates ------------------------------------------------------------------
-
-
-def limits() -> gates.Limits:
-    return gates.Limits(
-        pin_engine_version=settings.PODIUM_PIN_ENGINE_VERSION,
-        pin_kernel=settings.PODIUM_PIN_KERNEL,
-        pin_supervisor_sha256=settings.PODIUM_PIN_SUPERVISOR_SHA256,
-        pin_gpu_driver=settings.PODIUM_PIN_GPU_DRIVER,
-        min_memory_bytes=settings.PODIUM_GATE_MIN_MEMORY_BYTES,
-        min_disk_bytes=settings.PODIUM_GATE_MIN_DISK_BYTES,
-        max_busy_cpus=settings.PODIUM_GATE_CPU_BUSY_MAX,
-        gpu=settings.PODIUM_GPU_GATES,
-        gpu_max_util_percent=settings.PODIUM_GPU_MAX_UTIL_PERCENT,
-        gpu_max_memory_mib=settings.PODIUM_GPU_MAX_MEMORY_MIB,
-        gpu_max_temp_c=settings.PODIUM_GPU_MAX_TEMP_C,
-    )
-
-
-_PROBE_ERRORS = (
-    engine.EngineError,
-    OSError,
-    gates.ProbeError,
-    subprocess.SubprocessError,
-    ValueError,
-)
-
-
-def _probe(name: str, measure: Callable[[], list[Reading]]) -> list[Reading]:
-    try:
-        return measure()
-    except _PROBE_ERRORS as exc:
-        log.warning("gate %s could not be measured: %s", name, exc)
-        return [gates.probe_failed(name, type(exc).__name__)]
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def gpu_samples() -> list[gates.GpuSample]:
-    completed = subprocess.run(
-        [*settings.PODIUM_GPU_QUERY_COMMAND.split(), *GPU_QUERY],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=True,
-    )
-    return gates.parse_gpu_query(completed.stdout)
-
-
-def busy_cpu_samples(maximum: float, sample_s: float, tries: int = CPU_SAMPLES) -> list[float]:
-    """Busy CPUs over ``sample_s`` each, until one is at most ``maximum`` (or ``tries``)."""
-    stat = Path("/proc/stat")
-    samples: list[float] = []
-    for _ in range(tries):
-        before = stat.read_text()
-        time.sleep(sample_s)
-        samples.append(gates.busy_cpus(before, stat.read_text()))
-        if samples[-1] <= maximum:
-            break
-    return samples
-
-
-def measure(gate_limits: gates.Limits) -> list[Reading]:
-    """Every gate's reading on this host, CPU idleness last (after everything else settled).
-
-    Never raises for a failed probe: that gate fails instead.
-    """
-    supervisor = Path(settings.PODIUM_SUPERVISOR)
-    data_dir = Path(settings.PODIUM_DATA_DIR)
-    readings: list[Reading] = []
-    readings += _probe(
-        "engine_version",
-        lambda: [gates.pinned("engine_version", engine.version(), gate_limits.pin_engine_version)],
-    )
-    readings += _probe(
-        "kernel", lambda: [gates.pinned("kernel", os.uname().release, gate_limits.pin_kernel)]
-    )
-    readings += _probe(
-        "supervisor_sha256",
-        lambda: [
-            gates.pinned(
-                "supervisor_sha256", _sha256_file(supervisor), gate_limits.pin_supervisor_sha256
-            )
-        ],
-    )
-    readings += _probe(
-        "memory_available",
-        lambda: [
-            gates.at_least(
-                "memory_available",
-                gates.mem_available_bytes(Path("/proc/meminfo").read_text()),
-                gate_limits.min_memory_bytes,
-            )
-        ],
-    )
-    readings += _probe(
-        "disk_free",
-        lambda: [
-            gates.at_least(
-                "disk_free", shutil.disk_usage(data_dir).free, gate_limits.min_disk_bytes
-            )
-        ],
-    )
-    if gate_limits.gpu:
-        readings += _probe("gpu", lambda: gates.gpu(gpu_samples(), gate_limits))
-    readings += _probe(
-        "cpu_idle",
-        lambda: [
-            gates.cpu_idle(
-                busy_cpu_samples(gate_limits.max_busy_cpus, settings.PODIUM_GATE_CPU_SAMPLE_S),
-                gate_limits.max_busy_cpus,
-            )
-        ],
-    )
-    return readings
 
 
 # The lock ----------------------------------------------------------------------------

@@ -27,16 +27,16 @@ from rest_framework.test import APIClient
 
 from portal import jobs, storage
 from portal.environments.models import Environment
-from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
-from portal.submissions.services import (
-    MACHINE_WAIT_NOTE,
+from portal.hosts.leases import (
     machine_held,
     machine_lease_acquire,
     machine_lease_release,
     machine_lease_renew,
-    submission_accept,
 )
+from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
+from portal.submissions.services import MACHINE_WAIT_NOTE, submission_accept
 from scoring import builds, engine, machine, reaper, runner
+from scoring import freezer as freezer_module
 from scoring.gates import Reading
 from tests import factories
 from tests.scoring.test_runner import FakeEngine, the_run
@@ -508,11 +508,11 @@ def events_handled(containers: Callable[..., str]) -> None:
 
 def test_the_freeze_exempt_setting_is_a_set_of_names(settings):
     settings.PODIUM_FREEZE_EXEMPT = ["podium-db", " /podium-redis ", ""]
-    assert machine.freeze_exempt() == {"podium-db", "podium-redis"}
+    assert freezer_module.freeze_exempt() == {"podium-db", "podium-redis"}
     settings.PODIUM_FREEZE_EXEMPT = "podium-db, podium-web,"  # the env var's form
-    assert machine.freeze_exempt() == {"podium-db", "podium-web"}
+    assert freezer_module.freeze_exempt() == {"podium-db", "podium-web"}
     settings.PODIUM_FREEZE_EXEMPT = []
-    assert machine.freeze_exempt() == frozenset()
+    assert freezer_module.freeze_exempt() == frozenset()
 
 
 @pytest.mark.docker

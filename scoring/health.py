@@ -1,0 +1,148 @@
+"""The health gates' measurements (``scoring.gates`` decides on them): pinned engine,
+kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
+freeze, GPU idle and temperature where configured. Used by ``scoring.machine.hold``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+
+from scoring import engine, gates
+from scoring.gates import Reading
+
+log = logging.getLogger(__name__)
+
+GPU_QUERY = (
+    "--query-gpu=index,driver_version,utilization.gpu,memory.used,temperature.gpu",
+    "--format=csv,noheader,nounits",
+)
+CPU_SAMPLES = 3  # at most; the first one at or above the minimum ends the sampling
+
+
+def limits() -> gates.Limits:
+    return gates.Limits(
+        pin_engine_version=settings.PODIUM_PIN_ENGINE_VERSION,
+        pin_kernel=settings.PODIUM_PIN_KERNEL,
+        pin_supervisor_sha256=settings.PODIUM_PIN_SUPERVISOR_SHA256,
+        pin_gpu_driver=settings.PODIUM_PIN_GPU_DRIVER,
+        min_memory_bytes=settings.PODIUM_GATE_MIN_MEMORY_BYTES,
+        min_disk_bytes=settings.PODIUM_GATE_MIN_DISK_BYTES,
+        max_busy_cpus=settings.PODIUM_GATE_CPU_BUSY_MAX,
+        gpu=settings.PODIUM_GPU_GATES,
+        gpu_max_util_percent=settings.PODIUM_GPU_MAX_UTIL_PERCENT,
+        gpu_max_memory_mib=settings.PODIUM_GPU_MAX_MEMORY_MIB,
+        gpu_max_temp_c=settings.PODIUM_GPU_MAX_TEMP_C,
+    )
+
+
+_PROBE_ERRORS = (
+    engine.EngineError,
+    OSError,
+    gates.ProbeError,
+    subprocess.SubprocessError,
+    ValueError,
+)
+
+
+def _probe(name: str, measure: Callable[[], list[Reading]]) -> list[Reading]:
+    try:
+        return measure()
+    except _PROBE_ERRORS as exc:
+        log.warning("gate %s could not be measured: %s", name, exc)
+        return [gates.probe_failed(name, type(exc).__name__)]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def gpu_samples() -> list[gates.GpuSample]:
+    completed = subprocess.run(
+        [*settings.PODIUM_GPU_QUERY_COMMAND.split(), *GPU_QUERY],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
+    return gates.parse_gpu_query(completed.stdout)
+
+
+def busy_cpu_samples(maximum: float, sample_s: float, tries: int = CPU_SAMPLES) -> list[float]:
+    """Busy CPUs over ``sample_s`` each, until one is at most ``maximum`` (or ``tries``)."""
+    stat = Path("/proc/stat")
+    samples: list[float] = []
+    for _ in range(tries):
+        before = stat.read_text()
+        time.sleep(sample_s)
+        samples.append(gates.busy_cpus(before, stat.read_text()))
+        if samples[-1] <= maximum:
+            break
+    return samples
+
+
+def measure(gate_limits: gates.Limits) -> list[Reading]:
+    """Every gate's reading on this host, CPU idleness last (after everything else settled).
+
+    Never raises for a failed probe: that gate fails instead.
+    """
+    supervisor = Path(settings.PODIUM_SUPERVISOR)
+    data_dir = Path(settings.PODIUM_DATA_DIR)
+    readings: list[Reading] = []
+    readings += _probe(
+        "engine_version",
+        lambda: [gates.pinned("engine_version", engine.version(), gate_limits.pin_engine_version)],
+    )
+    readings += _probe(
+        "kernel", lambda: [gates.pinned("kernel", os.uname().release, gate_limits.pin_kernel)]
+    )
+    readings += _probe(
+        "supervisor_sha256",
+        lambda: [
+            gates.pinned(
+                "supervisor_sha256", _sha256_file(supervisor), gate_limits.pin_supervisor_sha256
+            )
+        ],
+    )
+    readings += _probe(
+        "memory_available",
+        lambda: [
+            gates.at_least(
+                "memory_available",
+                gates.mem_available_bytes(Path("/proc/meminfo").read_text()),
+                gate_limits.min_memory_bytes,
+            )
+        ],
+    )
+    readings += _probe(
+        "disk_free",
+        lambda: [
+            gates.at_least(
+                "disk_free", shutil.disk_usage(data_dir).free, gate_limits.min_disk_bytes
+            )
+        ],
+    )
+    if gate_limits.gpu:
+        readings += _probe("gpu", lambda: gates.gpu(gpu_samples(), gate_limits))
+    readings += _probe(
+        "cpu_idle",
+        lambda: [
+            gates.cpu_idle(
+                busy_cpu_samples(gate_limits.max_busy_cpus, settings.PODIUM_GATE_CPU_SAMPLE_S),
+                gate_limits.max_busy_cpus,
+            )
+        ],
+    )
+    return readings
