@@ -3,8 +3,13 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 SUPERVISOR := scoring/supervisor/supervise
+# The calibration workload (scoring/calibration.py), built like the supervisor.
+CALIBRATE := scoring/calibrate/calibrate
+# The arm64 supervisor, cross-built on any host (Debian: gcc-aarch64-linux-gnu).
+SUPERVISOR_AARCH64 := scoring/supervisor/supervise-aarch64
+AARCH64_CC ?= aarch64-linux-gnu-gcc
 
-.PHONY: run test install supervisor base-images build-network lint typecheck pytest bench clean
+.PHONY: run test install supervisor calibrate supervisor-aarch64 base-images build-network lint typecheck pytest bench clean
 
 # Builds may reach this machine's own package mirrors (read from its apt and pip
 # configuration now), even where those sit inside ranges the build policy blocks.
@@ -13,7 +18,7 @@ export PODIUM_BUILD_EGRESS_ALLOW ?= $(shell scripts/mirror-allowlist)
 # A development machine: PODIUM_LOCAL=1 lets the portal serve on its public built-in
 # secret key (production refuses it; see README, Production).
 run: export PODIUM_LOCAL = 1
-run: install supervisor base-images
+run: install supervisor calibrate base-images
 	$(BIN)/python manage.py migrate --noinput
 	-$(MAKE) build-network
 	$(BIN)/python manage.py seed_demo
@@ -41,7 +46,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy .
 
-pytest: install supervisor
+pytest: install supervisor calibrate
 	$(BIN)/pytest
 	env -u DATABASE_URL $(BIN)/pytest tests/submissions/test_concurrent_charging.py
 
@@ -57,16 +62,26 @@ install: $(VENV)/.installed
 
 supervisor: $(SUPERVISOR)
 
+calibrate: $(CALIBRATE)
+
+$(CALIBRATE): scoring/calibrate/calibrate.c
+	$(CC) -O2 -static -Wall -Wextra -Werror -o $@ $<
+
 $(SUPERVISOR): scoring/supervisor/supervise.c
 	$(CC) -O2 -static -Wall -Wextra -Werror -o $@ $<
+
+supervisor-aarch64: $(SUPERVISOR_AARCH64)
+
+$(SUPERVISOR_AARCH64): scoring/supervisor/supervise.c
+	$(AARCH64_CC) -O2 -static -Wall -Wextra -Werror -o $@ $<
 
 # The local base images the starter kit and the tests build on (no registry needed).
 base-images:
 	scripts/base-images
 
-bench: install supervisor base-images
+bench: install supervisor calibrate base-images
 	$(BIN)/python bench/score_overhead.py
 	$(BIN)/python bench/build_egress.py
 
 clean:
-	rm -rf var build $(SUPERVISOR)
+	rm -rf var build $(SUPERVISOR) $(SUPERVISOR_AARCH64) $(CALIBRATE)

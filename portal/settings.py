@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import environ
 
 from portal.checks import DEVELOPMENT_SECRET_KEY
+from portal.notifications.mailconfig import email_url_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -77,6 +78,7 @@ INSTALLED_APPS = [
     "portal.submissions",
     "portal.audit",
     "portal.hosts",
+    "portal.notifications",
     "portal.api",
     "scoring",
 ]
@@ -163,6 +165,13 @@ EMAIL_PORT = env.int("EMAIL_PORT", default=25)
 EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
 EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+# Seconds an SMTP connection may hang: verdict mail is sent by the scoring worker.
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)
+# EMAIL_URL (or EMAIL_URL_FILE), e.g. smtp://user:password@host:587/?tls=True, sets all of
+# the above at once and overrides them (portal/notifications/mailconfig.py). Not kept as a
+# setting of its own: it holds the password.
+if email_url := env_secret("EMAIL_URL", ""):
+    globals().update(email_url_settings(email_url))
 # Where staff mail links point (scheme and host, no path); empty: links are site-relative.
 PODIUM_SITE_URL = env.str("PODIUM_SITE_URL", default="")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Podium <podium@localhost>")
@@ -267,6 +276,12 @@ else:
 
 # The worker side.
 PODIUM_DOCKER_PLATFORM = env.str("PODIUM_DOCKER_PLATFORM", default="")
+# A container registry (CNCF Distribution) as "host:port" ("http://host:port" for one
+# without TLS off loopback; loopback is plain HTTP): the build host pushes each submission
+# image there, and a scoring host pulls it by digest, refuses any other content and
+# removes it after the run (scoring/registry.py). "" (the default): one engine builds and
+# scores, and images never leave it.
+PODIUM_REGISTRY = env.str("PODIUM_REGISTRY", default="")
 PODIUM_RUN_UID = env.int("PODIUM_RUN_UID", default=65534)
 # The supervisor's own uid in the scored container: never the entrant's, never root, so
 # the kernel refuses every renice, ionice, prlimit or sched_set* aimed at it.
@@ -320,6 +335,29 @@ PODIUM_HOST_NAME = env.str("PODIUM_HOST_NAME", default="")
 PODIUM_HARDWARE_CLASS = env.str("PODIUM_HARDWARE_CLASS", default=f"cpu-{platform.machine()}")
 PODIUM_HOST_HEARTBEAT_S = env.int("PODIUM_HOST_HEARTBEAT_S", default=30)
 PODIUM_HOST_STALE_S = env.int("PODIUM_HOST_STALE_S", default=90)
+# Calibration (scoring/calibration.py): each host runs a fixed workload, timed as a scored
+# run, when its worker starts and again before claiming a run once PODIUM_CALIBRATE_EVERY_RUNS
+# runs or PODIUM_CALIBRATE_EVERY_S seconds passed (0: that rule off). A median more than
+# PODIUM_CALIBRATION_DRIFT_PCT off its class's reference drains the host. The noise band
+# published per class comes from its latest PODIUM_NOISE_BAND_CALIBRATIONS good ones.
+PODIUM_CALIBRATION = env.bool("PODIUM_CALIBRATION", default=True)
+PODIUM_CALIBRATION_WORKLOAD = Path(
+    env.str(
+        "PODIUM_CALIBRATION_WORKLOAD",
+        default=str(BASE_DIR / "scoring" / "calibrate" / "calibrate"),
+    )
+)
+PODIUM_CALIBRATION_IMAGE = env.str("PODIUM_CALIBRATION_IMAGE", default="localhost/podium/busybox:1")
+PODIUM_CALIBRATION_REPETITIONS = env.int("PODIUM_CALIBRATION_REPETITIONS", default=7)
+PODIUM_CALIBRATE_EVERY_RUNS = env.int("PODIUM_CALIBRATE_EVERY_RUNS", default=50)
+PODIUM_CALIBRATE_EVERY_S = env.int("PODIUM_CALIBRATE_EVERY_S", default=6 * 3600)
+PODIUM_CALIBRATION_DRIFT_PCT = env.float("PODIUM_CALIBRATION_DRIFT_PCT", default=3.0)
+# A calibration whose own runs spread wider than this (± % of their median) judges nothing.
+PODIUM_CALIBRATION_MAX_NOISE_PCT = env.float("PODIUM_CALIBRATION_MAX_NOISE_PCT", default=3.0)
+PODIUM_NOISE_BAND_CALIBRATIONS = env.int("PODIUM_NOISE_BAND_CALIBRATIONS", default=20)
+# Tests only (never from the environment): a CPU quota (and the lowest CPU weight) for the
+# calibration's container, to slow the real workload on purpose. None: as a scored run.
+PODIUM_CALIBRATION_CPUS: float | None = None
 
 # The machine lock and the health gates (scoring/machine.py, scoring/gates.py): one lock
 # per scoring host (PODIUM_HOST_NAME above).
@@ -340,13 +378,24 @@ PODIUM_PIN_ENGINE_VERSION = env.str("PODIUM_PIN_ENGINE_VERSION", default="")
 PODIUM_PIN_KERNEL = env.str("PODIUM_PIN_KERNEL", default="")
 PODIUM_PIN_SUPERVISOR_SHA256 = env.str("PODIUM_PIN_SUPERVISOR_SHA256", default="")
 PODIUM_PIN_GPU_DRIVER = env.str("PODIUM_PIN_GPU_DRIVER", default="")
+PODIUM_PIN_CUDA = env.str("PODIUM_PIN_CUDA", default="")
 PODIUM_GATE_MIN_MEMORY_BYTES = env.int("PODIUM_GATE_MIN_MEMORY_BYTES", default=2 << 30)
 PODIUM_GATE_MIN_DISK_BYTES = env.int("PODIUM_GATE_MIN_DISK_BYTES", default=5 << 30)
 # CPUs' worth of busy time allowed over a short sample, taken after builds are frozen.
 PODIUM_GATE_CPU_BUSY_MAX = env.float("PODIUM_GATE_CPU_BUSY_MAX", default=1.5)
 PODIUM_GATE_CPU_SAMPLE_S = env.float("PODIUM_GATE_CPU_SAMPLE_S", default=0.5)
-# GPU gates (idle, memory, temperature, driver pin) only where a GPU is configured.
+# GPUs (scoring/gpus.py): a host of a hardware class with GPUs (portal/hosts HardwareClass)
+# gives a scored container exactly PODIUM_GPU_DEVICES (indices or UUIDs, as nvidia-smi -L
+# shows them) and gates every run on them through NVML: no compute process, idle over
+# PODIUM_GPU_UTIL_SAMPLES samples, memory, temperature, persistence, ECC, XID, and the
+# class's pinned driver and CUDA versions (else PODIUM_PIN_GPU_DRIVER / PODIUM_PIN_CUDA).
+# PODIUM_GPU_GATES turns the gates on for a class without GPUs. PODIUM_GPU_CDI names
+# the devices by CDI (Docker Engine 25 and later) instead of NVIDIA device requests.
+PODIUM_GPU_DEVICES = env.list("PODIUM_GPU_DEVICES", default=[])
 PODIUM_GPU_GATES = env.bool("PODIUM_GPU_GATES", default=False)
+PODIUM_GPU_CDI = env.bool("PODIUM_GPU_CDI", default=False)
+PODIUM_GPU_UTIL_SAMPLES = env.int("PODIUM_GPU_UTIL_SAMPLES", default=5)
+PODIUM_GPU_UTIL_INTERVAL_S = env.float("PODIUM_GPU_UTIL_INTERVAL_S", default=0.1)
 PODIUM_GPU_QUERY_COMMAND = env.str("PODIUM_GPU_QUERY_COMMAND", default="nvidia-smi")
 PODIUM_GPU_MAX_UTIL_PERCENT = env.int("PODIUM_GPU_MAX_UTIL_PERCENT", default=5)
 PODIUM_GPU_MAX_MEMORY_MIB = env.int("PODIUM_GPU_MAX_MEMORY_MIB", default=1024)

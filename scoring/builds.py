@@ -49,15 +49,18 @@ from typing import IO, cast
 from django.conf import settings
 
 from portal import storage
+from portal.environments import dockerfile_policy
 from portal.environments.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.environments.models import Environment
 from portal.environments.services import (
     ENGINE_FAULT_REASON,
+    allowed_prefixes,
     build_platform_fault_record,
     environment_claim_build,
     environment_finish_build,
     environment_wait_for_build_network,
 )
+from portal.hosts.selectors import class_platform
 from portal.submissions import archives
 from portal.submissions.models import Submission
 from portal.submissions.services import (
@@ -67,7 +70,7 @@ from portal.submissions.services import (
     submission_transition,
     submission_wait_for_build_network,
 )
-from scoring import buildbox, buildnet, engine, machine
+from scoring import buildbox, buildnet, engine, machine, platforms, registry
 from scoring.logfile import CappedLog
 
 log = logging.getLogger(__name__)
@@ -195,6 +198,11 @@ def _build_environment_image(
         context.seek(0)
         host = machine.scoring_host()
         machine.wait_while_frozen(host)
+        platform = class_platform(benchmark.hardware_class)
+        unavailable = _platform_unavailable(environment, platform)
+        if unavailable is not None:
+            build_log.write(unavailable.reason + "\n")
+            return unavailable
         with buildbox.sandbox(
             job=buildbox.job_name("env", environment.pk), disk_cap_bytes=benchmark.max_image_bytes
         ) as box:
@@ -203,7 +211,7 @@ def _build_environment_image(
                 tag=tag,
                 on_log=build_log.write,
                 timeout_s=cap_s,
-                platform=settings.PODIUM_DOCKER_PLATFORM,
+                platform=platform,
                 frozen=lambda: _frozen(host),
                 bounds=box.bounds,
             )
@@ -239,6 +247,26 @@ def _build_environment_image(
         )
     return EnvironmentResult(
         Environment.READY, image_tag=tag, image_digest=info.id, image_bytes=info.size
+    )
+
+
+def _platform_unavailable(environment: Environment, platform: str) -> EnvironmentResult | None:
+    """The build refused before it starts when a FROM image has no image for the class's
+    platform, as far as the engine or the image's registry can tell (the Dockerfile
+    policy's platform check; an image neither can tell about passes). Attempt-free, as
+    every environment build."""
+    violations = dockerfile_policy.check_platforms(
+        environment.dockerfile,
+        allowed_prefixes(environment.benchmark),
+        platform=platform,
+        image_platforms=platforms.image_platforms,
+    )
+    if not violations:
+        return None
+    return EnvironmentResult(
+        Environment.FAILED,
+        f"The Dockerfile cannot be built for {platform}: "
+        f"{dockerfile_policy.format_violations(violations)}",
     )
 
 
@@ -379,6 +407,12 @@ def build_submission(submission_id: int) -> None:
         # The entrant's sentence names no engine internals (addresses, ids, host paths).
         submission_build_platform_failure(submission_id, reason=ENGINE_FAULT_REASON.lower())
         return
+    if image.ref:
+        # Written while the row is still ``building`` (ours): the score that the next call
+        # enqueues always finds the reference it must pull.
+        Submission.objects.filter(pk=submission_id, status=Submission.BUILDING).update(
+            image_ref=image.ref
+        )
     if not submission_build_finished(
         submission_id=submission_id,
         ok=True,
@@ -387,6 +421,8 @@ def build_submission(submission_id: int) -> None:
         image_bytes=image.size,
     ):
         _discard_image(image.tag)  # settled elsewhere meanwhile (cancelled): leave nothing
+        if image.ref:
+            _discard_pushed(image.ref)
 
 
 @dataclass(frozen=True)
@@ -394,6 +430,16 @@ class SubmissionImage:
     tag: str
     digest: str
     size: int
+    ref: str = ""  # the registry reference by digest, when PODIUM_REGISTRY is set
+
+
+def _discard_pushed(ref: str) -> None:
+    """Delete a pushed image's manifest from the registry; a failure is only logged
+    (retention tries again for every finished submission)."""
+    try:
+        registry.delete_manifest(ref)
+    except registry.RegistryError:
+        log.exception("could not delete %s from the registry", ref)
 
 
 def _build_submission_image(
@@ -477,7 +523,19 @@ def _run_build_script(
             f"The submission image is {info.size:,} bytes; "
             f"the cap is {benchmark.max_image_bytes:,} bytes."
         )
-    return SubmissionImage(tag=image_tag, digest=info.id, size=info.size)
+    ref = ""
+    if settings.PODIUM_REGISTRY:
+        # Scoring hosts pull it from there by digest. A registry that fails is the
+        # platform's fault (requeued once, then refunded), like any engine error.
+        machine.wait_while_frozen(host)  # pushing is heavy disk work: not during a score
+        try:
+            ref = registry.publish(image_tag)
+        except Exception:
+            _discard_image(image_tag)
+            raise
+        # The entrant reads the build log: the digest, not the registry's address.
+        build_log.write(f"Pushed to the registry as {ref.rpartition('@')[2]}\n")
+    return SubmissionImage(tag=image_tag, digest=info.id, size=info.size, ref=ref)
 
 
 def _wait_unfrozen(container_id: str, cap_s: float, host: str) -> int | None:

@@ -290,6 +290,49 @@ def remove_image_if_unused(ref: str) -> bool:
     return True
 
 
+def tag_image(source: str, repository: str, tag: str) -> None:
+    """Name image ``source`` ``repository:tag`` too (nothing is copied)."""
+    if not _wrap(lambda: client().api.tag(source, repository, tag=tag)):
+        raise EngineError(f"could not tag {source} as {repository}:{tag}")
+
+
+def push_image(repository: str, tag: str) -> str:
+    """Push ``repository:tag`` to the registry its name starts with; the manifest digest
+    (``sha256:...``) the registry stored it under, which names this content for good
+    whatever later happens to the tag."""
+
+    def push() -> str:
+        digest = ""
+        for chunk in client().api.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise EngineError(f"pushing {repository}:{tag} failed: {chunk['error']}")
+            digest = str((chunk.get("aux") or {}).get("Digest") or digest)
+        return digest
+
+    digest = str(_wrap(push))
+    if not digest.startswith("sha256:"):
+        raise EngineError(f"the registry named no digest for {repository}:{tag}")
+    return digest
+
+
+def pull_image(ref: str) -> ImageInfo:
+    """Pull ``ref`` from its registry and inspect what the engine now holds under it.
+
+    With a digest reference (``registry/name@sha256:...``) the engine checks that the
+    manifest it receives has that digest, and each layer its own; layers it already has
+    are not fetched again. Raises :class:`NoSuchObject` when the registry has no such
+    manifest, :class:`EngineError` when it cannot be reached or the pull fails.
+    """
+
+    def pull() -> None:
+        for chunk in client().api.pull(ref, stream=True, decode=True):
+            if "error" in chunk:
+                raise EngineError(f"pulling {ref} failed: {chunk['error']}")
+
+    _wrap(pull)
+    return image_info(ref)
+
+
 def image_has_path(ref: str, path: str) -> bool:
     """Whether ``path`` exists in the image (checked without running anything)."""
     container_id = create_container(image=ref, command=["/nonexistent"], entrypoint=[])

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scoring import gpus
+
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
 
 
@@ -38,24 +40,14 @@ class Limits:
     pin_kernel: str = ""
     pin_supervisor_sha256: str = ""
     pin_gpu_driver: str = ""
+    pin_cuda: str = ""
     min_memory_bytes: int = 0
     min_disk_bytes: int = 0
     max_busy_cpus: float = 1.5
-    gpu: bool = False
+    gpu_devices: tuple[str, ...] = ()
     gpu_max_util_percent: int = 5
     gpu_max_memory_mib: int = 1024
     gpu_max_temp_c: int = 60
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One GPU as ``nvidia-smi --query-gpu`` reports it."""
-
-    index: int
-    driver: str
-    util_percent: int
-    memory_used_mib: int
-    temp_c: int
 
 
 class ProbeError(Exception):
@@ -160,73 +152,121 @@ def cpu_idle(samples: Sequence[float], maximum: float) -> Reading:
     )
 
 
-def parse_gpu_query(csv_text: str) -> list[GpuSample]:
-    """Parse ``nvidia-smi --query-gpu=index,driver_version,utilization.gpu,memory.used,
-    temperature.gpu --format=csv,noheader,nounits``."""
-    gpus: list[GpuSample] = []
-    for line in csv_text.splitlines():
-        if not line.strip():
-            continue
-        fields = [field.strip() for field in line.split(",")]
-        if len(fields) != 5:
-            raise ProbeError(f"unexpected nvidia-smi line: {line[:200]!r}")
-        try:
-            gpus.append(
-                GpuSample(
-                    index=int(fields[0]),
-                    driver=fields[1],
-                    util_percent=int(float(fields[2])),
-                    memory_used_mib=int(float(fields[3])),
-                    temp_c=int(float(fields[4])),
-                )
-            )
-        except ValueError:
-            raise ProbeError(f"unexpected nvidia-smi values: {line[:200]!r}") from None
-    if not gpus:
-        raise ProbeError("nvidia-smi listed no GPU")
-    return gpus
+def gpu(
+    snapshot: gpus.Snapshot, limits: Limits, ecc_before: dict[str, int] | None = None
+) -> list[Reading]:
+    """The GPU gates on one snapshot of the run's GPUs (``scoring.gpus.read``).
 
-
-def gpu(samples: Sequence[GpuSample], limits: Limits) -> list[Reading]:
-    """Every GPU idle (utilization, memory in use) and cool, on the pinned driver."""
-    drivers = sorted({s.driver for s in samples})
-    readings = [pinned("gpu_driver", ",".join(drivers), limits.pin_gpu_driver)]
-    busy = [
-        s.index
-        for s in samples
-        if s.util_percent > limits.gpu_max_util_percent
-        or s.memory_used_mib > limits.gpu_max_memory_mib
+    Driver and CUDA versions equal the class's pins; no compute process on any of them;
+    utilization at most ``gpu_max_util_percent`` in every sample and memory in use at most
+    ``gpu_max_memory_mib``; temperature at most ``gpu_max_temp_c``; persistence mode on;
+    no uncorrected ECC error since the last run (``ecc_before``: each GPU's volatile count
+    then, by UUID; without it, since the driver loaded); no XID event since the last
+    snapshot. A value the GPU does not support (ECC, persistence on some boards, XID
+    events in some virtual machines) is recorded as such and does not fail its gate.
+    """
+    cards = snapshot.gpus
+    readings = [
+        pinned("gpu_driver", snapshot.driver, limits.pin_gpu_driver),
+        pinned("gpu_cuda", snapshot.cuda, limits.pin_cuda),
+    ]
+    busy = [g.index for g in cards if g.processes]
+    readings.append(
+        Reading(
+            "gpu_processes",
+            ok=not busy,
+            value=[{"index": g.index, "pids": g.processes} for g in cards],
+            detail=f"compute processes on GPU {_indices(busy)}" if busy else "none",
+        )
+    )
+    loaded = [
+        g.index
+        for g in cards
+        if max(g.util_percent, default=0) > limits.gpu_max_util_percent
+        or g.memory_used_mib > limits.gpu_max_memory_mib
     ]
     readings.append(
         Reading(
             "gpu_idle",
-            ok=not busy,
+            ok=not loaded,
             value=[
-                {"index": s.index, "util_percent": s.util_percent, "memory_mib": s.memory_used_mib}
-                for s in samples
+                {"index": g.index, "util_percent": g.util_percent, "memory_mib": g.memory_used_mib}
+                for g in cards
             ],
             detail=(
-                f"busy: GPU {', '.join(map(str, busy))}"
-                if busy
-                else f"<= {limits.gpu_max_util_percent} % and "
+                f"busy: GPU {_indices(loaded)}"
+                if loaded
+                else f"<= {limits.gpu_max_util_percent} % in every sample and "
                 f"<= {limits.gpu_max_memory_mib} MiB in use"
             ),
         )
     )
-    hot = [s.index for s in samples if s.temp_c > limits.gpu_max_temp_c]
+    hot = [g.index for g in cards if g.temp_c > limits.gpu_max_temp_c]
     readings.append(
         Reading(
             "gpu_temperature",
             ok=not hot,
-            value=[{"index": s.index, "temp_c": s.temp_c} for s in samples],
+            value=[{"index": g.index, "temp_c": g.temp_c} for g in cards],
             detail=(
-                f"above {limits.gpu_max_temp_c} C: GPU {', '.join(map(str, hot))}"
+                f"above {limits.gpu_max_temp_c} C: GPU {_indices(hot)}"
                 if hot
                 else f"<= {limits.gpu_max_temp_c} C"
             ),
         )
     )
+    off = [g.index for g in cards if g.persistence is False]
+    readings.append(
+        Reading(
+            "gpu_persistence",
+            ok=not off,
+            value=[{"index": g.index, "persistence": g.persistence} for g in cards],
+            detail=(
+                f"persistence mode off: GPU {_indices(off)}"
+                if off
+                else "on"
+                if all(g.persistence for g in cards)
+                else "not reported by this GPU"
+            ),
+        )
+    )
+    before = ecc_before or {}
+    new_errors = [
+        g.index
+        for g in cards
+        if g.ecc_uncorrected is not None and g.ecc_uncorrected > before.get(g.uuid, 0)
+    ]
+    readings.append(
+        Reading(
+            "gpu_ecc",
+            ok=not new_errors,
+            value={g.uuid: g.ecc_uncorrected for g in cards},
+            detail=(
+                f"new uncorrected ECC errors: GPU {_indices(new_errors)}"
+                if new_errors
+                else "no new uncorrected ECC error"
+            ),
+        )
+    )
+    xids = snapshot.xid_events
+    readings.append(
+        Reading(
+            "gpu_xid",
+            ok=not xids,
+            value=xids,
+            detail=(
+                "XID events not reported by this machine"
+                if xids is None
+                else f"XID {', '.join(str(e['xid']) for e in xids)} since the last check"
+                if xids
+                else "no XID event since the last check"
+            ),
+        )
+    )
     return readings
+
+
+def _indices(indices: Iterable[int]) -> str:
+    return ", ".join(map(str, indices))
 
 
 def failing(readings: Iterable[Reading]) -> list[Reading]:

@@ -16,28 +16,38 @@ from pathlib import Path
 
 from django.conf import settings
 
-from scoring import engine, gates
+from portal.hosts.selectors import hardware_class
+from portal.submissions.models import Run
+from scoring import engine, gates, gpus
 from scoring.gates import Reading
 
 log = logging.getLogger(__name__)
 
-GPU_QUERY = (
-    "--query-gpu=index,driver_version,utilization.gpu,memory.used,temperature.gpu",
-    "--format=csv,noheader,nounits",
-)
 CPU_SAMPLES = 3  # at most; the first one at or above the minimum ends the sampling
 
 
+def gpu_devices() -> list[str]:
+    """The GPUs this host gives a scored container (``PODIUM_GPU_DEVICES``: indices or
+    UUIDs), when its hardware class has GPUs or ``PODIUM_GPU_GATES`` is on; else none."""
+    row = hardware_class(settings.PODIUM_HARDWARE_CLASS)
+    if (row is None or not row.gpus) and not settings.PODIUM_GPU_GATES:
+        return []
+    return list(settings.PODIUM_GPU_DEVICES)
+
+
 def limits() -> gates.Limits:
+    """The gates' limits on this host: settings, with the class's GPU pins first."""
+    row = hardware_class(settings.PODIUM_HARDWARE_CLASS)
     return gates.Limits(
         pin_engine_version=settings.PODIUM_PIN_ENGINE_VERSION,
         pin_kernel=settings.PODIUM_PIN_KERNEL,
         pin_supervisor_sha256=settings.PODIUM_PIN_SUPERVISOR_SHA256,
-        pin_gpu_driver=settings.PODIUM_PIN_GPU_DRIVER,
+        pin_gpu_driver=(row.pin_gpu_driver if row else "") or settings.PODIUM_PIN_GPU_DRIVER,
+        pin_cuda=(row.pin_cuda if row else "") or settings.PODIUM_PIN_CUDA,
         min_memory_bytes=settings.PODIUM_GATE_MIN_MEMORY_BYTES,
         min_disk_bytes=settings.PODIUM_GATE_MIN_DISK_BYTES,
         max_busy_cpus=settings.PODIUM_GATE_CPU_BUSY_MAX,
-        gpu=settings.PODIUM_GPU_GATES,
+        gpu_devices=tuple(gpu_devices()),
         gpu_max_util_percent=settings.PODIUM_GPU_MAX_UTIL_PERCENT,
         gpu_max_memory_mib=settings.PODIUM_GPU_MAX_MEMORY_MIB,
         gpu_max_temp_c=settings.PODIUM_GPU_MAX_TEMP_C,
@@ -48,6 +58,7 @@ _PROBE_ERRORS = (
     engine.EngineError,
     OSError,
     gates.ProbeError,
+    gpus.GpuReadError,
     subprocess.SubprocessError,
     ValueError,
 )
@@ -69,15 +80,25 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def gpu_samples() -> list[gates.GpuSample]:
-    completed = subprocess.run(
-        [*settings.PODIUM_GPU_QUERY_COMMAND.split(), *GPU_QUERY],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=True,
+def ecc_before(host: str) -> dict[str, int]:
+    """Each GPU's uncorrected ECC count as the host's last gated run read it (by UUID)."""
+    last = (
+        Run.objects.filter(host=host, readings__has_key="gpu_ecc")
+        .order_by("-pk")
+        .values_list("readings", flat=True)
+        .first()
     )
-    return gates.parse_gpu_query(completed.stdout)
+    value = (last or {}).get("gpu_ecc", {}).get("value") or {}
+    return {str(k): int(v) for k, v in value.items() if isinstance(v, int)}
+
+
+def gpu_readings(gate_limits: gates.Limits, host: str) -> list[Reading]:
+    snapshot = gpus.read(
+        gate_limits.gpu_devices,
+        samples=settings.PODIUM_GPU_UTIL_SAMPLES,
+        interval_s=settings.PODIUM_GPU_UTIL_INTERVAL_S,
+    )
+    return gates.gpu(snapshot, gate_limits, ecc_before(host))
 
 
 def busy_cpu_samples(maximum: float, sample_s: float, tries: int = CPU_SAMPLES) -> list[float]:
@@ -93,7 +114,7 @@ def busy_cpu_samples(maximum: float, sample_s: float, tries: int = CPU_SAMPLES) 
     return samples
 
 
-def measure(gate_limits: gates.Limits) -> list[Reading]:
+def measure(gate_limits: gates.Limits, host: str = "") -> list[Reading]:
     """Every gate's reading on this host, CPU idleness last (after everything else settled).
 
     Never raises for a failed probe: that gate fails instead.
@@ -134,8 +155,8 @@ def measure(gate_limits: gates.Limits) -> list[Reading]:
             )
         ],
     )
-    if gate_limits.gpu:
-        readings += _probe("gpu", lambda: gates.gpu(gpu_samples(), gate_limits))
+    if gate_limits.gpu_devices:
+        readings += _probe("gpu", lambda: gpu_readings(gate_limits, host))
     readings += _probe(
         "cpu_idle",
         lambda: [

@@ -18,7 +18,7 @@ import platform
 import re
 import subprocess
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,12 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from portal.hosts.models import ScoringHost
+from portal.hosts.selectors import class_platform, hardware_class
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
-from scoring import engine
+from scoring import calibration, engine
+from scoring import gpus as gpu_devices
 from scoring.machine import scoring_host
+from scoring.platforms import platform_problem
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +132,51 @@ def machine_facts() -> dict[str, Any]:
 # Registration and heartbeat -----------------------------------------------------------
 
 
+class HostRefused(Exception):
+    """This host cannot serve its hardware class (the message says why, in one line)."""
+
+
+def class_problem() -> str:
+    """Why this host cannot serve its hardware class ("" when it can): another
+    architecture than the class's platform (``scoring.platforms.platform_problem``), or
+    GPUs it cannot give a scored container (``scoring.gpus.registration_problem``)."""
+    problem = platform_problem(class_platform(settings.PODIUM_HARDWARE_CLASS))
+    if problem:
+        return problem
+    row = hardware_class(settings.PODIUM_HARDWARE_CLASS)
+    if row is None or not row.gpus:
+        return ""
+    try:
+        runtimes = engine.info().get("Runtimes") or {}
+    except engine.EngineError:
+        return "the Docker Engine did not answer"
+    return gpu_devices.registration_problem(
+        gpus_in_class=row.gpus,
+        devices=list(settings.PODIUM_GPU_DEVICES),
+        runtimes=runtimes,
+        cdi=bool(settings.PODIUM_GPU_CDI),
+        listed=gpus(),
+    )
+
+
 def register() -> ScoringHost:
     """Register (or refresh) this host (``machine.scoring_host()``: ``PODIUM_HOST_NAME``,
     else its engine's name) as of ``PODIUM_HARDWARE_CLASS`` with its current facts. A
-    draining or retired host keeps its status."""
+    draining or retired host keeps its status.
+
+    A host that cannot serve its class (another architecture, or a GPU class whose GPUs
+    it cannot give a scored container) refuses: it raises :class:`HostRefused` and logs
+    why in one line, and never takes a run it would fail.
+    """
+    problem = class_problem()
+    if problem:
+        log.error(
+            "scoring host %s refuses to register for %s: %s",
+            scoring_host(),
+            settings.PODIUM_HARDWARE_CLASS,
+            problem,
+        )
+        raise HostRefused(problem)
     host = host_register(
         name=scoring_host(),
         hardware_class=settings.PODIUM_HARDWARE_CLASS,
@@ -148,8 +192,14 @@ class HostHeartbeat(threading.Thread):
     again, registering first if the host was never registered or its row is gone. Uses
     its own database connection, closed when it ends."""
 
-    def __init__(self, interval_s: float | None = None) -> None:
+    def __init__(
+        self,
+        interval_s: float | None = None,
+        on_registered: Callable[[], object] | None = None,
+    ) -> None:
         super().__init__(daemon=True, name="scoring-host-heartbeat")
+        # Called once, after the first registration: the host's calibration at start.
+        self.on_registered = on_registered
         self.interval_s = float(
             settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
         )
@@ -161,7 +211,9 @@ class HostHeartbeat(threading.Thread):
         try:
             if not self.registered or not host_heartbeat(scoring_host()):
                 register()
-                self.registered = True
+                first, self.registered = not self.registered, True
+                if first and self.on_registered is not None:
+                    self.on_registered()
         except Exception:
             # Whatever failed, the thread must live on: a silent host is taken offline.
             log.exception("scoring host: heartbeat failed")
@@ -185,9 +237,16 @@ class HostHeartbeat(threading.Thread):
 
 def accepts_work(name: str) -> bool:
     """Whether this host (``name``) takes a new run: registered (now, when its first beat
-    has not landed yet) and neither draining nor retired."""
-    if not ScoringHost.objects.filter(name=name).exists():
-        register()
+    has not landed yet), neither draining nor retired, and (on a GPU class) still able to
+    give the run its GPUs."""
+    try:
+        if not ScoringHost.objects.filter(name=name).exists():
+            register()
+        elif problem := class_problem():
+            log.error("scoring host %s takes no run: %s", name, problem)
+            return False
+    except HostRefused:
+        return False
     return host_accepts_work(name)
 
 
@@ -205,7 +264,8 @@ _heartbeat: HostHeartbeat | None = None
 
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     """``celery.signals.worker_ready``: a worker that consumes a scoring queue starts the
-    heartbeat thread (once per process), which registers the host. Other workers (builds)
+    heartbeat thread (once per process), which registers the host and then has it
+    calibrated (``scoring.calibration.start_at_registration``). Other workers (builds)
     do nothing."""
     global _heartbeat
     queue_names = list(sender.app.amqp.queues.consume_from) if sender is not None else []
@@ -222,4 +282,5 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
             )
     if _heartbeat is None or not _heartbeat.is_alive():
         _heartbeat = HostHeartbeat()
+        _heartbeat.on_registered = calibration.start_at_registration
         _heartbeat.start()

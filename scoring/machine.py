@@ -372,7 +372,7 @@ def hold(
             log.error("could not freeze the containers of %s: %s", host, exc)
             failed = [gates.probe_failed("build_freezer", type(exc).__name__)]
         if not failed:
-            readings = measure(limits())
+            readings = measure(limits(), host)
             failed = gates.failing(readings)
         if not failed:
             log.info(

@@ -9,7 +9,10 @@ It removes, for every environment and every submission of the benchmark:
   staff-only mapping of the run's shuffled names);
 - the Docker images Podium built for them: submission images first, then environment
   images (a submission image is a child of its environment's, so the engine can then
-  prune the shared layers too).
+  prune the shared layers too);
+- with a registry, each submission image's manifest there (``image_ref``, deleted by
+  digest through the registry's HTTP API; the registry's garbage-collect, which staff
+  run offline, then reclaims the blobs no manifest uses any more).
 
 It keeps every row (submissions with their image and output digests, runs with their
 wall times, matches and verdicts, timelines, the attempt ledger, the leaderboard,
@@ -44,7 +47,7 @@ from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.submissions.models import Run, Submission
-from scoring import engine
+from scoring import engine, registry
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +158,10 @@ def artifacts_purge(
     for ref, repository in images:
         if ref:
             _purge_image(ref, repository, summary)
+    for submission in done:
+        if submission.image_ref:
+            repository = _SUBMISSION_REPOSITORY.format(pk=submission.pk)
+            _purge_manifest(submission.image_ref, repository, summary)
 
     if not dry_run:
         with transaction.atomic():
@@ -181,6 +188,28 @@ def _purge_image(ref: str, repository: str, summary: PurgeSummary) -> None:
             summary.images_removed.append(ref)
     except engine.EngineError as exc:  # ImageInUse included: reported, never fatal
         log.warning("purge: image %s left in place: %s", ref, exc)
+        summary.images_left.append(f"{ref}: {exc}")
+
+
+def _purge_manifest(ref: str, repository: str, summary: PurgeSummary) -> None:
+    """Delete a pushed submission image from the registry its reference names (the one
+    it was pushed to, even if ``PODIUM_REGISTRY`` changed since). Only the manifest goes:
+    its blobs stay until the registry's garbage-collect, run offline by staff."""
+    try:
+        ours = registry.parse(ref).repository == repository
+    except ValueError:
+        ours = False
+    if not ours:
+        summary.images_left.append(f"{ref}: not an image Podium pushed for this row")
+        return
+    try:
+        if summary.dry_run:
+            if registry.manifest_exists(ref):
+                summary.images_removed.append(ref)
+        elif registry.delete_manifest(ref):
+            summary.images_removed.append(ref)
+    except registry.RegistryError as exc:  # reported, never fatal: a later purge retries
+        log.warning("purge: registry image %s left in place: %s", ref, exc)
         summary.images_left.append(f"{ref}: {exc}")
 
 

@@ -13,8 +13,9 @@ Who is blamed:
 - Anything it cannot cause is a platform fault, recorded with
   ``run_record_infra_failure`` (requeued once, refunded the second time): a Docker
   Engine error, a cohort file that no longer matches its frozen hash, a missing or
-  malformed supervisor line, a supervisor that did not exit cleanly, or host and
-  trusted clocks that disagree.
+  malformed supervisor line, a supervisor that did not exit cleanly, host and
+  trusted clocks that disagree, or (with a registry) a submission image that cannot
+  be pulled or is not the one that was built.
 
 Reasons written to the run are shown to the entrant, so they never carry cohort
 member names or host paths; the details go to the worker's log.
@@ -35,7 +36,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,17 @@ from portal.submissions.services import (
     submission_machine_waits,
     submission_wait_for_machine,
 )
-from scoring import engine, hosts, meter, staging, verdict
+from scoring import (
+    calibration,
+    engine,
+    gpus,
+    health,
+    hosts,
+    meter,
+    registry,
+    staging,
+    verdict,
+)
 from scoring import machine as machine_lock
 from scoring.staging import StagedRun
 
@@ -175,6 +186,8 @@ def container_spec(
     supervisor: Path,
     expect_bytes: int,
     uid: int | None = None,
+    gpu_devices: Sequence[str] = (),
+    gpu_cdi: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of ``engine.create_container`` for one scored run (pure).
 
@@ -201,6 +214,9 @@ def container_spec(
     and prlimit64, setpriority, ioprio_set and sched_set* aimed at PID 1; see
     supervise.c. The supervisor's oom_score_adj comes from ``PODIUM_RUN_OOM_SCORE_ADJ``
     (see ``RUN_OOM_SCORE_ADJ_SETTING``).
+
+    GPUs: exactly ``gpu_devices`` (the host's configured GPUs, on a GPU class), through
+    ``scoring.gpus.container_gpus``; none otherwise.
     """
     run_uid = int(settings.PODIUM_RUN_UID if uid is None else uid)
     own_uid = supervisor_uid()
@@ -292,6 +308,9 @@ def container_spec(
     }
     if oom_score_adj is not None:
         spec["oom_score_adj"] = int(oom_score_adj)
+    gpu_spec = gpus.container_gpus(gpu_devices, cdi=gpu_cdi)
+    spec["environment"] = [*spec["environment"], *gpu_spec.pop("environment", [])]
+    spec.update(gpu_spec)
     return spec
 
 
@@ -470,7 +489,9 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     A host that is draining or retired takes nothing: it sends the wake-up back to the
     class queue for another host. A machine that is not ready (lock, engine, health
     gates) notes the wait on the next waiting submission's timeline and sends the
-    wake-up again with backoff (``waits`` counts the tries).
+    wake-up again with backoff (``waits`` counts the tries). Holding the machine, before
+    it claims, a host calibrates when due (``scoring.calibration.keep_calibrated``); one
+    that its calibration drained claims nothing and sends the wake-up back too.
     """
     try:
         host = machine_lock.scoring_host()
@@ -491,6 +512,10 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     lease_s = int(settings.PODIUM_LEASE_S)
     try:
         with machine_lock.hold(reschedule=reschedule) as session:
+            if not calibration.keep_calibrated(session):
+                log.info("host %s was drained by its calibration: the wake-up goes back", host)
+                score_wake(hardware_class=hardware_class, countdown=settings.PODIUM_DRAIN_REQUEUE_S)
+                return
             run = run_claim_next(hardware_class=hardware_class, lease_s=lease_s, host=host)
             if run is None:
                 return
@@ -575,6 +600,35 @@ class Outcome:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Image:
+    ref: str  # what the container is created from
+    pulled: bool  # pulled from the registry for this run: removed from this engine after it
+
+
+def pull(submission: Submission, measured: Measured) -> Image:
+    """Off the clock, first: the submission image on this engine.
+
+    Without a registry (``PODIUM_REGISTRY`` empty) the build's own tag, as is. With one,
+    the recorded reference by digest, pulled (layers already here are not fetched again)
+    and refused (``registry.ImageRefused``, a platform fault) unless the image's ID is the
+    recorded ``image_digest``: a tag pushed over, or a reference changed, never runs. A
+    submission built before the registry was configured has no reference: its local tag
+    runs only if it is the recorded image.
+    """
+    if not settings.PODIUM_REGISTRY:
+        return Image(submission.image_tag, pulled=False)
+    started = time.perf_counter_ns()
+    if submission.image_ref:
+        registry.pull_verified(submission.image_ref, submission.image_digest)
+        image = Image(submission.image_ref, pulled=True)
+    else:
+        registry.check_local(submission.image_tag, submission.image_digest)
+        image = Image(submission.image_tag, pulled=False)
+    measured.overhead_ms["pull"] = _elapsed_ms(started)
+    return image
+
+
 def stage(run: Run, measured: Measured) -> StagedRun:
     """Step 3: the cohort, in the cohort's order, or shuffled and rewritten to verify."""
     started = time.perf_counter_ns()
@@ -607,6 +661,8 @@ def create(
         benchmark=benchmark,
         supervisor=supervisor,
         expect_bytes=4 * staged.rows,
+        gpu_devices=health.gpu_devices(),
+        gpu_cdi=settings.PODIUM_GPU_CDI,
     )
     if host:  # whose machine it runs on: the reaper finds it by run and host
         spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}
@@ -754,13 +810,14 @@ def execute(
     measured = Measured()
     staged: StagedRun | None = None
     container: Container | None = None
-    step = "staging the cohort"
+    image: Image | None = None
+    step = "pulling the submission image"
     try:
+        image = pull(submission, measured)
+        step = "staging the cohort"
         staged = stage(run, measured)
         step = "creating the container"
-        container = create(
-            run, submission.image_tag, staged, benchmark, measured, host=host, spare=spare
-        )
+        container = create(run, image.ref, staged, benchmark, measured, host=host, spare=spare)
         if not run_mark_running(
             run_id=run_id,
             lease_s=lease_s,
@@ -779,7 +836,12 @@ def execute(
             result if isinstance(result, Outcome) else judge(result, staged, benchmark, measured)
         )
         publish(run, outcome, measured)
-    except (engine.EngineError, staging.StagingError, SupervisorError) as exc:
+    except (
+        engine.EngineError,
+        staging.StagingError,
+        SupervisorError,
+        registry.ImageRefused,
+    ) as exc:
         if isinstance(exc, engine.EngineError):
             log.error("run %s: container engine error while %s: %s", run_id, step, exc)
             reason = f"platform error: the container engine failed while {step}"
@@ -805,5 +867,7 @@ def execute(
                 engine.remove_container(container.id)
             except engine.EngineError as exc:
                 log.error("run %s: could not remove container %s: %s", run_id, container.id, exc)
+        if image is not None and image.pulled:
+            registry.discard(image.ref)  # the build host and the registry keep it
         if staged is not None:
             staging.unstage(staged)

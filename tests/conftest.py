@@ -21,6 +21,19 @@ from portal import jobs
 from tests import factories
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Each test run has a test database of its own (``test_<name>_<pid>``), so two runs
+    side by side on one machine never drop each other's."""
+    from django.conf import settings
+
+    for database in settings.DATABASES.values():
+        test = database.setdefault("TEST", {})
+        if database["ENGINE"] != "django.db.backends.sqlite3" or test.get("NAME"):
+            name = test.get("NAME") or f"test_{database['NAME']}"
+            test["NAME"] = f"{name}_{os.getpid()}"
+
+
 @cache
 def docker_available() -> bool:
     if shutil.which("docker") is None and not Path("/var/run/docker.sock").exists():
@@ -89,6 +102,8 @@ def quiet_machine_gates(settings) -> None:
     settings.PODIUM_GATE_CPU_BUSY_MAX = 1024.0
     settings.PODIUM_GATE_CPU_SAMPLE_S = 0.1
     settings.PODIUM_HOST_NAME = f"test-{os.getpid()}"
+    # Calibration has its own tests (tests/*/test_calibration.py), which turn it on.
+    settings.PODIUM_CALIBRATION = False
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from portal.api.models import ApiToken
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.environments.selectors import BuildNetworkState
+from portal.hosts.selectors import class_hardware, noise_band
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.submissions.selectors import (
     QueueStanding,
@@ -161,13 +162,53 @@ class BuildNetworkSerializer(serializers.Serializer):
         return data
 
 
+class HardwareSerializer(serializers.Serializer):
+    """The benchmark's hardware class, as its hosts give it to a scored run."""
+
+    name = serializers.CharField()
+    platform = serializers.CharField(allow_null=True, help_text="linux/amd64 or linux/arm64.")
+    gpus = serializers.IntegerField(help_text="GPUs a scored container gets (0: none).")
+    gpu_model = serializers.CharField(allow_null=True)
+    gpu_driver = serializers.CharField(allow_null=True, help_text="The pinned driver version.")
+    cuda = serializers.CharField(allow_null=True, help_text="The pinned CUDA version.")
+
+
+class NoiseBandSerializer(serializers.Serializer):
+    """A hardware class's timing noise (``portal.hosts.selectors.noise_band``)."""
+
+    hardware_class = serializers.CharField()
+    percent = serializers.FloatField(
+        help_text="Every repetition of the class's recent good calibrations fell within "
+        "± this percentage of their common median."
+    )
+    runs = serializers.IntegerField(help_text="How many calibrations it is drawn from.")
+
+
 class BenchmarkDetailSerializer(BenchmarkSerializer):
     """Context: ``now``, and ``build_network`` (the selector's state) with ``staff``."""
 
     build_network = serializers.SerializerMethodField()
+    noise_band = serializers.SerializerMethodField()
+    hardware = serializers.SerializerMethodField()
 
     class Meta(BenchmarkSerializer.Meta):
-        fields = [*BenchmarkSerializer.Meta.fields, "description", *RULE_FIELDS, "build_network"]
+        fields = [
+            *BenchmarkSerializer.Meta.fields,
+            "description",
+            *RULE_FIELDS,
+            "build_network",
+            "hardware",
+            "noise_band",
+        ]
+
+    @extend_schema_field(HardwareSerializer)
+    def get_hardware(self, benchmark: Benchmark) -> dict[str, Any]:
+        return class_hardware(benchmark.hardware_class)
+
+    @extend_schema_field(NoiseBandSerializer(allow_null=True))
+    def get_noise_band(self, benchmark: Benchmark) -> dict[str, Any] | None:
+        band = noise_band(benchmark.hardware_class)
+        return None if band is None else dict(NoiseBandSerializer(band).data)
 
     @extend_schema_field(BuildNetworkSerializer)
     def get_build_network(self, benchmark: Benchmark) -> dict[str, Any]:
@@ -526,6 +567,23 @@ def error_responses(*statuses: int) -> dict[int, Any]:
 # Scoring hosts ------------------------------------------------------------------------
 
 
+class HostCalibrationSerializer(serializers.Serializer):
+    """A host's latest calibration: the calibration workload, timed as a scored run."""
+
+    median_ns = serializers.IntegerField(
+        allow_null=True, help_text="The median of its repetitions; null: it could not be measured."
+    )
+    noise_pct = serializers.FloatField(
+        allow_null=True,
+        help_text="Half the repetitions' range, in percent of their median (± of one run).",
+    )
+    at = OffsetDateTimeField(help_text="When it finished.")
+    ok = serializers.BooleanField(
+        help_text="Measured and within the drift limit of its class's reference; a host "
+        "that drifts is drained."
+    )
+
+
 class HostSerializer(serializers.Serializer):
     """One scoring host (``portal.hosts.selectors.HostRow``): its machine, its state and its
     class's queue; never what it runs or for whom."""
@@ -549,4 +607,8 @@ class HostSerializer(serializers.Serializer):
     queue_length = serializers.IntegerField(
         help_text="Official and practice submissions of its hardware class waiting for a "
         "scoring host (queued or verifying), the same for every host of the class."
+    )
+    calibration = HostCalibrationSerializer(
+        allow_null=True,
+        help_text="Its latest calibration; null before the first.",
     )

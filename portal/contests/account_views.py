@@ -1,4 +1,5 @@
-"""The entrant's account page: who they are, links to allauth's pages, and API tokens.
+"""The entrant's account page: who they are, links to allauth's pages, mail preferences
+and API tokens.
 
 Tokens are issued and revoked by ``portal.api.services`` (the same functions the REST
 API calls). A new token's key is shown once, in the response to the POST that made it,
@@ -15,11 +16,14 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.api import services
 from portal.api.models import ApiToken
 from portal.errors import PodiumError
+from portal.notifications.forms import NotificationPreferenceForm
+from portal.notifications.selectors import verdict_emails_wanted
+from portal.notifications.services import notification_preference_set
 
 
 class TokenForm(forms.Form):
@@ -34,12 +38,23 @@ class TokenForm(forms.Form):
 def _account_context(request: HttpRequest, form: TokenForm, **extra: Any) -> dict[str, Any]:
     user_id = cast(int, request.user.pk)  # every caller is behind login_required
     tokens = ApiToken.objects.filter(user_id=user_id).order_by("-created_at")
-    return {"tokens": tokens, "form": form, **extra}
+    preferences = NotificationPreferenceForm(
+        initial={"verdict_emails": verdict_emails_wanted(user_id)}
+    )
+    return {"tokens": tokens, "form": form, "preferences_form": preferences, **extra}
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def account(request: HttpRequest) -> HttpResponse:
+    """GET shows the page; POST saves the mail preferences and goes back to it."""
+    if request.method == "POST":
+        preferences = NotificationPreferenceForm(request.POST)
+        if preferences.is_valid():  # an unchecked box is absent from the POST: off
+            wanted = preferences.cleaned_data["verdict_emails"]
+            notification_preference_set(user=request.user, verdict_emails=wanted)
+            messages.success(request, f"Verdict emails are {'on' if wanted else 'off'}.")
+            return redirect("contests:account")
     return render(request, "contests/account.html", _account_context(request, TokenForm()))
 
 

@@ -12,15 +12,28 @@ their sorted content hashes (one hex digest per line). So the order depends only
 images, never on their names, the answers file's order or the time of import, and
 re-importing the same images gives the same order; names that sort by class do not
 leak into it.
+
+:func:`imagenet_import` makes both cohorts of a benchmark at once from what staff hold:
+the ImageNet validation JPEGs, a frozen reference file (the deterministic reference
+model's class of every file) and a private seed. The official members are the
+``official_count`` file names with the smallest HMAC-SHA256 under the private seed; the
+practice members, independently, the ``practice_count`` smallest under the public
+practice seed. The draw depends on the seed and the names only, so anyone holding the
+seed can recompute it; the private seed itself is never stored (an audit event keeps its
+sha256, so staff can later show which seed made the cohort).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import random
+import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -165,6 +178,81 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class _Source:
+    """One member to import: its canonical name, where its file is now, its answer."""
+
+    canonical_name: str
+    path: Path
+    reference_class: int
+
+
+@dataclass
+class _Placement:
+    """The folders an import has made so far, removed again if it fails."""
+
+    folders: list[Path]
+
+    @contextmanager
+    def undone_on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            for folder in self.folders:
+                _remove_tree(folder)
+            raise
+
+
+def _stage(sources: list[_Source], placement: _Placement) -> tuple[Path, list[_Member]]:
+    """Copy (and hash) every source into a new staging folder beside the cohorts."""
+    cohorts_root = storage.ensure_dir(storage.data_dir() / "cohorts")
+    staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=cohorts_root))
+    placement.folders.append(staging)
+    staging.chmod(0o755)
+    members = []
+    for source in sources:
+        name = PurePosixPath(source.canonical_name)
+        _make_dirs(staging, name.parent)
+        sha256 = _copy_and_hash(source.path, staging.joinpath(*name.parts))
+        members.append(_Member(source.canonical_name, sha256, source.reference_class))
+    return staging, members
+
+
+def _install(
+    *, benchmark: Benchmark, kind: str, staging: Path, members: list[_Member], placement: _Placement
+) -> Cohort:
+    """Inside the caller's transaction: replace the ``kind`` cohort with ``members`` and
+    move ``staging`` to its folder. Raises ``ValueError`` when a run used the old one."""
+    old = Cohort.objects.select_for_update().filter(benchmark=benchmark, kind=kind).first()
+    if old is not None:
+        old_dir = storage.cohort_dir(old.pk)
+        try:
+            old.delete()
+        except ProtectedError:
+            raise ValueError(
+                f"the {kind} cohort of {benchmark.slug} has been used by a run; "
+                "a scored cohort cannot be replaced"
+            ) from None
+        transaction.on_commit(lambda: _remove_tree(old_dir))
+    cohort = Cohort.objects.create(benchmark=benchmark, kind=kind)
+    CohortItem.objects.bulk_create(
+        CohortItem(
+            cohort=cohort,
+            position=position,
+            canonical_name=member.canonical_name,
+            sha256=member.sha256,
+            reference_class=member.reference_class,
+        )
+        for position, member in enumerate(scoring_order(members))
+    )
+    target = storage.cohort_dir(cohort.pk)
+    if target.exists():  # left behind by a database that was reset; no row owns it
+        _remove_tree(target)
+    placement.folders.append(target)
+    os.replace(staging, target)
+    return cohort
+
+
 def cohort_import(
     *, benchmark: Benchmark, kind: str, images_dir: Path, answers: list[tuple[str, int]]
 ) -> Cohort:
@@ -181,53 +269,262 @@ def cohort_import(
     """
     if kind not in (Cohort.OFFICIAL, Cohort.PRACTICE):
         raise ValueError(f"kind must be {Cohort.OFFICIAL!r} or {Cohort.PRACTICE!r}, not {kind!r}")
-    sources = _check_answers(images_dir, answers)
-
-    cohorts_root = storage.ensure_dir(storage.data_dir() / "cohorts")
-    staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=cohorts_root))
-    target: Path | None = None
-    try:
-        staging.chmod(0o755)
-        members = []
-        for (relative_path, class_id), source in zip(answers, sources, strict=True):
-            name = PurePosixPath(relative_path)
-            _make_dirs(staging, name.parent)
-            sha256 = _copy_and_hash(source, staging.joinpath(*name.parts))
-            members.append(_Member(relative_path, sha256, class_id))
-
+    paths = _check_answers(images_dir, answers)
+    sources = [
+        _Source(relative_path, path, class_id)
+        for (relative_path, class_id), path in zip(answers, paths, strict=True)
+    ]
+    placement = _Placement(folders=[])
+    with placement.undone_on_failure():
+        staging, members = _stage(sources, placement)
         with transaction.atomic():
-            old = Cohort.objects.select_for_update().filter(benchmark=benchmark, kind=kind).first()
-            if old is not None:
-                old_dir = storage.cohort_dir(old.pk)
-                try:
-                    old.delete()
-                except ProtectedError:
-                    raise ValueError(
-                        f"the {kind} cohort of {benchmark.slug} has been used by a run; "
-                        "a scored cohort cannot be replaced"
-                    ) from None
-                transaction.on_commit(lambda: _remove_tree(old_dir))
-            cohort = Cohort.objects.create(benchmark=benchmark, kind=kind)
-            CohortItem.objects.bulk_create(
-                CohortItem(
-                    cohort=cohort,
-                    position=position,
-                    canonical_name=member.canonical_name,
-                    sha256=member.sha256,
-                    reference_class=member.reference_class,
-                )
-                for position, member in enumerate(scoring_order(members))
+            return _install(
+                benchmark=benchmark,
+                kind=kind,
+                staging=staging,
+                members=members,
+                placement=placement,
             )
-            target = storage.cohort_dir(cohort.pk)
-            if target.exists():  # left behind by a database that was reset; no row owns it
-                _remove_tree(target)
-            os.replace(staging, target)
-    except BaseException:
-        _remove_tree(staging)
-        if target is not None:
-            _remove_tree(target)
-        raise
-    return cohort
+
+
+# The ImageNet validation set ----------------------------------------------------------
+
+IMAGENET_VAL_COUNT = 50_000
+IMAGENET_VAL_NAME = re.compile(r"ILSVRC2012_val_(?P<number>[0-9]{8})\.JPEG")
+SEED_MIN_CHARACTERS = 32
+
+
+def imagenet_val_name(number: int) -> str:
+    """The canonical file name of validation image ``number`` (1-based)."""
+    return f"ILSVRC2012_val_{number:08d}.JPEG"
+
+
+def imagenet_val_files(folder: Path, count: int = IMAGENET_VAL_COUNT) -> dict[str, Path]:
+    """Every validation JPEG under ``folder``, by canonical name, in name order.
+
+    The files may sit directly in ``folder`` or in subfolders (the per-class layout);
+    other files are ignored, and symbolic links to folders are not followed. Exactly
+    ``ILSVRC2012_val_00000001.JPEG`` up to number ``count`` must be there, each once.
+    Raises ``ValueError`` (one line) naming the first missing, extra or duplicate name.
+    """
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder")
+    found: dict[str, Path] = {}
+    for parent, _folders, names in os.walk(folder):
+        for name in names:
+            match = IMAGENET_VAL_NAME.fullmatch(name)
+            if match is None:
+                continue
+            path = Path(parent, name)
+            if not path.is_file():
+                raise ValueError(f"{path} is not a regular file")
+            if name in found:
+                raise ValueError(
+                    f"{name} is in the folder twice: {found[name].relative_to(folder)} and "
+                    f"{path.relative_to(folder)}"
+                )
+            if not 1 <= int(match["number"]) <= count:
+                raise ValueError(
+                    f"{name} is not one of the {count:,} validation images expected "
+                    f"({imagenet_val_name(1)} to {imagenet_val_name(count)})"
+                )
+            found[name] = path
+    if len(found) < count:
+        missing = [
+            name
+            for name in (imagenet_val_name(number) for number in range(1, count + 1))
+            if name not in found
+        ]
+        raise ValueError(
+            f"the folder lacks {len(missing):,} of the {count:,} validation images, "
+            f"first {missing[0]}"
+        )
+    return dict(sorted(found.items()))
+
+
+def read_reference_file(path: Path, names: list[str]) -> dict[str, int]:
+    """The reference class of every name in ``names`` (the validation files, name order).
+
+    Two formats, one class per validation image, blank lines skipped:
+
+    * ``<class>`` per line: line k holds the class of the k-th name in name order
+      (``ILSVRC2012_val_00000001.JPEG`` first);
+    * ``<file name> <class>`` per line (a space or a tab between), in any order.
+
+    Raises ``ValueError`` (one line, naming the file and line) for a malformed line, a
+    class outside [0, 999], an unknown or repeated name, a mix of the formats, or a count
+    other than ``len(names)``.
+    """
+    known = set(names)
+    by_position: list[int] = []
+    by_name: dict[str, int] = {}
+    line_of: dict[str, int] = {}
+    with path.open(encoding="utf-8") as handle:
+        for number, raw_line in enumerate(handle, start=1):
+            fields = raw_line.split()
+            if not fields:
+                continue
+            where = f"{path.name} line {number}"
+            if len(fields) > 2:
+                raise ValueError(f"{where}: expected '<class>' or '<file name> <class>'")
+            if (len(fields) == 1 and by_name) or (len(fields) == 2 and by_position):
+                raise ValueError(f"{where}: mixes '<class>' and '<file name> <class>' lines")
+            try:
+                class_id = int(fields[-1])
+            except ValueError:
+                raise ValueError(f"{where}: class {fields[-1]!r} is not an integer") from None
+            if not 0 <= class_id < CLASS_COUNT:
+                raise ValueError(f"{where}: class {class_id} is outside [0, {CLASS_COUNT - 1}]")
+            if len(fields) == 1:
+                by_position.append(class_id)
+                continue
+            name = fields[0]
+            if name in line_of:
+                raise ValueError(f"{where}: {name} is already listed on line {line_of[name]}")
+            if name not in known:
+                raise ValueError(f"{where}: {name!r} is not a validation image in the folder")
+            line_of[name] = number
+            by_name[name] = class_id
+    listed = len(by_position) or len(by_name)
+    if listed != len(names):
+        raise ValueError(
+            f"{path.name} gives {listed:,} classes; the folder has {len(names):,} "
+            "validation images (one class per image)"
+        )
+    return by_name or dict(zip(names, by_position, strict=True))
+
+
+def seed_problem(seed: str) -> str | None:
+    """Why ``seed`` cannot be a private benchmark seed, or ``None`` (never quotes it)."""
+    if len(seed) < SEED_MIN_CHARACTERS:
+        return (
+            f"the seed has {len(seed)} characters; a private seed needs at least "
+            f"{SEED_MIN_CHARACTERS} (for example: openssl rand -hex 32)"
+        )
+    if len(set(seed)) < SEED_MIN_CHARACTERS // 4:
+        return "the seed repeats too few characters to be a random one"
+    return None
+
+
+def draw_members(seed: str, names: list[str], count: int) -> list[str]:
+    """The ``count`` names with the smallest HMAC-SHA256 keyed by ``seed``, in name order.
+
+    Deterministic for a seed (no library's random generator is involved, so any Python,
+    or ``openssl dgst -sha256 -hmac``, recomputes it), and unrelated between seeds.
+    """
+    if not 0 < count <= len(names):
+        raise ValueError(f"cannot draw {count:,} of {len(names):,} images")
+    key = seed.encode()
+
+    def rank(name: str) -> bytes:
+        return hmac.new(key, name.encode(), hashlib.sha256).digest()
+
+    return sorted(sorted(names, key=rank)[:count])
+
+
+@dataclass(frozen=True)
+class ImagenetCohorts:
+    official: Cohort
+    practice: Cohort
+    reference_sha256: str
+
+
+def _sha256_of_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def imagenet_import(
+    *,
+    benchmark: Benchmark,
+    images_dir: Path,
+    reference_file: Path,
+    seed: str,
+    official_count: int,
+    practice_seed: str,
+    practice_count: int,
+    universe: int = IMAGENET_VAL_COUNT,
+) -> ImagenetCohorts:
+    """Draw and import both cohorts of ``benchmark`` from the ImageNet validation set.
+
+    ``images_dir`` holds the ``universe`` validation JPEGs (see :func:`imagenet_val_files`)
+    and ``reference_file`` the reference class of each (:func:`read_reference_file`).
+    The official cohort is drawn with the private ``seed``, the practice cohort
+    independently with the public ``practice_seed`` (see the module doc), so the two may
+    share images: the practice draw says nothing about the official one. Canonical names
+    are the bare file names, wherever in ``images_dir`` a file sits.
+
+    All or nothing: both cohorts are copied and hashed off the transaction, then replace
+    the benchmark's two cohorts in one transaction, which also records a
+    ``cohort.import`` audit event per cohort (the official one with the sha256 of the
+    seed, never the seed). Raises ``ValueError`` (one line, never quoting the seed) for
+    bad input or when either existing cohort has been used by a run.
+    """
+    if problem := seed_problem(seed):
+        raise ValueError(problem)
+    if practice_seed == seed:
+        raise ValueError("the practice seed is published: it must differ from the private seed")
+    if not practice_seed:
+        raise ValueError("the practice seed is empty")
+    for what, count in (("official", official_count), ("practice", practice_count)):
+        if count < 1:
+            raise ValueError(f"the {what} cohort needs at least one image, not {count}")
+        if count > universe:
+            raise ValueError(
+                f"the {what} cohort cannot have {count:,} images: the validation set has "
+                f"{universe:,}"
+            )
+    files = imagenet_val_files(images_dir, universe)
+    names = list(files)
+    reference = read_reference_file(reference_file, names)
+    reference_sha256 = _sha256_of_file(reference_file)
+    draws = {
+        Cohort.OFFICIAL: draw_members(seed, names, official_count),
+        Cohort.PRACTICE: draw_members(practice_seed, names, practice_count),
+    }
+    provenance: dict[str, dict[str, Any]] = {
+        Cohort.OFFICIAL: {"seed_sha256": hashlib.sha256(seed.encode()).hexdigest()},
+        Cohort.PRACTICE: {"seed": practice_seed},
+    }
+
+    placement = _Placement(folders=[])
+    with placement.undone_on_failure():
+        staged = {
+            kind: _stage([_Source(name, files[name], reference[name]) for name in drawn], placement)
+            for kind, drawn in draws.items()
+        }
+        cohorts: dict[str, Cohort] = {}
+        with transaction.atomic():
+            for kind, (staging, members) in staged.items():
+                cohort = _install(
+                    benchmark=benchmark,
+                    kind=kind,
+                    staging=staging,
+                    members=members,
+                    placement=placement,
+                )
+                audit_record(
+                    actor=None,
+                    action="cohort.import",
+                    target=f"cohort:{cohort.pk}",
+                    details={
+                        "benchmark": benchmark.slug,
+                        "kind": kind,
+                        "members": len(members),
+                        "source": f"ImageNet validation, {universe} images",
+                        "reference_sha256": reference_sha256,
+                        **provenance[kind],
+                    },
+                )
+                cohorts[kind] = cohort
+    return ImagenetCohorts(
+        official=cohorts[Cohort.OFFICIAL],
+        practice=cohorts[Cohort.PRACTICE],
+        reference_sha256=reference_sha256,
+    )
 
 
 def cohort_change(

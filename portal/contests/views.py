@@ -21,6 +21,7 @@ from portal.contests.selectors import (
     verifying_rows,
 )
 from portal.environments.selectors import build_network_state
+from portal.hosts.selectors import class_hardware
 from portal.submissions.models import Submission
 
 BOARD_PREVIEW_ROWS = 20
@@ -61,6 +62,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
         "build_network": build_network_state(now=now),
+        "hardware": class_hardware(benchmark.hardware_class),
     }
     return render(request, "contests/benchmark_detail.html", context)
 

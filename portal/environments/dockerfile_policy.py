@@ -35,6 +35,13 @@ pulls a missing image; every rule below exists because of what that builder woul
 * ``ONBUILD`` triggers are held to the same rules; because they run in some later build,
   they may not name this file's stages or use variables where a name is checked.
 * The file is not empty and has a ``FROM``.
+* **The class's platform** (only when the caller gives one and a lookup): every ``FROM``
+  image the rules above allow must be available for the platform the build targets
+  (``linux/arm64``...), or for the platform its ``--platform=`` flag names. The lookup
+  (``image_platforms``) is the caller's: it answers with the platforms an image is
+  available for (``os/arch[/variant]``), or ``None`` when it cannot tell (no engine, no
+  registry, a registry that does not answer); an image it cannot tell about passes. It is
+  asked only about references the policy allows, once each.
 
 Variables (``$NAME``, ``${NAME}``, ``${NAME:-default}``...) are resolved as Docker does:
 ``FROM`` from the ``ARG``\\ s before the first ``FROM``, other lines from the stage's
@@ -50,13 +57,15 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
     "ENTRANT_NAMESPACE",
+    "PlatformLookup",
     "Violation",
     "check_dockerfile",
+    "check_platforms",
     "format_violations",
     "normalize_image",
     "prefix_problem",
@@ -738,12 +747,49 @@ def _flag_values(flags: Sequence[str], name: str) -> list[str]:
     return [value for key, _, value in (f.partition("=") for f in flags) if key.lower() == name]
 
 
+# The platforms (``os/arch[/variant]``) an image is available for; None: cannot tell.
+PlatformLookup = Callable[[str], Collection[str] | None]
+
+_ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
+# Docker's automatic platform build arguments that FROM --platform= may use.
+_TARGET_ARGS = ("TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT")
+
+
+def _platform_key(text: str) -> tuple[str, str, str]:
+    """``(os, arch, variant)`` of ``linux/arm64/v8``; ``aarch64`` is ``arm64``, arm64's
+    default variant v8 is no variant."""
+    parts = _strip_go(text).lower().split("/")
+    os_name, arch = (parts[0], parts[1]) if len(parts) > 1 else ("linux", parts[0])
+    variant = parts[2] if len(parts) > 2 else ""
+    arch = _ARCH_ALIASES.get(arch, arch)
+    if arch == "arm64" and variant == "v8":
+        variant = ""
+    return os_name, arch, variant
+
+
+def _platform_offers(offered: str, wanted: str) -> bool:
+    """Whether an image of platform ``offered`` serves a build for ``wanted`` (a variant
+    only counts where both name one)."""
+    have, want = _platform_key(offered), _platform_key(wanted)
+    return have[:2] == want[:2] and (not have[2] or not want[2] or have[2] == want[2])
+
+
+@dataclass(frozen=True)
+class _StageImage:
+    line: int
+    written: str  # as the FROM line writes it
+    ref: str  # after variable substitution
+    platform: str | None  # its --platform=, expanded; None: the build's own
+
+
 @dataclass
 class _Checker:
     allowed_prefixes: Sequence[str]
     build_args: Mapping[str, str]
     escape: str
+    target_platform: str = ""  # the build's platform, for FROM --platform=$TARGET...
     violations: list[Violation] = field(default_factory=list)
+    stage_images: list[_StageImage] = field(default_factory=list)  # allowed FROM images
     global_args: dict[str, str | None] = field(default_factory=dict)
     stage_args: dict[str, str | None] = field(default_factory=dict)
     stage_env: dict[str, str | None] = field(default_factory=dict)
@@ -792,11 +838,37 @@ class _Checker:
             except _Unresolved:
                 self.stage_env[name] = None
 
-    def _check_image(self, line: int, what: str, written: str, ref: str) -> None:
+    def _check_image(self, line: int, what: str, written: str, ref: str) -> bool:
+        """Refuse ``ref`` if the rules say so; whether it is allowed."""
         problem = _reference_problem(ref, self.allowed_prefixes)
         if problem:
             shown = f"`{ref}`" if ref == written else f"`{written}` (that is, `{ref}`)"
             self.refuse(line, f"{what} names {shown}, {problem}")
+        return problem is None
+
+    def _from_platform(self, flags: Sequence[str]) -> str | None:
+        """A FROM's ``--platform=``, expanded (global ARGs and the TARGET* arguments);
+        ``None`` without one; ``""`` when it cannot be known here ($BUILDPLATFORM...)."""
+        values = _flag_values(flags, "platform")
+        if not values:
+            return None
+        os_name, arch, variant = _platform_key(self.target_platform or "/")
+        target = {
+            "TARGETPLATFORM": self.target_platform,
+            "TARGETOS": os_name,
+            "TARGETARCH": arch,
+            "TARGETVARIANT": variant,
+        }
+
+        def lookup(name: str) -> str | None:
+            if name in _TARGET_ARGS and self.target_platform:
+                return target[name]
+            return self.global_args.get(name)
+
+        try:
+            return _expand(values[-1], lookup, self.escape)
+        except _Unresolved:
+            return ""
 
     def _from_flag(self, line: int, what: str, written: str, *, trigger: bool) -> None:
         """Check a ``--from`` (COPY, or RUN --mount): an earlier stage or an image."""
@@ -839,15 +911,18 @@ class _Checker:
         if not words:
             self.refuse(instruction.line, "FROM needs an image name.")
         else:
-            inherited = self._check_base(instruction.line, words[0])
+            inherited = self._check_base(
+                instruction.line, words[0], self._from_platform(instruction.flags)
+            )
         self.stage_args = {}
         self.stage_env = inherited
         self.current_alias = alias
         if alias:
             self.env_by_alias[alias] = self.stage_env
 
-    def _check_base(self, line: int, written: str) -> dict[str, str | None]:
-        """Check a FROM image; the ENV the new stage starts with, as far as known."""
+    def _check_base(self, line: int, written: str, platform: str | None) -> dict[str, str | None]:
+        """Check a FROM image (and note it for the platform check when it is allowed);
+        the ENV the new stage starts with, as far as known."""
         try:
             image = _expand(written, self._global_lookup, self.escape)
         except _Unresolved as exc:
@@ -868,9 +943,42 @@ class _Checker:
                 f"FROM names the stage `{image}`, which is this stage or a later one; "
                 "name a stage defined above this one or a full image reference.",
             )
-        elif stage != "scratch":
-            self._check_image(line, "FROM", written, image)
+        elif stage != "scratch" and self._check_image(line, "FROM", written, image):
+            self.stage_images.append(_StageImage(line, written, image, platform))
         return {}
+
+    def check_stage_platforms(self, image_platforms: PlatformLookup) -> list[Violation]:
+        """The FROM images not available for their stage's platform, as far as
+        ``image_platforms`` can tell (each reference asked once; a lookup that raises
+        cannot tell)."""
+        answers: dict[str, Collection[str] | None] = {}
+        refused: list[Violation] = []
+        for stage in self.stage_images:
+            wanted = self.target_platform if stage.platform is None else stage.platform
+            if not wanted or "/" not in wanted:
+                continue  # no platform to check against, or one only the builder knows
+            reference = normalize_image(stage.ref)
+            if reference not in answers:
+                try:
+                    answers[reference] = image_platforms(reference)
+                except Exception:
+                    answers[reference] = None
+            offered = answers[reference]
+            if offered is None or any(_platform_offers(p, wanted) for p in offered):
+                continue
+            shown = [p for p in sorted(offered) if "unknown" not in p]
+            has = f" (it has {', '.join(shown)})" if shown else ""
+            name = f"`{stage.written}`"
+            if stage.ref != stage.written:
+                name += f" (that is, `{stage.ref}`)"
+            refused.append(
+                Violation(
+                    stage.line,
+                    f"FROM names {name}, which has no image for {wanted}{has}; "
+                    f"use a base image built for {wanted}.",
+                )
+            )
+        return refused
 
     def check_add(self, instruction: _Instruction, what: str, *, trigger: bool) -> None:
         for flag in instruction.flags:
@@ -1035,7 +1143,12 @@ def _check_syntax_directive(text: str, checker: _Checker) -> None:
 
 
 def check_dockerfile(
-    text: str, allowed_prefixes: Sequence[str], build_args: Mapping[str, str] | None = None
+    text: str,
+    allowed_prefixes: Sequence[str],
+    build_args: Mapping[str, str] | None = None,
+    *,
+    platform: str = "",
+    image_platforms: PlatformLookup | None = None,
 ) -> list[Violation]:
     """Every violation of the Dockerfile policy in ``text``, sorted by line; ``[]`` when
     the file may be built.
@@ -1047,18 +1160,56 @@ def check_dockerfile(
     whatever the prefixes say. Write prefixes ending in ``/`` or ``:``
     (``docker.io/library/python`` would also allow ``python-evil``).
     ``build_args`` override the defaults of declared ``ARG``\\ s, as ``--build-arg`` does.
-    Never raises.
+    With ``platform`` (``linux/arm64``) and ``image_platforms`` the FROM images are also
+    checked against it (see :func:`check_platforms`). Never raises.
     """
+    checker = _check(text, allowed_prefixes, build_args, platform)
+    if platform and image_platforms is not None:
+        checker.violations += checker.check_stage_platforms(image_platforms)
+    return sorted(checker.violations, key=lambda v: v.line)
+
+
+def check_platforms(
+    text: str,
+    allowed_prefixes: Sequence[str],
+    *,
+    platform: str,
+    image_platforms: PlatformLookup,
+    build_args: Mapping[str, str] | None = None,
+) -> list[Violation]:
+    """Only the platform violations of ``text``, sorted by line: each ``FROM`` image (one
+    the policy allows; others are never looked up) that ``image_platforms`` says is not
+    available for ``platform`` (or for the platform of its own ``--platform=`` flag;
+    ``$TARGETPLATFORM`` and friends are ``platform``, a flag that needs
+    ``$BUILDPLATFORM`` or an unknown variable is not checked). An image whose platforms
+    the lookup cannot tell (``None``, or an exception) passes silently, and so does
+    everything when ``platform`` is "" (the engine's default). Never raises.
+    """
+    if not platform:
+        return []
+    checker = _check(text, allowed_prefixes, build_args, platform)
+    return sorted(checker.check_stage_platforms(image_platforms), key=lambda v: v.line)
+
+
+def _check(
+    text: str,
+    allowed_prefixes: Sequence[str],
+    build_args: Mapping[str, str] | None,
+    platform: str,
+) -> _Checker:
+    """The policy's rules over ``text``: a checker holding the violations (in no order)
+    and the allowed FROM images."""
     instructions, directives = _parse(text)
     checker = _Checker(
         allowed_prefixes=list(allowed_prefixes),
         build_args=dict(build_args or {}),
         escape=directives.escape,
+        target_platform=platform,
     )
     _check_syntax_directive(text, checker)
     if not instructions:
         checker.refuse(1, "The Dockerfile is empty; it needs at least a FROM line.")
-        return sorted(checker.violations, key=lambda v: v.line)
+        return checker
 
     for instruction in instructions:
         if instruction.keyword == "FROM":
@@ -1078,7 +1229,7 @@ def check_dockerfile(
             checker.check_instruction(instruction)
     if not seen_from:
         checker.refuse(instructions[0].line, "The Dockerfile has no FROM instruction.")
-    return sorted(checker.violations, key=lambda v: v.line)
+    return checker
 
 
 def format_violations(violations: Sequence[Violation]) -> str:

@@ -22,10 +22,10 @@ from portal.audit.reasons import reason_given, reason_page
 from portal.audit.services import Origin
 from portal.environments.admin import ReadOnlyMixin, preformatted
 from portal.errors import PodiumError
-from portal.hosts import services
-from portal.hosts.models import ScoringHost
+from portal.hosts import calibrations, services
+from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text
-from portal.submissions.staff import StaffPermissionDenied, staff_permission_check
+from portal.submissions.staff import RESCORE, StaffPermissionDenied, staff_permission_check
 
 HostService = Callable[..., ScoringHost]
 
@@ -165,4 +165,160 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 done += 1
         if done:
             self.message_user(request, f"{title}: {done} host(s).", messages.SUCCESS)
+        return None
+
+
+@admin.register(HardwareClass)
+class HardwareClassAdmin(admin.ModelAdmin):
+    """Staff describe each class once: platform, GPUs and the pinned GPU software."""
+
+    list_display = ["name", "platform", "gpus", "gpu_model", "pin_gpu_driver", "pin_cuda"]
+    search_fields = ["name", "gpu_model"]
+
+
+@admin.register(HostCalibration)
+class HostCalibrationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Each host's calibrations, as recorded (hosts write them; nobody edits them)."""
+
+    list_display = [
+        "host",
+        "hardware_class",
+        "finished_at",
+        "trigger",
+        "median_ns",
+        "noise",
+        "drift",
+        "ok",
+        "reason",
+    ]
+    list_filter = ["ok", "hardware_class", "trigger"]
+    search_fields = ["host__name", "hardware_class"]
+    list_select_related = ["host"]
+    date_hierarchy = "finished_at"
+
+    @admin.display(description="Noise (±%)", ordering="noise_pct")
+    def noise(self, calibration: HostCalibration) -> str:
+        return "" if calibration.noise_pct is None else f"{calibration.noise_pct:.2f}"
+
+    @admin.display(description="Drift (%)", ordering="drift_pct")
+    def drift(self, calibration: HostCalibration) -> str:
+        return "" if calibration.drift_pct is None else f"{calibration.drift_pct:+.2f}"
+
+
+FlagService = Callable[..., CalibrationFlag]
+
+
+@admin.register(CalibrationFlag)
+class CalibrationFlagAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Runs of hosts whose calibration drifted, for staff to rescore (free) or dismiss.
+
+    Both actions need ``submissions.rescore_submission`` (the "contest staff" group) and
+    are audited; a rescore also writes the submission's own ``submission.rescore`` event.
+    """
+
+    list_display = [
+        "run",
+        "submission",
+        "host",
+        "drift",
+        "created_at",
+        "resolution",
+        "resolved_at",
+        "resolved_by",
+    ]
+    list_filter = ["resolution", "calibration__hardware_class"]
+    search_fields = ["calibration__host__name", "run__submission__id"]
+    list_select_related = ["run__submission", "calibration__host", "resolved_by"]
+    actions = ["rescore_for_free", "dismiss"]
+
+    def has_rescore_submission_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(RESCORE)
+
+    @admin.display(description="Submission", ordering="run__submission")
+    def submission(self, flag: CalibrationFlag) -> str:
+        return f"#{flag.run.submission_id}"
+
+    @admin.display(description="Host", ordering="calibration__host__name")
+    def host(self, flag: CalibrationFlag) -> str:
+        return flag.calibration.host.name
+
+    @admin.display(description="Drift (%)")
+    def drift(self, flag: CalibrationFlag) -> str:
+        drift = flag.calibration.drift_pct
+        return "" if drift is None else f"{drift:+.2f}"
+
+    @admin.action(
+        description="Rescore the flagged runs' submissions (free: charges nothing)",
+        permissions=["rescore_submission"],
+    )
+    def rescore_for_free(
+        self, request: HttpRequest, queryset: QuerySet[CalibrationFlag]
+    ) -> TemplateResponse | None:
+        return self._flag_action(
+            request,
+            queryset,
+            action="rescore_for_free",
+            service=calibrations.calibration_flag_rescore,
+            title="Rescore for free",
+            reason_required=False,
+            explanation="Queue a new scored run of each flagged run's submission, charging "
+            "nothing; the board keeps the entrant's best passing run. Every open flag of the "
+            "same submission is resolved with it.",
+        )
+
+    @admin.action(
+        description="Dismiss the selected flags (the times stand)",
+        permissions=["rescore_submission"],
+    )
+    def dismiss(
+        self, request: HttpRequest, queryset: QuerySet[CalibrationFlag]
+    ) -> TemplateResponse | None:
+        return self._flag_action(
+            request,
+            queryset,
+            action="dismiss",
+            service=calibrations.calibration_flag_dismiss,
+            title="Dismiss",
+            reason_required=True,
+            explanation="Keep these runs' times as they are (say why).",
+        )
+
+    def _flag_action(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[CalibrationFlag],
+        *,
+        action: str,
+        service: FlagService,
+        title: str,
+        reason_required: bool,
+        explanation: str,
+    ) -> TemplateResponse | None:
+        """Ask for a reason on an intermediate page, then call the service per flag."""
+        try:
+            staff_permission_check(request.user, RESCORE)
+        except StaffPermissionDenied as exc:
+            raise PermissionDenied(exc.detail) from exc
+        reason = reason_given(request, required=reason_required)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title=title,
+                explanation=explanation,
+                objects=queryset,
+                reason_required=reason_required,
+                action=action,
+            )
+        done = 0
+        origin = Origin.of(request)
+        for flag_id in queryset.values_list("pk", flat=True):
+            try:
+                service(flag_id=flag_id, actor=request.user, reason=reason, origin=origin)
+            except PodiumError as exc:
+                self.message_user(request, f"flag {flag_id}: {exc.detail}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"{title}: {done} flag(s).", messages.SUCCESS)
         return None

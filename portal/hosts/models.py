@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -48,3 +49,137 @@ class ScoringHost(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class HardwareClass(models.Model):
+    """What every host of one class is: its platform, its GPUs and their pinned software.
+
+    A benchmark names its class (``Benchmark.hardware_class``); the hosts of that class
+    score it. A class with no row here is a CPU class of the engine's default platform.
+    ``platform`` drives the environment build's platform, the Dockerfile policy's
+    architecture check and the supervisor binary a host uses. ``gpus`` is how many GPUs
+    each host of the class gives a scored container (its ``PODIUM_GPU_DEVICES``); a host
+    of a GPU class must show the NVIDIA runtime and those devices, on the pinned driver
+    and CUDA versions, or it refuses to register.
+    """
+
+    AMD64 = "linux/amd64"
+    ARM64 = "linux/arm64"
+    PLATFORMS = [(AMD64, "linux/amd64"), (ARM64, "linux/arm64")]
+
+    name = models.CharField(max_length=64, unique=True)
+    platform = models.CharField(max_length=16, choices=PLATFORMS, default=AMD64)
+    description = models.CharField(max_length=200, blank=True)
+    gpus = models.PositiveSmallIntegerField(
+        default=0, help_text="GPUs each host of this class gives a scored container."
+    )
+    gpu_model = models.CharField(
+        max_length=100, blank=True, help_text='As nvidia-smi names it ("NVIDIA H200").'
+    )
+    pin_gpu_driver = models.CharField(max_length=32, blank=True)
+    pin_cuda = models.CharField(max_length=16, blank=True)
+    calibration_reference_ns = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The calibration workload's reference median on this class (ns); empty: "
+        "the first good calibration of the class sets it.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "hardware classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class HostCalibration(models.Model):
+    """One calibration of one host: the calibration workload run a few times, alone on the
+    machine, in a scored run's sandbox and timed by its supervisor (``scoring.calibration``).
+
+    ``median_ns`` is compared with the class's reference (``HardwareClass.
+    calibration_reference_ns``, copied into ``reference_ns`` as it was then): ``drift_pct``
+    is how far off it is, in percent of the reference. ``ok`` is false when the workload
+    could not be measured (``median_ns`` null; ``reason`` says why) or when it drifted
+    past ``PODIUM_CALIBRATION_DRIFT_PCT``; a drift drains the host and flags its runs.
+    Rows are written once by ``portal.hosts.calibrations.calibration_record``.
+    """
+
+    REGISTRATION = "registration"
+    RUNS = "runs"
+    AGE = "age"
+    RECHECK = "recheck"
+    MANUAL = "manual"
+    TRIGGERS = [
+        (REGISTRATION, "never calibrated"),
+        (RUNS, "runs since the last one"),
+        (AGE, "time since the last one"),
+        (RECHECK, "the last one was not good"),
+        (MANUAL, "asked for"),
+    ]
+
+    host = models.ForeignKey(ScoringHost, on_delete=models.CASCADE, related_name="calibrations")
+    hardware_class = models.CharField(max_length=64, help_text="The host's class at the time.")
+    trigger = models.CharField(max_length=16, choices=TRIGGERS)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(db_index=True)
+    wall_ns = models.JSONField(
+        default=list, blank=True, help_text="Each repetition's trusted wall time (ns), in order."
+    )
+    median_ns = models.PositiveBigIntegerField(null=True, blank=True)
+    noise_pct = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Half the repetitions' range, in percent of their median (the ± of one run).",
+    )
+    reference_ns = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The class's reference median when this ran (ns)."
+    )
+    drift_pct = models.FloatField(
+        null=True, blank=True, help_text="(median - reference) / reference, in percent."
+    )
+    ok = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)
+    workload_sha256 = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-finished_at", "-id"]
+        indexes = [models.Index(fields=["host", "-finished_at"], name="hosts_calib_host_finished")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} calibration at {self.finished_at:%Y-%m-%d %H:%M}"
+
+
+class CalibrationFlag(models.Model):
+    """A scored run of a host whose calibration then drifted: staff decide whether to
+    rescore its submission (free: ``calibrations.calibration_flag_rescore``) or dismiss
+    it. The runs flagged are the host's timed runs since its last good calibration."""
+
+    RESCORED = "rescored"
+    DISMISSED = "dismissed"
+    RESOLUTIONS = [(RESCORED, "rescored"), (DISMISSED, "dismissed")]
+
+    run = models.ForeignKey(
+        "submissions.Run", on_delete=models.CASCADE, related_name="calibration_flags"
+    )
+    calibration = models.ForeignKey(HostCalibration, on_delete=models.CASCADE, related_name="flags")
+    created_at = models.DateTimeField(db_index=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    resolution = models.CharField(max_length=16, choices=RESOLUTIONS, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "calibration"], name="hosts_calib_flag_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} (calibration {self.calibration_id})"

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count
+from django.core.cache import cache
+from django.db.models import Count, OuterRef, Subquery
 
-from portal.hosts.models import ScoringHost
-from portal.submissions.models import Submission
+from portal.hosts import noise
+from portal.hosts.models import HardwareClass, HostCalibration, ScoringHost
+from portal.submissions.models import Run, Submission
 
 ONLINE = "online"
 DRAINING = "draining"
@@ -84,6 +86,8 @@ class HostRow:
     state: str
     last_heartbeat_at: dt.datetime
     queue_length: int
+    # The latest calibration: {"median_ns", "noise_pct", "at", "ok"}; None before the first.
+    calibration: dict[str, Any] | None = None
 
 
 def gpu_names(gpus: Any) -> list[str]:
@@ -97,8 +101,10 @@ def host_rows(now: dt.datetime) -> list[HostRow]:
     """Every host that is not retired, by class then name, with its state and the length
     of its class's queue. Two queries, however many hosts and classes."""
     waiting = queue_lengths()
-    hosts = ScoringHost.objects.exclude(status=ScoringHost.RETIRED).order_by(
-        "hardware_class", "name"
+    hosts = (
+        ScoringHost.objects.exclude(status=ScoringHost.RETIRED)
+        .annotate(**_latest_calibration_fields())
+        .order_by("hardware_class", "name")
     )
     return [
         HostRow(
@@ -111,6 +117,7 @@ def host_rows(now: dt.datetime) -> list[HostRow]:
             state=host_state(host, now),
             last_heartbeat_at=host.last_heartbeat_at,
             queue_length=waiting.get(host.hardware_class, 0),
+            calibration=_latest_calibration(host),
         )
         for host in hosts
     ]
@@ -119,3 +126,125 @@ def host_rows(now: dt.datetime) -> list[HostRow]:
 def memory_text(memory_bytes: int) -> str:
     """Memory for people: ``62.8 GiB``."""
     return f"{memory_bytes / 2**30:.1f} GiB"
+
+
+def hardware_class(name: str) -> HardwareClass | None:
+    """The class's row, or None for a class nobody described (a CPU class)."""
+    return HardwareClass.objects.filter(name=name).first()
+
+
+def class_platform(name: str) -> str:
+    """The Docker platform of a class's images (``linux/amd64``, ``linux/arm64``): its
+    row's, else ``PODIUM_DOCKER_PLATFORM`` ("" lets the engine choose its own)."""
+    row = hardware_class(name)
+    return row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
+
+
+def class_hardware(name: str) -> dict[str, Any]:
+    """What entrants are told of a benchmark's hardware class: platform, GPUs per run, GPU
+    model, and the pinned driver and CUDA versions (null when not pinned)."""
+    row = hardware_class(name)
+    platform = row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
+    return {
+        "name": name,
+        "platform": platform or None,
+        "gpus": row.gpus if row is not None else 0,
+        "gpu_model": (row.gpu_model or None) if row is not None else None,
+        "gpu_driver": (row.pin_gpu_driver or None) if row is not None else None,
+        "cuda": (row.pin_cuda or None) if row is not None else None,
+    }
+
+
+# Calibration ---------------------------------------------------------------------------
+
+
+def _latest_calibration_fields() -> dict[str, Subquery]:
+    """Annotations with a host's latest calibration (one correlated subquery per field,
+    so the hosts list stays one query however many hosts)."""
+    latest = HostCalibration.objects.filter(host=OuterRef("pk")).order_by("-finished_at", "-id")
+    return {
+        f"calibration_{name}": Subquery(latest.values(name)[:1])
+        for name in ("id", "median_ns", "noise_pct", "finished_at", "ok")
+    }
+
+
+def _latest_calibration(host: ScoringHost) -> dict[str, Any] | None:
+    values = host.__dict__
+    if values.get("calibration_id") is None:
+        return None
+    noise_value = values.get("calibration_noise_pct")
+    return {
+        "median_ns": values.get("calibration_median_ns"),
+        "noise_pct": None if noise_value is None else round(float(noise_value), 3),
+        "at": values["calibration_finished_at"],
+        "ok": bool(values["calibration_ok"]),
+    }
+
+
+def latest_calibration(host_name: str) -> HostCalibration | None:
+    return (
+        HostCalibration.objects.filter(host__name=host_name).order_by("-finished_at", "-id").first()
+    )
+
+
+def calibration_due(host_name: str, now: dt.datetime) -> str:
+    """Why ``host_name`` must calibrate before its next claim ("" when it need not): see
+    ``noise.calibration_due``. Runs count from the start of its latest calibration: every
+    run of the host (scores and verifications) started since. Two queries at most."""
+    last = latest_calibration(host_name)
+    runs_since = 0
+    if last is not None:
+        runs_since = Run.objects.filter(host=host_name, started_at__gte=last.started_at).count()
+    return noise.calibration_due(
+        last_finished_at=last.finished_at if last is not None else None,
+        last_ok=last.ok if last is not None else False,
+        runs_since=runs_since,
+        now=now,
+        every_runs=int(settings.PODIUM_CALIBRATE_EVERY_RUNS),
+        every_s=float(settings.PODIUM_CALIBRATE_EVERY_S),
+    )
+
+
+@dataclass(frozen=True)
+class NoiseBand:
+    """A class's timing noise as published: ± ``percent`` from ``runs`` calibrations."""
+
+    hardware_class: str
+    percent: float
+    runs: int
+
+
+NOISE_BAND_CACHE_S = 300
+
+
+def noise_band_cache_key(hardware_class: str) -> str:
+    return f"podium:noise-band:{hardware_class}"
+
+
+def noise_band(hardware_class: str) -> NoiseBand | None:
+    """The timing noise of ``hardware_class`` (``noise.noise_band_pct``) over its latest
+    ``PODIUM_NOISE_BAND_CALIBRATIONS`` good calibrations on hosts that are ``active`` now;
+    None before the first. One query, then cached (a new calibration of the class clears
+    it; a host's change of status shows within ``NOISE_BAND_CACHE_S``)."""
+    key = noise_band_cache_key(hardware_class)
+    cached = cache.get(key)
+    if cached is not None:
+        return cached or None  # False: known to have none
+    walls = list(
+        HostCalibration.objects.filter(
+            hardware_class=hardware_class,
+            ok=True,
+            host__hardware_class=hardware_class,
+            host__status=ScoringHost.ACTIVE,
+        )
+        .order_by("-finished_at", "-id")
+        .values_list("wall_ns", flat=True)[: int(settings.PODIUM_NOISE_BAND_CALIBRATIONS)]
+    )
+    percent = noise.noise_band_pct([list(map(int, wall)) for wall in walls if wall])
+    band = (
+        None
+        if percent is None
+        else NoiseBand(hardware_class=hardware_class, percent=round(percent, 2), runs=len(walls))
+    )
+    cache.set(key, band or False, NOISE_BAND_CACHE_S)
+    return band

@@ -73,6 +73,10 @@ class Submission(models.Model):
     environment_image_digest = models.CharField(max_length=100, blank=True)
     image_tag = models.CharField(max_length=200, blank=True)
     image_digest = models.CharField(max_length=100, blank=True)
+    # With a registry (PODIUM_REGISTRY): where the build pushed the image, by manifest
+    # digest ("registry/podium-entrant/sub-N@sha256:..."); scoring hosts pull exactly this
+    # and refuse it unless its image ID is ``image_digest``. "" when never pushed.
+    image_ref = models.CharField(max_length=300, blank=True)
     image_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     failure_reason = models.TextField(blank=True)
     disqualified_at = models.DateTimeField(null=True, blank=True)

@@ -32,6 +32,7 @@ from portal.environments.services import (
     entrant_check_build_slots,
     entrant_check_verified,
 )
+from portal.notifications.services import verdict_mail_on_commit
 from portal.submissions import anomalies, archives, dispatch, notify
 from portal.submissions.models import (
     AttemptLedger,
@@ -219,6 +220,8 @@ def submission_transition(
 
     Entering a waiting status stamps ``queued_at`` (the fair order's "oldest first",
     dispatch.py); staying in it (a staff requeue of a lost message) keeps its place.
+    Entering a final status (a verdict) mails the entrant once, after the commit
+    (``portal.notifications``).
     """
     if to in WAITING_FOR_SCORE and "queued_at" not in fields:
         fields["queued_at"] = models.Case(
@@ -231,6 +234,7 @@ def submission_transition(
         )
         if done:
             _event(submission_id, to, note)
+            verdict_mail_on_commit(submission_id=submission_id, status=to)
         return bool(done)
 
 

@@ -63,6 +63,23 @@
  *    after end_ns, so never part of wall_ns). scoring/meter.py decodes them.
  *  - Exit 2 on a usage error, 1 if the run could not be set up (message on stderr).
  *
+ *   supervise --self-test
+ *
+ *  - Checks this binary on this machine (or emulator) with no container and no entrant:
+ *    as PID 1 or a subreaper, with the clock read right before fork() and after the same
+ *    reaping loop a run uses (until ECHILD), it times a known tree: a child that forks one
+ *    grandchild that exits at once and one that daemonizes (setsid, forks, exits)
+ *    leaving an orphan that sleeps SELF_TEST_SLEEP_MS. It writes ONE JSON line to fd 1:
+ *    {"podium_supervisor_self_test": 1, "arch", "reaper", "start_ns", "end_ns",
+ *     "wall_ns", "sleep_ns", "reaped", "expected", "killed", "ok"}
+ *    where "arch" is the compiler's target ("x86_64" or "aarch64"), "reaper" how orphans
+ *    reach us ("pid1", "subreaper", or "none": an emulator that refuses the subreaper
+ *    prctl, as Debian 12's qemu-user 7.2 does, loses them), "reaped" how many descendants
+ *    were reaped (4 expected: the orphan reaches us only as PID 1 or a subreaper) and
+ *    "ok" is true when all of them exited 0, none was killed at the deadline
+ *    (SELF_TEST_DEADLINE_MS) and wall_ns covers the orphan's sleep. Exit 0 when ok,
+ *    else 1 (also without a line if it cannot fork).
+ *
  * Why a uid of our own: the kernel lets any process renice, ionice, re-pin or prlimit
  * every other process of its uid (setpriority, ioprio_set, sched_set* and prlimit64
  * need no privilege, only the same uid). Under a uid of our own it refuses them all,
@@ -154,10 +171,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* PODIUM_ARCH: the target we were compiled for (uname's spelling), which --self-test
+ * reports: a cross-built binary says aarch64 wherever it runs. */
 #if defined(__x86_64__)
 #define PODIUM_AUDIT_ARCH AUDIT_ARCH_X86_64
+#define PODIUM_ARCH "x86_64"
 #elif defined(__aarch64__)
 #define PODIUM_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#define PODIUM_ARCH "aarch64"
 #else
 #error "supervise: no seccomp architecture for this target (x86-64 and arm64 only)"
 #endif
@@ -189,6 +210,10 @@
 #define PREWARM_BYTES (16 << 20) /* of the entrypoint, read before the clock */
 #define WARM_UP "--warm-up"          /* argv[1] of our own warm-up exec: exit 0 at once */
 #define METER_FILE_BYTES 4096        /* of each cgroup file the meter reads */
+#define SELF_TEST "--self-test"
+#define SELF_TEST_SLEEP_MS 50        /* the daemonized orphan's sleep, on the clock */
+#define SELF_TEST_DEADLINE_MS 10000
+#define SELF_TEST_PROCESSES 4        /* the child, two grandchildren, the orphan */
 static long long mono_ns(void)
 {
     struct timespec ts;
@@ -200,7 +225,8 @@ static void usage(const char *why)
 {
     fprintf(stderr, "supervise: %s\nusage: supervise --deadline-ms N --log-dir DIR "
             "--output PATH --expect-bytes N [--tail-bytes N] [--settle-ms N] "
-            "[--supervisor-user UID:GID --entrant-user UID:GID] -- PROGRAM ARG...\n", why);
+            "[--supervisor-user UID:GID --entrant-user UID:GID] -- PROGRAM ARG...\n"
+            "       supervise --self-test\n", why);
     exit(2);
 }
 
@@ -765,6 +791,127 @@ static void run_entrant(char **prog, char **env, const int log_fds[2], int devnu
     _exit(127);
 }
 
+/* ---- the clock's side: reaping until no descendant is left ---- */
+
+/* SIGCHLD at its default (an inherited SIG_IGN would make the kernel reap for us) and
+ * blocked, so sigtimedwait() can sleep until one arrives without a race. SIGPIPE ignored
+ * (a closed result pipe must not kill us silently). No other handler: as PID 1 the
+ * kernel then drops whatever the entrant sends us. */
+static void signals_prepare(sigset_t *chld)
+{
+    sigemptyset(chld);
+    sigaddset(chld, SIGCHLD);
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+    sigprocmask(SIG_SETMASK, chld, NULL);
+}
+
+struct reaped {
+    long long end;    /* the clock's second reading, right after ECHILD */
+    int killed;       /* the deadline passed and we killed what was left */
+    int child_reaped; /* and wstatus is the child's */
+    int wstatus;
+    int count;        /* descendants reaped (for --self-test) */
+    int unclean;      /* of them, those that did not exit 0 (for --self-test) */
+};
+
+/* Reap everything until ECHILD; at the deadline, kill what is left, again every
+ * KILL_RETRY_NS until all are reaped. Sleeps only in sigtimedwait() on `chld`. */
+static struct reaped reap_all(pid_t child, long long deadline, sigset_t *chld)
+{
+    struct reaped r = {0, 0, 0, 0, 0, 0};
+    for (;;) {
+        int ws;
+        pid_t p = waitpid(-1, &ws, WNOHANG);
+        if (p > 0) {
+            r.count++;
+            r.unclean += !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+            if (p == child) {
+                r.wstatus = ws;
+                r.child_reaped = 1;
+            }
+            continue;
+        }
+        if (p < 0 && errno == EINTR)
+            continue;
+        if (p < 0) { /* ECHILD: no descendant left anywhere */
+            r.end = mono_ns();
+            return r;
+        }
+        long long now = mono_ns(), wait_ns = KILL_RETRY_NS;
+        if (now >= deadline)
+            r.killed = 1;
+        if (r.killed)
+            kill_all(child, r.child_reaped); /* again every 50 ms until all are reaped */
+        else
+            wait_ns = deadline - now;
+        struct timespec ts = {wait_ns / 1000000000LL, wait_ns % 1000000000LL};
+        sigtimedwait(chld, NULL, &ts); /* woken by SIGCHLD or the timeout */
+    }
+}
+
+/* ---- --self-test (see the header) ---- */
+
+static void self_test_tree(void)
+{
+    struct timespec nap = {0, SELF_TEST_SLEEP_MS * 1000000L};
+    pid_t quick = fork();
+    if (quick == 0)
+        _exit(0);
+    pid_t daemonizer = fork();
+    if (daemonizer == 0) {
+        setsid();
+        pid_t orphan = fork();
+        if (orphan == 0) {
+            while (nanosleep(&nap, &nap) != 0)
+                if (errno != EINTR)
+                    _exit(1);
+            _exit(0);
+        }
+        _exit(orphan > 0 ? 0 : 1);
+    }
+    _exit(quick > 0 && daemonizer > 0 ? 0 : 1); /* without waiting: both become orphans */
+}
+
+/* How orphans reach us: as PID 1 (in a PID namespace), else as a subreaper, else not at
+ * all (an emulator may refuse PR_SET_CHILD_SUBREAPER: Debian 12's qemu-user 7.2 does). */
+static const char *self_test_reaper(void)
+{
+    int subreaper = 0;
+    if (getpid() == 1)
+        return "pid1";
+    if (prctl(PR_GET_CHILD_SUBREAPER, &subreaper, 0, 0, 0) == 0 && subreaper)
+        return "subreaper";
+    return "none";
+}
+
+static int self_test(void)
+{
+    sigset_t chld;
+    const char *reaper = self_test_reaper();
+    signals_prepare(&chld);
+    warm_up(); /* as a run: last before the clock */
+    long long start = mono_ns();
+    pid_t child = fork();
+    if (child == 0)
+        self_test_tree();
+    if (child < 0)
+        die("fork");
+    struct reaped r = reap_all(child, start + SELF_TEST_DEADLINE_MS * 1000000LL, &chld);
+    long long wall = r.end - start, sleep_ns = SELF_TEST_SLEEP_MS * 1000000LL;
+    int ok = r.count == SELF_TEST_PROCESSES && r.unclean == 0 && r.child_reaped &&
+             !r.killed && wall >= sleep_ns;
+    if (!strcmp(reaper, "none"))
+        fprintf(stderr, "supervise: --self-test: neither PID 1 nor a subreaper: orphans "
+                "escape the clock\n");
+    printf("{\"podium_supervisor_self_test\": 1, \"arch\": \"%s\", \"reaper\": \"%s\", "
+           "\"start_ns\": %lld, \"end_ns\": %lld, \"wall_ns\": %lld, \"sleep_ns\": %lld, "
+           "\"reaped\": %d, \"expected\": %d, \"killed\": %s, \"ok\": %s}\n",
+           PODIUM_ARCH, reaper, start, r.end, wall, sleep_ns, r.count, SELF_TEST_PROCESSES,
+           r.killed ? "true" : "false", ok ? "true" : "false");
+    return fflush(stdout) == 0 && ok ? 0 : 1;
+}
+
 /* ---- main ---- */
 static char stdout_buf[1 << 16];
 
@@ -781,6 +928,8 @@ int main(int argc, char **argv)
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     close_inherited_fds();
+    if (argc == 2 && !strcmp(argv[1], SELF_TEST))
+        return self_test();
 
     for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i += 2) {
         if (i + 1 >= argc)
@@ -821,17 +970,9 @@ int main(int argc, char **argv)
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* a change of uid reset it */
     }
 
-    /* Signals: SIGCHLD at its default (an inherited SIG_IGN would make the kernel
-     * reap for us) and blocked, so sigtimedwait() can sleep until one arrives
-     * without a race. SIGPIPE ignored (a closed result pipe must not kill us
-     * silently). No other handler: as PID 1 the kernel then drops whatever the
-     * entrant sends us. */
+    /* Signals: see signals_prepare. */
     sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    signal(SIGCHLD, SIG_DFL);
-    signal(SIGPIPE, SIG_IGN);
-    sigprocmask(SIG_SETMASK, &chld, NULL);
+    signals_prepare(&chld);
 
     /* 2. Log files, ours: the entrant cannot swap them (we read back through these
      * descriptors), and O_NOFOLLOW refuses a planted symlink. With two users they and
@@ -897,34 +1038,9 @@ int main(int argc, char **argv)
     close(status[0]);
 
     /* 4. Reap everything until ECHILD; at the deadline, kill what is left. */
-    long long deadline = start + deadline_ms * 1000000LL, end;
-    int killed = 0, child_reaped = 0, wstatus = 0;
-    for (;;) {
-        int ws;
-        pid_t p = waitpid(-1, &ws, WNOHANG);
-        if (p > 0) {
-            if (p == child) {
-                wstatus = ws;
-                child_reaped = 1;
-            }
-            continue;
-        }
-        if (p < 0 && errno == EINTR)
-            continue;
-        if (p < 0) { /* ECHILD: no descendant left anywhere */
-            end = mono_ns();
-            break;
-        }
-        long long now = mono_ns(), wait_ns = KILL_RETRY_NS;
-        if (now >= deadline)
-            killed = 1;
-        if (killed)
-            kill_all(child, child_reaped); /* again every 50 ms until all are reaped */
-        else
-            wait_ns = deadline - now;
-        struct timespec ts = {wait_ns / 1000000000LL, wait_ns % 1000000000LL};
-        sigtimedwait(&chld, NULL, &ts); /* woken by SIGCHLD or the timeout */
-    }
+    struct reaped reaped = reap_all(child, start + deadline_ms * 1000000LL, &chld);
+    long long end = reaped.end;
+    int killed = reaped.killed, child_reaped = reaped.child_reaped, wstatus = reaped.wstatus;
 
     /* 5. Off the clock: give our reserve back (no entrant process is left to take
      * it), the meter (after end: every entrant process has been charged to the cgroup,

@@ -86,7 +86,11 @@ def change_url(benchmark: Benchmark) -> str:
 
 def form_data(benchmark: Benchmark, **changes: Any) -> dict[str, Any]:
     """The change form as the browser posts it (datetimes split into date and time, UTC)."""
-    data: dict[str, Any] = {"slug": benchmark.slug, "title": benchmark.title, "description": ""}
+    data: dict[str, Any] = {
+        "slug": benchmark.slug,
+        "title": benchmark.title,
+        "description": "",
+    }
     for name in RULE_SETTINGS:
         value = changes.get(name, getattr(benchmark, name))
         if isinstance(value, dt.datetime):

@@ -58,6 +58,7 @@ def celery_workers(transactional_db, data_dir: Path) -> Iterator[None]:
         "PODIUM_GATE_CPU_BUSY_MAX": str(settings.PODIUM_GATE_CPU_BUSY_MAX),
         "PODIUM_GATE_CPU_SAMPLE_S": str(settings.PODIUM_GATE_CPU_SAMPLE_S),
         "PODIUM_HOST_NAME": settings.PODIUM_HOST_NAME,
+        "PODIUM_CALIBRATION": "0",
         "PODIUM_HARDWARE_CLASS": settings.PODIUM_HARDWARE_CLASS,
     }
     logs = data_dir / "worker-logs"

@@ -1,8 +1,12 @@
 """Two scoring hosts of one class, each with its own Docker Engine, on one queue.
 
 The second engine is a `dockerd` this test starts, with its own data root, exec root,
-pid file, socket and no bridge (the scored container has no network). The submission
-image reaches it with `docker save` and `load`. Three entrants have six runs waiting;
+pid file, socket and no bridge (the scored container has no network). It runs in this
+machine's network namespace, so it reaches the test's registry on 127.0.0.1, which the
+engine allows over plain HTTP by default (loopback is an insecure registry out of the
+box). The submission image reaches each engine only from that registry, by digest
+(`PODIUM_REGISTRY`): each host pulls it for a run, checks it is the recorded image and
+removes it afterwards. Three entrants have six runs waiting;
 two real scoring workers (one per engine, each under its own host name and lease) take
 them from the class queue. Then one worker is SIGKILLed in the middle of a run: the
 reaper gives the run back once and the other host scores it.
@@ -25,9 +29,10 @@ import pytest
 from portal import jobs
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import score_enqueue
-from scoring import engine, reaper
+from scoring import engine, reaper, registry
 from tests import factories
 from tests.recovery.test_worker_crash import poll, start_worker, stop_worker
+from tests.scoring.test_registry import RegistryServer, serve_registry
 from tests.scoring.test_staging import make_cohort, make_submission
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -110,19 +115,21 @@ def sleeper_image() -> Iterator[str]:
     engine.remove_image(tag)
 
 
-def image_id(url: str | None, tag: str) -> str:
-    command = ["docker", *(["-H", url] if url else []), "image", "inspect", "-f", "{{.Id}}", tag]
-    return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+@pytest.fixture
+def local_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    with serve_registry(tmp_path_factory.mktemp("registry")) as server:
+        yield server
 
 
-def copy_image(tag: str, url: str) -> None:
-    """`docker save` from the first engine, `docker load` into the second."""
-    saved = subprocess.run(["docker", "save", tag], capture_output=True, check=True).stdout
-    subprocess.run(["docker", "-H", url, "load"], input=saved, capture_output=True, check=True)
+def image_id(url: str | None, ref: str) -> str | None:
+    """The ID of image ``ref`` on the engine at ``url`` (None: the first), None if absent."""
+    command = ["docker", *(["-H", url] if url else []), "image", "inspect", "-f", "{{.Id}}", ref]
+    found = subprocess.run(command, capture_output=True, text=True, check=False)
+    return found.stdout.strip() if found.returncode == 0 else None
 
 
 def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
-    benchmark, data_dir, settings, second_engine, sleeper_image
+    benchmark, data_dir, settings, second_engine, sleeper_image, local_registry
 ):
     settings.PODIUM_LEASE_S = LEASE_S
     benchmark.cohort_size = ROWS
@@ -131,15 +138,16 @@ def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
     benchmark.save()
     make_cohort(benchmark, [7] * ROWS)
     digest = image_id(None, sleeper_image)
-    copy_image(sleeper_image, second_engine)
-    assert image_id(second_engine, sleeper_image) == digest
+    settings.PODIUM_REGISTRY = local_registry.address
+    ref = registry.publish(sleeper_image)  # as the build host does
+    assert image_id(second_engine, digest or "") is None  # only the registry can bring it
     entrants = [factories.UserFactory(username=name) for name in ("ann", "ben", "cat")]
     # Each entrant queued two runs, all before any host is up: ann's two first.
     waiting: list[Submission] = []
     for entrant in entrants:
         for _ in range(2):
             submission = make_submission(entrant, benchmark, image_tag=sleeper_image)
-            Submission.objects.filter(pk=submission.pk).update(image_digest=digest)
+            Submission.objects.filter(pk=submission.pk).update(image_digest=digest, image_ref=ref)
             waiting.append(submission)
             score_enqueue(submission.pk, kind=submission.kind)  # as a finished build does
 
@@ -160,6 +168,7 @@ def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
             extra_env={
                 "PODIUM_HARDWARE_CLASS": benchmark.hardware_class,
                 "PODIUM_BROKER_DIR": str(broker_dir),
+                "PODIUM_REGISTRY": local_registry.address,
                 **({"DOCKER_HOST": url} if url else {}),
             },
         )
@@ -196,6 +205,7 @@ def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
         for run in Run.objects.filter(submission__in=waiting, host="alpha"):
             for container in engine.list_containers([f"podium.run={run.pk}"]):
                 engine.remove_container(container["Id"])
+        engine.remove_image(ref)  # pulled by the killed run, which could not remove it
 
     runs = list(Run.objects.filter(submission__in=waiting).order_by("started_at", "id"))
     scored = [run for run in runs if run.status == Run.FINISHED]
@@ -204,10 +214,13 @@ def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
     assert [run.pk for run in runs if run.status == Run.INFRA_FAILED] == [first_on_alpha.pk]
     retried = Run.objects.get(submission=first_on_alpha.submission, status=Run.FINISHED)
     assert retried.host == "beta" and retried.try_number == 2
-    # Both hosts scored; each ran the image whose digest was recorded, on its own engine.
+    # Both hosts scored, each pulling the recorded image by digest onto its own engine (a
+    # host refuses any other); each removed it after its runs, the second engine included.
     assert {run.host for run in runs} == {"alpha", "beta"}
     for run in scored:
-        assert image_id(hosts[run.host], sleeper_image) == run.submission.image_digest
+        assert run.submission.image_ref == ref and run.overhead_ms["pull"] > 0
+    assert image_id(second_engine, ref) is None and image_id(second_engine, digest or "") is None
+    assert image_id(None, sleeper_image) == digest  # the build host keeps its own tag
     # Fair order: each entrant's first run started before anyone's second.
     firsts = [run.submission.entrant_id for run in runs[:3]]
     assert sorted(firsts) == sorted(entrant.pk for entrant in entrants)

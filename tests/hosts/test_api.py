@@ -22,6 +22,7 @@ FIELDS = {
     "state",
     "last_heartbeat_at",
     "queue_length",
+    "calibration",
 }
 
 
@@ -54,6 +55,7 @@ def test_a_signed_in_user_sees_each_hosts_machine_and_state(alice_client, make_h
         "state": "online",
         "last_heartbeat_at": beat.astimezone(dt.UTC).isoformat(),
         "queue_length": 0,
+        "calibration": None,  # never calibrated
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scoring import gates
-from scoring.gates import GpuSample, Limits, Reading
+from scoring.gates import Reading
 
 MEMINFO = """MemTotal:       24683616 kB
 MemFree:        22425600 kB
@@ -85,48 +85,7 @@ def test_the_quietest_sample_decides_the_cpu_gate():
     assert not gates.cpu_idle([], maximum=1.5).ok
 
 
-# GPUs (configured off here: only the decisions are tested) ------------------------------
-
-SMI = "0, 550.54.15, 0, 3, 34\n1, 550.54.15, 1, 0, 36\n"
-
-
-def test_nvidia_smi_output_is_parsed():
-    assert gates.parse_gpu_query(SMI) == [
-        GpuSample(index=0, driver="550.54.15", util_percent=0, memory_used_mib=3, temp_c=34),
-        GpuSample(index=1, driver="550.54.15", util_percent=1, memory_used_mib=0, temp_c=36),
-    ]
-
-
-@pytest.mark.parametrize("text", ["", "0, 550, [N/A], 3, 34\n", "0, 550, 0\n"])
-def test_unreadable_nvidia_smi_output_cannot_be_measured(text):
-    with pytest.raises(gates.ProbeError):
-        gates.parse_gpu_query(text)
-
-
-def by_name(readings: list[Reading]) -> dict[str, Reading]:
-    return {reading.name: reading for reading in readings}
-
-
-def test_idle_cool_gpus_on_the_pinned_driver_pass():
-    readings = by_name(gates.gpu(gates.parse_gpu_query(SMI), Limits(pin_gpu_driver="550.54.15")))
-    assert set(readings) == {"gpu_driver", "gpu_idle", "gpu_temperature"}
-    assert all(reading.ok for reading in readings.values())
-
-
-@pytest.mark.parametrize(
-    ("line", "failing"),
-    [
-        ("1, 550.54.15, 40, 0, 36", "gpu_idle"),  # someone computes on GPU 1
-        ("1, 550.54.15, 0, 20000, 36", "gpu_idle"),  # or holds its memory
-        ("1, 550.54.15, 0, 0, 71", "gpu_temperature"),  # still hot from the last run
-        ("1, 535.104.05, 0, 0, 36", "gpu_driver"),  # a driver nobody pinned
-    ],
-)
-def test_a_busy_hot_or_unpinned_gpu_fails_its_gate(line, failing):
-    samples = gates.parse_gpu_query("0, 550.54.15, 0, 3, 34\n" + line)
-    readings = by_name(gates.gpu(samples, Limits(pin_gpu_driver="550.54.15")))
-    assert [name for name, reading in readings.items() if not reading.ok] == [failing]
-    assert "1" in readings[failing].detail or failing == "gpu_driver"
+# GPUs: tests/scoring/test_gpus.py --------------------------------------------------------
 
 
 # Readings and backoff -------------------------------------------------------------------

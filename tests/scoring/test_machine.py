@@ -193,7 +193,7 @@ def failing_gate(monkeypatch) -> None:
     monkeypatch.setattr(
         machine,
         "measure",
-        lambda limits: [
+        lambda limits, host: [
             Reading("kernel", True, "6.1", "not pinned"),
             Reading("cpu_idle", False, 1.9, "1.90 busy CPUs > 1.5"),
         ],

@@ -5,12 +5,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import io
 import json
-import subprocess
 import tarfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from portal.submissions import evidence
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine, runner
 from scoring.staging import StagedRun
+from tests.scoring import images as images_module
 from tests.scoring.test_staging import make_cohort, make_submission
 
 REPO = Path(__file__).resolve().parents[2]
@@ -574,43 +572,14 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def supervisor_binary() -> Path:
-    subprocess.run(
-        ["make", "scoring/supervisor/supervise"], cwd=REPO, check=True, capture_output=True
-    )
-    return REPO / "scoring" / "supervisor" / "supervise"
+    return images_module.supervisor()
 
 
 @pytest.fixture(scope="module")
 def images() -> Iterator[dict[str, str]]:
     """One submission image per script: localhost/podium/busybox:1 plus /submission/run."""
-    repository = f"podium-test/runner-{uuid.uuid4().hex[:12]}"
-    built: dict[str, str] = {}
-    try:
-        for name, script in SCRIPTS.items():
-            context = io.BytesIO()
-            with tarfile.open(fileobj=context, mode="w") as tar:
-                for member, data, mode in (
-                    (
-                        "Dockerfile",
-                        b"FROM localhost/podium/busybox:1\nCOPY run /submission/run\n",
-                        0o644,
-                    ),
-                    ("run", script.encode(), 0o755),
-                ):
-                    info = tarfile.TarInfo(member)
-                    info.size, info.mode = len(data), mode
-                    tar.addfile(info, io.BytesIO(data))
-            context.seek(0)
-            tag = f"{repository}:{name}"
-            outcome = engine.build_image(
-                context=context, tag=tag, on_log=lambda _: None, timeout_s=120
-            )
-            assert outcome.ok, outcome.error
-            built[name] = tag
+    with images_module.script_images("runner", SCRIPTS) as built:
         yield built
-    finally:
-        for tag in built.values():
-            engine.remove_image(tag)
 
 
 @pytest.fixture

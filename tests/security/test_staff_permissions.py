@@ -33,6 +33,8 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.view_anomaly",
     "hosts.manage_host",
     "hosts.view_scoringhost",
+    "hosts.view_hostcalibration",
+    "hosts.view_calibrationflag",
     "contests.export_cohort_members",
     "contests.export_cohort_answers",
     "submissions.view_submission",

@@ -247,8 +247,7 @@ def test_a_replay_that_fails_verification_is_rejected_and_staff_are_told(
     assert "the attempt counts" in submission.failure_reason
     assert board(contest) == []
     assert list(AttemptLedger.objects.filter(submission=submission).values_list("delta")) == [(1,)]
-    (message,) = mail.outbox
-    assert message.to == ["reviewer@example.org"]
+    (message,) = [m for m in mail.outbox if m.to == ["reviewer@example.org"]]
     assert f"submission {submission.pk} failed its verification" in message.subject
     for run in (official, verify):
         assert f"/admin/submissions/run/{run.pk}/evidence/" in message.body

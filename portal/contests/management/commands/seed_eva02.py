@@ -1,0 +1,136 @@
+"""``manage.py seed_eva02``: the flagship benchmark and its hardware class, ready for a cohort.
+
+Idempotent. ``eva02-imagenet1k-v3`` is created, or brought back to the rules' numbers
+(rules.md): every field that differs is set and named in the output, so running it again
+changes nothing and says so. The ``gpu-h200`` hardware class row gets its platform, GPU
+count and GPU model; its pinned driver and CUDA versions and calibration are staff's
+(admin) and left alone. Cohorts are not touched: the command ends by saying what staff
+must still do (import them with ``import_cohort``, start a scoring host of the class).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from portal.contests.management.commands.seed_demo import (
+    FLAGSHIP_CLOSES_AT,
+    FLAGSHIP_DESCRIPTION,
+    FLAGSHIP_OPENS_AT,
+    FLAGSHIP_SLUG,
+)
+from portal.contests.models import GIB, Benchmark, Cohort
+from portal.hosts.models import HardwareClass
+
+HARDWARE_CLASS = "gpu-h200"
+HARDWARE = {
+    "platform": HardwareClass.AMD64,
+    "gpus": 1,
+    "gpu_model": "NVIDIA H200",
+}
+HARDWARE_DESCRIPTION = "One NVIDIA H200 per scored run (linux/amd64)."
+
+# Docker Hub's official images, the PyTorch and NVIDIA organisations there, and NVIDIA's
+# own registry: where the CUDA/PyTorch bases an entrant needs come from.
+ALLOWED_REGISTRIES = "docker.io/library/\ndocker.io/pytorch/\ndocker.io/nvidia/\nnvcr.io/nvidia/\n"
+
+# rules.md, field by field.
+FLAGSHIP: dict[str, Any] = {
+    "title": "EVA-02 ImageNet-1k inference",
+    "description": FLAGSHIP_DESCRIPTION,
+    "opens_at": FLAGSHIP_OPENS_AT,
+    "closes_at": FLAGSHIP_CLOSES_AT,
+    "cohort_size": 10_000,
+    "pass_min_matches": 9_900,
+    "attempts_per_day": 2,
+    "attempt_timezone": "Asia/Seoul",
+    "practice_per_day": 10,
+    "max_environments": 2,
+    "max_image_bytes": 16 * GIB,
+    "build_timeout_s": 30 * 60,
+    "max_concurrent_builds": 2,
+    "score_timeout_s": 16 * 60,
+    "runtime_tail_bytes": 16 * 1024,
+    "verify_top": 20,
+    "verify_tolerance_pct": 10,
+    "hardware_class": HARDWARE_CLASS,
+    "allowed_registries": ALLOWED_REGISTRIES,
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Create (or bring back to the rules' numbers) the eva02-imagenet1k-v3 benchmark and "
+        "its gpu-h200 hardware class, and say what staff must still do."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with transaction.atomic():
+            self._seed_hardware_class()
+            benchmark = self._seed_benchmark()
+        self._next_steps(benchmark)
+
+    def _seed_hardware_class(self) -> None:
+        row, created = HardwareClass.objects.select_for_update().get_or_create(
+            name=HARDWARE_CLASS, defaults={**HARDWARE, "description": HARDWARE_DESCRIPTION}
+        )
+        if created:
+            self.stdout.write(f"Created hardware class {HARDWARE_CLASS}.")
+            return
+        changed = [name for name, value in HARDWARE.items() if getattr(row, name) != value]
+        for name in changed:
+            setattr(row, name, HARDWARE[name])
+        if changed:
+            row.save(update_fields=changed)
+            self.stdout.write(f"Updated hardware class {HARDWARE_CLASS}: {', '.join(changed)}.")
+        else:
+            self.stdout.write(f"Hardware class {HARDWARE_CLASS} is in place.")
+
+    def _seed_benchmark(self) -> Benchmark:
+        benchmark = Benchmark.objects.select_for_update().filter(slug=FLAGSHIP_SLUG).first()
+        if benchmark is None:
+            benchmark = Benchmark(slug=FLAGSHIP_SLUG, **FLAGSHIP)
+            benchmark.full_clean()
+            benchmark.save()
+            self.stdout.write(f"Created benchmark {FLAGSHIP_SLUG}.")
+            return benchmark
+        changed = [name for name, value in FLAGSHIP.items() if getattr(benchmark, name) != value]
+        if not changed:
+            self.stdout.write(f"Benchmark {FLAGSHIP_SLUG} has the rules' settings.")
+            return benchmark
+        shown = []
+        for name in changed:
+            old = getattr(benchmark, name)
+            setattr(benchmark, name, FLAGSHIP[name])
+            long_text = name in ("description", "allowed_registries")
+            shown.append(name if long_text else f"{name} {old} -> {FLAGSHIP[name]}")
+        benchmark.full_clean()
+        benchmark.save(update_fields=changed)
+        self.stdout.write(f"Updated benchmark {FLAGSHIP_SLUG}: {'; '.join(shown)}.")
+        return benchmark
+
+    def _next_steps(self, benchmark: Benchmark) -> None:
+        sizes = {cohort.kind: cohort.items.count() for cohort in benchmark.cohorts.all()}
+        official, practice = sizes.get(Cohort.OFFICIAL), sizes.get(Cohort.PRACTICE)
+        steps = []
+        if official is None or practice is None:
+            steps.append(
+                "Import both cohorts from the ImageNet validation JPEGs, the frozen reference "
+                "file and the private seed (never on the command line):\n"
+                f"    manage.py import_cohort --benchmark {FLAGSHIP_SLUG} --imagenet-val DIR "
+                "--reference FILE --seed-file FILE"
+            )
+        else:
+            self.stdout.write(
+                f"Cohorts in place: official {official:,} images, practice {practice:,}."
+            )
+        steps.append(
+            f"Start a scoring host of class {HARDWARE_CLASS} (PODIUM_HARDWARE_CLASS="
+            f"{HARDWARE_CLASS}, PODIUM_GPU_DEVICES naming its GPU), and pin the class's GPU "
+            "driver and CUDA versions in the admin (Hardware classes)."
+        )
+        self.stdout.write("Still to do:")
+        for number, step in enumerate(steps, start=1):
+            self.stdout.write(f"  {number}. {step}")

@@ -1,0 +1,11 @@
+from django.contrib import admin
+
+from portal.notifications.models import NotificationPreference
+
+
+@admin.register(NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "verdict_emails")
+    list_filter = ("verdict_emails",)
+    search_fields = ("user__username", "user__email")
+    raw_id_fields = ("user",)

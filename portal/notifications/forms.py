@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from django import forms
+
+
+class NotificationPreferenceForm(forms.Form):
+    verdict_emails = forms.BooleanField(
+        required=False,
+        label="Email me when a submission reaches a verdict",
+        help_text=(
+            "One mail per verdict (passed, failed, errored, refunded), official and practice: "
+            "status, wall time, agreement and a link to the submission."
+        ),
+    )

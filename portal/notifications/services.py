@@ -1,0 +1,74 @@
+"""Mail to entrants about their own submissions, and the preference that turns it off.
+
+One mail per verdict: :func:`verdict_mail_on_commit` is called by
+``portal.submissions.services.submission_transition`` right after the conditional update
+that moved a submission into a final status. That update succeeds once per verdict (a
+redelivered task, the reaper or a retry finds the status already changed and changes
+nothing, so never calls it), and the mail goes only after the deciding transaction
+commits (nothing is sent for a verdict that rolled back). A worker that dies between the
+commit and the send loses that one mail: at most once, never twice.
+
+Mail problems never touch the verdict: the send runs after the commit, and any error is
+logged and swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.mail import EmailMessage
+from django.db import transaction
+
+from portal.notifications.models import NotificationPreference
+from portal.notifications.selectors import verdict_emails_wanted
+from portal.notifications.verdict_mail import verdict_mail
+from portal.submissions.models import Submission
+
+log = logging.getLogger(__name__)
+
+
+def notification_preference_set(*, user: Any, verdict_emails: bool) -> NotificationPreference:
+    """Store the user's choice of verdict mail (creating their preferences on first use)."""
+    preference, _ = NotificationPreference.objects.update_or_create(
+        user_id=user.pk, defaults={"verdict_emails": verdict_emails}
+    )
+    return preference
+
+
+def verdict_mail_on_commit(*, submission_id: int, status: str) -> None:
+    """Mail the entrant about ``status`` once the current transaction commits.
+
+    Call it once per verdict, inside the transaction that wrote it (see the module doc);
+    a status that is not final is ignored.
+    """
+    if status not in Submission.FINAL:
+        return
+    transaction.on_commit(lambda: verdict_mail_send(submission_id=submission_id, status=status))
+
+
+def verdict_mail_send(*, submission_id: int, status: str) -> bool:
+    """Send the verdict mail now, unless the entrant opted out, is inactive or has no
+    address. True when a mail went out; any failure is logged and returns False."""
+    try:
+        submission = (
+            Submission.objects.select_related("entrant", "benchmark")
+            .filter(pk=submission_id)
+            .first()
+        )
+        if submission is None:
+            return False
+        entrant = submission.entrant
+        if not entrant.is_active or not entrant.email:
+            log.info("verdict of submission %s: entrant has no address to mail", submission_id)
+            return False
+        if not verdict_emails_wanted(int(entrant.pk)):
+            return False
+        mail = verdict_mail(submission, status)
+        EmailMessage(
+            mail.subject, mail.body, None, [mail.to], headers={"Auto-Submitted": "auto-generated"}
+        ).send()
+    except Exception:
+        log.exception("could not mail the verdict %s of submission %s", status, submission_id)
+        return False
+    return True

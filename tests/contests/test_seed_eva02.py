@@ -1,0 +1,130 @@
+"""``seed_eva02``: the flagship with the rules' numbers, and its GPU hardware class."""
+
+from __future__ import annotations
+
+import datetime as dt
+from io import StringIO
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.management import call_command
+
+from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.environments import dockerfile_policy
+from portal.environments.services import allowed_prefixes
+from portal.hosts.models import HardwareClass
+
+SLUG = "eva02-imagenet1k-v3"
+SEOUL = ZoneInfo("Asia/Seoul")
+GIB = 1024**3
+
+
+def seed() -> str:
+    out = StringIO()
+    call_command("seed_eva02", stdout=out)
+    return out.getvalue()
+
+
+def assert_the_rules(flagship: Benchmark) -> None:
+    """rules.md's numbers, one by one."""
+    assert flagship.opens_at == dt.datetime(2026, 8, 10, 0, 0, tzinfo=SEOUL)
+    assert flagship.closes_at == dt.datetime(2026, 8, 31, 18, 0, tzinfo=SEOUL)
+    assert flagship.opens_at == dt.datetime(2026, 8, 9, 15, 0, tzinfo=dt.UTC)
+    assert (flagship.cohort_size, flagship.pass_min_matches) == (10_000, 9_900)
+    assert (flagship.attempts_per_day, flagship.attempt_timezone) == (2, "Asia/Seoul")
+    assert flagship.practice_per_day == 10
+    assert flagship.max_environments == 2
+    assert flagship.max_image_bytes == 16 * GIB
+    assert flagship.build_timeout_s == 30 * 60
+    assert flagship.max_concurrent_builds == 2
+    assert flagship.score_timeout_s == 16 * 60
+    assert flagship.runtime_tail_bytes == 16 * 1024
+    assert (flagship.verify_top, flagship.verify_tolerance_pct) == (20, 10)
+    assert flagship.hardware_class == "gpu-h200"
+    assert "9,900" in flagship.description
+
+
+def test_it_creates_the_flagship_with_the_rules_numbers(db) -> None:
+    out = seed()
+
+    assert_the_rules(Benchmark.objects.get(slug=SLUG))
+    assert "Created benchmark eva02-imagenet1k-v3" in out
+    assert "manage.py import_cohort --benchmark eva02-imagenet1k-v3 --imagenet-val" in out
+
+
+def test_it_describes_the_gpu_hardware_class(db) -> None:
+    seed()
+
+    row = HardwareClass.objects.get(name="gpu-h200")
+    assert (row.platform, row.gpus, row.gpu_model) == ("linux/amd64", 1, "NVIDIA H200")
+
+
+def test_running_it_again_changes_nothing(db) -> None:
+    seed()
+    before = Benchmark.objects.values().get(slug=SLUG)
+    classes = list(HardwareClass.objects.values())
+
+    out = seed()
+
+    assert Benchmark.objects.values().get(slug=SLUG) == before
+    assert list(HardwareClass.objects.values()) == classes
+    assert Benchmark.objects.count() == 1
+    assert "has the rules' settings" in out
+    assert "Hardware class gpu-h200 is in place" in out
+
+
+def test_it_brings_the_demo_seeded_flagship_to_the_rules(db) -> None:
+    call_command("seed_demo", "--official-count=3", "--practice-count=2", stdout=StringIO())
+    Benchmark.objects.filter(slug=SLUG).update(attempts_per_day=5)
+    HardwareClass.objects.create(name="gpu-h200", gpus=2, pin_cuda="12.4")
+
+    out = seed()
+
+    assert_the_rules(Benchmark.objects.get(slug=SLUG))
+    assert "attempts_per_day 5 -> 2" in out
+    assert "hardware_class cpu-" in out
+    row = HardwareClass.objects.get(name="gpu-h200")
+    assert (row.gpus, row.gpu_model, row.pin_cuda) == (1, "NVIDIA H200", "12.4")
+    assert Benchmark.objects.get(slug="demo").hardware_class != "gpu-h200"
+
+
+def test_the_starter_base_image_is_allowed(db) -> None:
+    seed()
+    flagship = Benchmark.objects.get(slug=SLUG)
+
+    for image in (
+        "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        "nvcr.io/nvidia/pytorch:24.10-py3",
+        "docker.io/library/python:3.11",
+    ):
+        assert (
+            dockerfile_policy.check_dockerfile(f"FROM {image}\n", allowed_prefixes(flagship)) == []
+        )
+    assert dockerfile_policy.check_dockerfile(
+        "FROM ghcr.io/someone/pytorch:1\n", allowed_prefixes(flagship)
+    )
+
+
+@pytest.mark.parametrize("imported", [False, True])
+def test_it_says_what_staff_must_still_do(db, imported: bool) -> None:
+    seed()
+    if imported:
+        flagship = Benchmark.objects.get(slug=SLUG)
+        for kind, count in ((Cohort.OFFICIAL, 3), (Cohort.PRACTICE, 2)):
+            cohort = Cohort.objects.create(benchmark=flagship, kind=kind)
+            CohortItem.objects.bulk_create(
+                CohortItem(
+                    cohort=cohort,
+                    position=n,
+                    canonical_name=f"{n}.JPEG",
+                    sha256="0" * 64,
+                    reference_class=n,
+                )
+                for n in range(count)
+            )
+
+    out = seed()
+
+    assert ("import_cohort" in out) is not imported
+    assert ("Cohorts in place: official 3 images, practice 2" in out) is imported
+    assert "Start a scoring host of class gpu-h200" in out
