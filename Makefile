@@ -22,6 +22,9 @@ run: install supervisor calibrate base-images
 	$(BIN)/python manage.py migrate --noinput
 	-$(MAKE) build-network
 	$(BIN)/python manage.py seed_demo
+# The demo campaign's baseline: the starter kit, built once (Docker); a failure here
+# only leaves the campaign without rounds until it runs again.
+	-$(BIN)/python manage.py campaign_baseline demo-campaign
 	@echo "make run: a local portal on a public secret key and plain HTTP; not for production (README: Production)"
 	$(BIN)/honcho start -f Procfile
 

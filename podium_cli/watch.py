@@ -27,6 +27,7 @@ FINAL = frozenset(
         "errored",
         "infra_failed",
         "cancelled",
+        "duplicate_image",
     }
 )
 BUILD_STEP = frozenset({"accepted", "building"})

@@ -14,6 +14,7 @@ BUILD_ENVIRONMENT = "scoring.build_environment"
 BUILD_SUBMISSION = "scoring.build_submission"
 SCORE_NEXT = "scoring.score_next"
 REMOVE_IMAGE = "scoring.remove_image"
+RUN_ROUND = "scoring.run_round"  # a campaign round, on a host of its class
 
 # Scoring priorities (0 first; a Redis broker keeps one list per step, see settings):
 # official scores, then verifications of passing official runs, then practice. The

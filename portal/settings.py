@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "portal.audit",
     "portal.hosts",
     "portal.notifications",
+    "portal.campaigns",
     "portal.api",
     "scoring",
 ]
@@ -242,8 +243,13 @@ CELERY_TASK_ROUTES = {
     # scoring.score_next goes to its class's queue, scoring.<hardware class> (portal.jobs).
     "scoring.remove_image": {"queue": "builds"},
     "scoring.reap": {"queue": "builds"},
+    "portal.campaigns.sweep": {"queue": "builds"},
 }
-CELERY_BEAT_SCHEDULE = {"reap": {"task": "scoring.reap", "schedule": 60.0}}
+CELERY_BEAT_SCHEDULE = {
+    "reap": {"task": "scoring.reap", "schedule": 60.0},
+    # Campaign rounds: stale ones void, unclaimed ones wait for capacity, triggers fire.
+    "campaigns": {"task": "portal.campaigns.sweep", "schedule": 60.0},
+}
 CELERY_TASK_ALWAYS_EAGER = False
 
 # The default cache holds what every process must count together: the failed sign-in

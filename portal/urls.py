@@ -12,6 +12,7 @@ urlpatterns = [
     path("", include("portal.contests.urls")),
     path("", include("portal.environments.urls")),
     path("", include("portal.submissions.urls")),
+    path("", include("portal.campaigns.urls")),
 ]
 
 # Under /api/ an unmatched URL answers in the API's error format; elsewhere the HTML page.

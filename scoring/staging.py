@@ -370,3 +370,52 @@ def _remove_input(input_dir: Path) -> None:
 def unstage(staged: StagedRun) -> None:
     """Remove the staged input (files and manifest); keep the run folder for its logs."""
     _remove_input(staged.input_dir)
+
+
+def stage_items(items: list[CohortItem], root: Path) -> StagedRun:
+    """Stage ``items``, in the order given, under ``root/input`` as a scored run's cohort
+    is staged: hard links checked against their frozen hashes, fresh random names and
+    request ids, a manifest. For the slices of a campaign round (``scoring.rounds``):
+    each slice is one such folder, mounted by itself.
+
+    Raises :class:`StagingError` (and leaves no input folder behind) as :func:`stage`
+    does; a leftover input folder under ``root`` is replaced.
+    """
+    input_dir = root / INPUT
+    images_dir = input_dir / IMAGES
+    if input_dir.exists():
+        shutil.rmtree(input_dir)
+    images_dir.mkdir(parents=True)
+    for folder in (input_dir, images_dir):
+        folder.chmod(0o755)
+    staged_names: list[str] = []
+    request_ids: list[str] = []
+    try:
+        for item in items:
+            name = _staged_name(item.canonical_name)
+            _link_member(storage.cohort_dir(item.cohort_id), item, images_dir / name)
+            request_id = secrets.token_hex(12)
+            while request_id in request_ids:  # 96 random bits: never in practice
+                request_id = secrets.token_hex(12)
+            staged_names.append(name)
+            request_ids.append(request_id)
+    except BaseException:
+        _remove_input(input_dir)
+        raise
+    manifest = input_dir / MANIFEST
+    manifest.write_text(
+        "".join(f"{rid}\t{name}\n" for rid, name in zip(request_ids, staged_names, strict=True)),
+        encoding="utf-8",
+    )
+    manifest.chmod(0o644)
+    return StagedRun(
+        run_id=0,
+        root=root,
+        input_dir=input_dir,
+        manifest=manifest,
+        rows=len(items),
+        references=[item.reference_class for item in items],
+        request_ids=request_ids,
+        staged_names=staged_names,
+        positions=[item.position for item in items],
+    )

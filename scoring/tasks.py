@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
-from scoring import builds, engine, reaper, runner
+from scoring import builds, engine, reaper, rounds, runner
 from scoring.hosts import on_worker_ready
 
 # Connected here rather than in apps.py: every worker imports this module when it starts
@@ -33,6 +33,13 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     """A wake-up on the class queue: claim the next waiting run in the fair order, score it.
     ``waits``: how often a host had not been ready when this was sent (backoff)."""
     runner.score_next(hardware_class, waits)
+
+
+@shared_task(name="scoring.run_round")
+def run_round(round_id: int) -> None:
+    """A campaign round, on a host of its class (sent to ``jobs.scoring_queue(class)``):
+    claim it, run every image over its slices, record the outcome (``scoring.rounds``)."""
+    rounds.run_round(round_id)
 
 
 @shared_task(name="scoring.remove_image")

@@ -5,13 +5,21 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from portal.api import environment_views, host_views, staff_views, submission_views, views
+from portal.api import (
+    campaign_views,
+    environment_views,
+    host_views,
+    staff_views,
+    submission_views,
+    views,
+)
 
 app_name = "api"
 
 SUBMISSION = "v1/submissions/<int:submission_id>/"
 ENVIRONMENT = "v1/environments/<int:environment_id>/"
 BENCHMARK = "v1/benchmarks/<slug:slug>/"
+CAMPAIGN = "v1/campaigns/<slug:slug>/"
 
 urlpatterns = [
     path("v1/tokens/", views.TokenListCreateView.as_view(), name="tokens"),
@@ -78,6 +86,24 @@ urlpatterns = [
     ),
     path("v1/audit/", staff_views.AuditExportView.as_view(), name="audit"),
     path("v1/hosts/", host_views.HostListView.as_view(), name="hosts"),
+    path("v1/campaigns/", campaign_views.CampaignListView.as_view(), name="campaigns"),
+    path(CAMPAIGN, campaign_views.CampaignDetailView.as_view(), name="campaign-detail"),
+    path(f"{CAMPAIGN}rounds/", campaign_views.CampaignRoundsView.as_view(), name="campaign-rounds"),
+    path(
+        f"{CAMPAIGN}submissions/<int:submission_id>/",
+        campaign_views.CampaignSubmissionView.as_view(),
+        name="campaign-submission",
+    ),
+    path(
+        f"{CAMPAIGN}submissions/<int:submission_id>/build-log",
+        campaign_views.CampaignSubmissionBuildLogView.as_view(),
+        name="campaign-submission-build-log",
+    ),
+    path(
+        "v1/rounds/<int:round_id>/entries/<int:entry_id>/report",
+        campaign_views.RoundEntryReportView.as_view(),
+        name="round-entry-report",
+    ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", views.docs, name="docs"),
 ]

@@ -40,7 +40,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ["title"]}
     readonly_fields = ["created_at", "artifacts_purged_at"]
     fieldsets = [
-        (None, {"fields": ["slug", "title", "description", "created_at"]}),
+        (None, {"fields": ["slug", "kind", "title", "description", "created_at"]}),
         ("Window", {"fields": ["opens_at", "closes_at"]}),
         ("Pass gate", {"fields": ["cohort_size", "pass_min_matches"]}),
         (

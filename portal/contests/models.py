@@ -27,7 +27,20 @@ def validate_timezone(name: str) -> None:
 class Benchmark(models.Model):
     """A timed contest. Every number of the rules is a field here, with the default of rules.md."""
 
+    LEADERBOARD = "leaderboard"
+    CAMPAIGN = "campaign"
+    KINDS = [
+        (LEADERBOARD, "leaderboard: one timed run per attempt, best run ranks"),
+        (CAMPAIGN, "campaign: rounds against a pinned baseline, one leader"),
+    ]
+
     slug = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(
+        max_length=16,
+        choices=KINDS,
+        default=LEADERBOARD,
+        help_text="The format: a leaderboard, or a campaign scored in rounds (portal.campaigns).",
+    )
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     opens_at = models.DateTimeField(help_text="Official uploads accepted from (inclusive).")

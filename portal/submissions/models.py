@@ -22,6 +22,10 @@ class Submission(models.Model):
     ERRORED = "errored"
     INFRA_FAILED = "infra_failed"
     CANCELLED = "cancelled"
+    # Campaign benchmarks (portal.campaigns): built and waiting for a round; or refused
+    # because an earlier submission of the campaign has the same image (refunded).
+    BENCH_QUEUED = "bench_queued"
+    DUPLICATE_IMAGE = "duplicate_image"
     STATUSES = [
         (s, s)
         for s in (
@@ -38,6 +42,8 @@ class Submission(models.Model):
             ERRORED,
             INFRA_FAILED,
             CANCELLED,
+            BENCH_QUEUED,
+            DUPLICATE_IMAGE,
         )
     ]
     FINAL = (
@@ -48,6 +54,7 @@ class Submission(models.Model):
         ERRORED,
         INFRA_FAILED,
         CANCELLED,
+        DUPLICATE_IMAGE,
     )
 
     OFFICIAL = "official"

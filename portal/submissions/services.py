@@ -269,7 +269,11 @@ def submission_build_finished(
     image_bytes: int | None = None,
     reason: str = "",
 ) -> bool:
-    """building -> queued (and the score enqueued) or -> build_failed (the attempt counts)."""
+    """building -> queued (and the score enqueued) or -> build_failed (the attempt counts).
+
+    An official submission of a campaign benchmark goes ``bench_queued`` instead, to wait
+    for a round (``portal.campaigns.services.campaign_entry_queue``: duplicates collapse).
+    """
     with transaction.atomic():
         if not ok:
             return submission_transition(
@@ -279,6 +283,25 @@ def submission_build_finished(
                 note=reason,
                 failure_reason=reason,
             )
+        submission = Submission.objects.select_related("benchmark").get(pk=submission_id)
+        if (
+            submission.benchmark.kind == Benchmark.CAMPAIGN
+            and submission.kind == Submission.OFFICIAL
+        ):
+            # Imported here: portal.campaigns.services builds on this module.
+            from portal.campaigns.services import campaign_entry_queue
+
+            done = submission_transition(
+                submission_id,
+                frm=[Submission.BUILDING],
+                to=Submission.BENCH_QUEUED,
+                note="built; waiting for a round",
+                image_tag=image_tag,
+                image_digest=image_digest,
+                image_bytes=image_bytes,
+                queued_at=timezone.now(),
+            )
+            return campaign_entry_queue(submission) if done else False
         done = submission_transition(
             submission_id,
             frm=[Submission.BUILDING],

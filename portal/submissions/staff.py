@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.contests.models import Benchmark
 from portal.contests.services import leaderboard_refresh_entrant
 from portal.submissions.models import Submission
 from portal.submissions.services import (
@@ -153,6 +154,30 @@ def submission_disqualify(
     return submission
 
 
+def _in_campaign(submission: Submission) -> bool:
+    """An official submission of a campaign benchmark waits for a round, not a score."""
+    return (
+        submission.kind == Submission.OFFICIAL and submission.benchmark.kind == Benchmark.CAMPAIGN
+    )
+
+
+def _enter_rounds(submission: Submission, note: str) -> bool:
+    """Back to ``bench_queued`` (a new queued event: its wait starts again), then the
+    campaign's duplicate check and round trigger (``campaign_entry_queue``)."""
+    # Imported here: portal.campaigns.services builds on the submissions services.
+    from portal.campaigns.services import campaign_entry_queue
+
+    done = submission_transition(
+        submission.pk,
+        frm=[submission.status],
+        to=Submission.BENCH_QUEUED,
+        note=note,
+        failure_reason="",
+        queued_at=timezone.now(),
+    )
+    return done and campaign_entry_queue(submission)
+
+
 def submission_requeue(
     *, submission: Submission, actor: Any, reason: str = "", origin: Origin = NOWHERE
 ) -> Submission:
@@ -167,6 +192,8 @@ def submission_requeue(
       ``accepted`` for a new build.
     - ``verifying`` with no verification run under way (its message lost, or the
       platform failed twice while verifying): its verification is sent again.
+    - An official submission of a campaign benchmark goes back to ``bench_queued`` (when
+      its image exists) to wait for a round, instead of ``queued``.
 
     Anything building, staging or running is refused: the reaper takes back work whose
     worker stopped answering, and staff may cancel it.
@@ -175,8 +202,10 @@ def submission_requeue(
     with transaction.atomic():
         current = Submission.objects.select_for_update().get(pk=submission.pk)
         _refuse_after_purge(current)
-        if current.status == Submission.INFRA_FAILED:
-            target = Submission.QUEUED if current.image_digest else Submission.ACCEPTED
+        if current.status == Submission.INFRA_FAILED and current.image_digest:
+            target = Submission.BENCH_QUEUED if _in_campaign(current) else Submission.QUEUED
+        elif current.status == Submission.INFRA_FAILED:
+            target = Submission.ACCEPTED
         elif current.status in (Submission.ACCEPTED, Submission.QUEUED, Submission.VERIFYING):
             target = current.status
         else:
@@ -186,10 +215,15 @@ def submission_requeue(
             )
         if target == Submission.VERIFYING:
             verification_requeue(current)
-        submission_transition(
-            current.pk, frm=[current.status], to=target, note=note, failure_reason=""
-        )
-        if target in (Submission.QUEUED, Submission.VERIFYING):
+        if target == Submission.BENCH_QUEUED:
+            _enter_rounds(current, note)
+        else:
+            submission_transition(
+                current.pk, frm=[current.status], to=target, note=note, failure_reason=""
+            )
+        if target == Submission.BENCH_QUEUED:
+            pass  # the campaign's round trigger took it
+        elif target in (Submission.QUEUED, Submission.VERIFYING):
             score_enqueue(
                 current.pk, kind=current.kind, verification=target == Submission.VERIFYING
             )
@@ -214,11 +248,29 @@ def submission_rescore(
     infra_failed, rejected_verification).
 
     Charges nothing; the new run is the next try, and the leaderboard keeps the
-    entrant's best passing run whatever the new one measures.
+    entrant's best passing run whatever the new one measures. An official submission of
+    a campaign benchmark goes back to ``bench_queued`` to run in the next round instead.
     """
     note = f"rescore requested by staff: {reason}" if reason else "rescore requested by staff"
     _refuse_after_purge(submission)
     with transaction.atomic():
+        if _in_campaign(submission):
+            current = Submission.objects.select_for_update().get(pk=submission.pk)
+            if current.status not in RESCORABLE:
+                raise errors.InvalidParameter(
+                    "Only a passed, failed, errored, infra-failed or rejected submission can "
+                    f"be rescored; this one is {current.status}."
+                )
+            _enter_rounds(current, note)
+            audit_record(
+                actor=actor,
+                action="submission.rescore",
+                target=_target(submission),
+                origin=origin,
+                reason=reason,
+            )
+            submission.refresh_from_db()
+            return submission
         done = submission_transition(
             submission.pk,
             frm=RESCORABLE,

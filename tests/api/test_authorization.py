@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern, reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal import storage
@@ -29,6 +30,7 @@ from portal.api import urls as api_urls
 from portal.api.common import PagePagination
 from portal.api.models import ApiToken
 from portal.audit.models import AuditEvent
+from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
@@ -63,6 +65,12 @@ MATRIX: dict[str, dict[str, str]] = {
     "submission-rescore": {"POST": STAFF},
     "audit": {"GET": STAFF},
     "hosts": {"GET": CALLER},
+    "campaigns": {"GET": CALLER},
+    "campaign-detail": {"GET": CALLER},
+    "campaign-rounds": {"GET": CALLER},
+    "campaign-submission": {"GET": OWNED_STAFF_READS},
+    "campaign-submission-build-log": {"GET": OWNED_STAFF_READS},
+    "round-entry-report": {"GET": CALLER},
     "schema": {"GET": PUBLIC},
     "docs": {"GET": PUBLIC},
 }
@@ -131,6 +139,8 @@ class World:
     staff: APIClient
     anon: APIClient
     archive: Callable[[], Any]
+    round_id: int = 0
+    entry_id: int = 0
 
     def url(self, name: str) -> str:
         pattern = next(p for p in api_urls.urlpatterns if p.name == name)
@@ -139,6 +149,8 @@ class World:
             "environment_id": self.environment.pk,
             "submission_id": self.submission.pk,
             "token_id": self.token.pk,
+            "round_id": self.round_id,
+            "entry_id": self.entry_id,
         }
         kwargs = {key: values[key] for key in pattern.pattern.converters}
         return reverse(f"api:{name}", kwargs=kwargs)
@@ -185,16 +197,38 @@ def world(
         cohort=practice, position=0, canonical_name="0001.jpg", sha256="0" * 64, reference_class=7
     )
     storage.ensure_dir(storage.cohort_dir(practice.pk)).joinpath("0001.jpg").write_bytes(b"jpg")
+    submission = accepted(alice, environment)
+    # The benchmark runs a campaign too: one round with alice's entry, and her build log.
+    campaign = Campaign.objects.create(benchmark=benchmark, hardware_class=benchmark.hardware_class)
+    round_ = Round.objects.create(
+        campaign=campaign,
+        ordinal=1,
+        cohort=Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL),
+        material="0" * 64,
+        request_digest="d" * 64,
+        slice_count=1,
+        created_at=timezone.now(),
+    )
+    entry = RoundEntry.objects.create(
+        round=round_,
+        submission=submission,
+        role=RoundEntry.CHALLENGER,
+        position=0,
+        image_digest="sha256:" + "e" * 64,
+    )
+    storage.submission_build_log(submission.pk).write_text("built\n")
     return World(
         slug=benchmark.slug,
         environment=environment,
-        submission=accepted(alice, environment),
+        submission=submission,
         token=ApiToken.objects.create(user=alice, label="alice's other token"),
         alice=client_for(alice),
         bob=client_for(bob),
         staff=client_for(staff),
         anon=anon,
         archive=make_archive,
+        round_id=round_.pk,
+        entry_id=entry.pk,
     )
 
 

@@ -88,6 +88,7 @@ def form_data(benchmark: Benchmark, **changes: Any) -> dict[str, Any]:
     """The change form as the browser posts it (datetimes split into date and time, UTC)."""
     data: dict[str, Any] = {
         "slug": benchmark.slug,
+        "kind": benchmark.kind,
         "title": benchmark.title,
         "description": "",
     }

@@ -284,7 +284,7 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
     call_command("seed_demo", "--official-count=40", "--practice-count=12", stdout=out)
 
     assert set(demo.cohorts.all()) == {official, practice}
-    assert Benchmark.objects.count() == 2
+    assert Benchmark.objects.count() == 3  # demo, demo-campaign, the flagship
     assert "in place" in out.getvalue()
 
 

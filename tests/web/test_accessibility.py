@@ -19,10 +19,12 @@ import pytest
 from django.utils import timezone
 
 from portal.api.models import ApiToken
+from portal.campaigns.models import Round
 from portal.contests.models import Cohort
 from portal.environments.models import Environment
 from portal.submissions.models import Submission, SubmissionEvent
 from tests import factories
+from tests.api.test_campaigns import crown, make_campaign, make_round, make_submission, slice_rows
 from tests.web.boards import official_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,7 +168,14 @@ def full_site(alice, benchmark, data_dir):
     )
     SubmissionEvent.objects.create(submission=running, status="running", at=timezone.now())
     token = ApiToken.objects.create(user=alice, label="ci")
-    return {"building": building, "running": running, "token": token}
+    campaign = make_campaign("campaign")  # a crown, a scored round, one waiting for capacity
+    leader = make_submission(alice, campaign)
+    entries = [{"submission": leader, "score": 0.2, "slices": slice_rows([0.2, 0.2])}]
+    scored = make_round(campaign, 1, Round.SCORED, entries)
+    crown(campaign, leader, scored, 0.2)
+    make_round(campaign, 2, Round.PENDING, [{"submission": leader}], tries=1)
+    report = f"/c/campaign/rounds/{scored.pk}/entries/{scored.entries.get().pk}/"
+    return {"building": building, "running": running, "token": token, "report": report}
 
 
 def test_every_entrant_page_passes_the_basic_checks(client, alice, benchmark, full_site):
@@ -184,6 +193,9 @@ def test_every_entrant_page_passes_the_basic_checks(client, alice, benchmark, fu
         f"/submissions/{full_site['running'].pk}/",
         "/account/",
         f"/account/tokens/{full_site['token'].pk}/revoke/",
+        "/c/campaign/",
+        "/c/campaign/rounds/",
+        full_site["report"],
         "/accounts/email/",
         "/accounts/password/change/",
     ]

@@ -6,6 +6,10 @@ Idempotent, and fast when there is nothing to do (``make run`` calls it every ti
   from a minute ago for 30 days" only when it is not open now. Each cohort is
   generated (fixed seeds) and imported only when it is missing or has another size;
   an existing cohort that a run has used is never replaced (a warning says so).
+- ``demo-campaign`` is the same game scored in rounds (a campaign benchmark, its own
+  copy of the demo cohorts, rounds of 20 images in 4 slices); its baseline image is
+  pinned by ``manage.py campaign_baseline demo-campaign``, which builds the starter kit
+  (Docker), so ``make run`` calls it after this command.
 - ``eva02-imagenet1k-v3`` is created with the rules' defaults when missing and
   otherwise left alone (staff edit it in the admin, and import its real cohort with
   ``import_cohort``).
@@ -26,6 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from portal import storage
+from portal.campaigns.models import Campaign
+from portal.campaigns.services import campaign_create
 from portal.contests import democohort
 from portal.contests.cohorts import cohort_import
 from portal.contests.models import Benchmark, Cohort
@@ -42,6 +48,18 @@ Every image is 64x64 pixels and spells its class (0-999) as three gray bands, on
 decimal digit, with gray level 16 + 24 x digit. The example starter kit reads them back
 in a few lines; a run passes at 99% agreement. Uploads are attempt-limited exactly as in
 a real benchmark, so this is also the place to learn the rules before they count.
+"""
+
+CAMPAIGN_SLUG = "demo-campaign"
+CAMPAIGN_ROUND_SIZE = 20
+CAMPAIGN_SLICES = 4
+CAMPAIGN_DESCRIPTION = """\
+The demo's images, scored in rounds instead of a leaderboard.
+
+Each built submission waits in a queue; a round starts when 5 are queued or the oldest
+has waited 6 hours. A round runs the starter kit (the baseline), the current leader and
+up to 5 challengers on the same 20 images, in 4 slices, and scores each by its median
+speedup over the baseline. Pass 99% agreement and beat the leader by 1% to take the crown.
 """
 
 FLAGSHIP_SLUG = "eva02-imagenet1k-v3"
@@ -107,6 +125,7 @@ class Command(BaseCommand):
             self._seed_demo_cohort(demo, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
         except ValueError as error:
             raise CommandError(str(error)) from error
+        self._seed_demo_campaign(demo, official_count, practice_count)
         self._seed_flagship()
 
     def _seed_demo_benchmark(self, official_count: int) -> Benchmark:
@@ -164,6 +183,48 @@ class Command(BaseCommand):
             answers = democohort.generate(images_dir, count, seed)
             cohort_import(benchmark=demo, kind=kind, images_dir=images_dir, answers=answers)
         self.stdout.write(f"Imported the demo's {kind} cohort: {count} generated images.")
+
+    def _seed_demo_campaign(
+        self, demo: Benchmark, official_count: int, practice_count: int
+    ) -> None:
+        """The campaign benchmark (the demo's rules, its window and cohorts) and its campaign."""
+        settings = {
+            "kind": Benchmark.CAMPAIGN,
+            "title": "Demo campaign: read the digits, in rounds",
+            "description": CAMPAIGN_DESCRIPTION,
+            "opens_at": demo.opens_at,
+            "closes_at": demo.closes_at,
+            **{
+                name: getattr(demo, name)
+                for name in (
+                    "cohort_size",
+                    "pass_min_matches",
+                    "allowed_registries",
+                    "hardware_class",
+                )
+            },
+        }
+        benchmark, created = Benchmark.objects.get_or_create(slug=CAMPAIGN_SLUG, defaults=settings)
+        changed = [name for name, value in settings.items() if getattr(benchmark, name) != value]
+        if changed and not created:
+            for name in changed:
+                setattr(benchmark, name, settings[name])
+            benchmark.save(update_fields=changed)
+        try:
+            self._seed_demo_cohort(benchmark, Cohort.OFFICIAL, official_count, DEMO_OFFICIAL_SEED)
+            self._seed_demo_cohort(benchmark, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        if not Campaign.objects.filter(benchmark=benchmark).exists():
+            campaign_create(
+                benchmark=benchmark,
+                round_size=CAMPAIGN_ROUND_SIZE,
+                slice_count=CAMPAIGN_SLICES,
+            )
+            self.stdout.write(
+                f"Created campaign {CAMPAIGN_SLUG} (pin its baseline: manage.py "
+                f"campaign_baseline {CAMPAIGN_SLUG})."
+            )
 
     def _seed_flagship(self) -> None:
         _, created = Benchmark.objects.get_or_create(

@@ -1,0 +1,281 @@
+"""Benchmark: how much host time one campaign round takes, and how much of it is on the clock.
+
+A round at the demo size: a pool of ``--images`` (20) demo images, all of them the round's
+requests, cut into ``--slices`` (4) slices; the starter kit as the baseline and as each of
+``--challengers`` (5) challengers (starter-kit-like images: the same kit, one submission
+each). The round runs as a scoring host runs it: ``scoring.rounds.run_round`` in this
+process (the machine lock, the freezer, the health gates, a warm-up pass, the opening
+baseline, every challenger, the closing baseline; one supervised container per slice).
+
+Figures printed:
+
+- **host time**: the whole ``run_round`` call (wall clock), and its parts: holding the
+  machine and claiming, staging, the passes, recording;
+- **on the clock**: the sum of the trusted wall times (the supervisor's, per slice) over
+  every pass, the warm-up included; and its share of the host time;
+- **per container**: the host time each slice's container cost beyond its trusted time
+  (create, start, the supervisor's set-up and report, wait, remove).
+
+What it does, all on this machine: a throw-away ``PODIUM_DATA_DIR`` and SQLite database
+(migrated), a generated demo cohort, the starter kit built as an environment image on
+``localhost/podium/python:bookworm`` and its ``build.sh`` committed as the submission
+image (``bench/score_overhead.py``'s builder), a campaign and its round created by the
+domain's services. Nothing reaches a broker. Images, containers and the temp folder are
+removed at the end (``--keep`` keeps the folder).
+
+Exit status: 0 when the round was scored, 1 when it was void or not run, 2 when a
+prerequisite (Docker, the base image, the starter kit) is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from score_overhead import KIT, build_images, setup_django
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=20, help="request set size (default 20)")
+    parser.add_argument("--slices", type=int, default=4, help="slices per pass (default 4)")
+    parser.add_argument("--challengers", type=int, default=5, help="challengers (default 5)")
+    parser.add_argument("--seed", type=int, default=20260810, help="demo cohort seed")
+    parser.add_argument(
+        "--ignore-cpu-gate",
+        action="store_true",
+        help="pass the idle-CPU health gate whatever the load (a busy development machine)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temp data folder")
+    return parser.parse_args()
+
+
+def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
+    """The benchmark (kind campaign), its demo cohort, the campaign and its baseline."""
+    from django.utils import timezone
+
+    from portal.campaigns import services
+    from portal.contests import cohorts, democohort
+    from portal.contests.models import Benchmark, Cohort
+    from scoring import engine
+
+    now = timezone.now()
+    benchmark = Benchmark.objects.create(
+        slug="bench-round",
+        title="A campaign round",
+        kind=Benchmark.CAMPAIGN,
+        opens_at=now - dt.timedelta(days=1),
+        closes_at=now + dt.timedelta(days=1),
+        cohort_size=args.images,
+        pass_min_matches=args.images,
+        score_timeout_s=120,
+    )
+    source = work / "generated"
+    members = democohort.generate(source, args.images, args.seed)
+    cohorts.cohort_import(
+        benchmark=benchmark, kind=Cohort.OFFICIAL, images_dir=source, answers=members
+    )
+    shutil.rmtree(source)
+    campaign = services.campaign_create(
+        benchmark=benchmark, round_size=args.images, slice_count=args.slices
+    )
+    return services.campaign_baseline_record(
+        campaign=campaign, image_tag=baseline, image_digest=engine.image_info(baseline).id
+    )
+
+
+def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> int:
+    """``challengers`` queued submissions of ``image`` and the round they start."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from portal.campaigns import services
+    from portal.environments.models import Environment
+    from portal.submissions.models import Submission
+    from scoring import engine
+
+    entrant = get_user_model().objects.create(username="bench")
+    environment = Environment.objects.create(
+        owner=entrant,
+        benchmark=campaign.benchmark,
+        name="starter-kit",
+        status=Environment.READY,
+        dockerfile=(KIT / "Dockerfile").read_text(),
+        image_tag=env_image,
+    )
+    now = timezone.now()
+    digest = engine.image_info(image).id
+    for index in range(challengers):
+        Submission.objects.create(
+            entrant=entrant,
+            benchmark=campaign.benchmark,
+            environment=environment,
+            status=Submission.BENCH_QUEUED,
+            submitted_at=now,
+            queued_at=now + dt.timedelta(seconds=index),
+            source_name="starter-kit.tar",
+            source_format="tar",
+            source_sha256="0" * 64,
+            source_bytes=0,
+            image_tag=image,
+            image_digest=digest,
+        )
+    round_ = services.round_maybe_start(campaign, force=True)
+    if round_ is None:
+        raise SystemExit("the campaign started no round")
+    return int(round_.pk)
+
+
+def timed_round(round_id: int) -> dict[str, float]:
+    """Run the round in this process; the host time of each step (seconds)."""
+    from scoring import rounds
+
+    marks: dict[str, float] = {}
+    real = {name: getattr(rounds, name) for name in ("run_claimed", "stage_slices", "round_record")}
+
+    def timing(name: str) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return real[name](*args, **kwargs)
+            finally:
+                marks[name] = marks.get(name, 0.0) + time.perf_counter() - started
+
+        return wrapper
+
+    started = time.perf_counter()
+    with mock.patch.multiple(rounds, **{name: timing(name) for name in real}):
+        rounds.run_round(round_id)
+    marks["total"] = time.perf_counter() - started
+    return marks
+
+
+def passes(evidence: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(label, slices) of every pass the host ran, in run order."""
+    outcome = evidence.get("outcome") or {}
+    found: list[tuple[str, dict[str, Any] | None]] = [
+        ("warm-up", (evidence.get("environment") or {}).get("warmup")),
+        ("baseline (opening)", outcome.get("baseline_open")),
+    ]
+    found += [(f"challenger {n}", run) for n, run in enumerate(outcome.get("entries", []), 1)]
+    found.append(("baseline (closing)", outcome.get("baseline_close")))
+    return [(label, list(run.get("slices", []))) for label, run in found if run]
+
+
+def report(round_id: int, marks: dict[str, float]) -> bool:
+    from portal.campaigns.models import Round, RoundEntry
+
+    round_ = Round.objects.get(pk=round_id)
+    ran = passes(round_.evidence)
+    containers = sum(len(slices) for _label, slices in ran)
+    print(f"{'pass':<20}{'slices':>7}{'trusted_s':>11}   per-slice trusted s")
+    on_clock = 0.0
+    for label, slices in ran:
+        seconds = [(one.get("wall_ns") or 0) / 1e9 for one in slices]
+        on_clock += sum(seconds)
+        each = " ".join(f"{value:.3f}" for value in seconds)
+        print(f"{label:<20}{len(slices):>7}{sum(seconds):>11.3f}   {each}")
+    total = marks["total"]
+    passes_s = marks.get("run_claimed", 0.0) - marks.get("stage_slices", 0.0)
+    print(
+        f"\nround {round_.ordinal}: {round_.status}"
+        + (f" ({round_.void_reason})" if round_.void_reason else "")
+    )
+    for entry in RoundEntry.objects.filter(round=round_).order_by("position"):
+        score = "-" if entry.score is None else f"{entry.score:+.4f}"
+        print(f"  entry {entry.position}: {entry.verdict}, score {score} {entry.reason}")
+    print(f"\nhost time, the whole round:        {total:8.2f} s")
+    holding = total - marks.get("run_claimed", 0.0) - marks.get("round_record", 0.0)
+    print(f"  hold the machine, gates, claim:  {holding:8.2f} s")
+    print(f"  stage the requests:              {marks.get('stage_slices', 0.0):8.3f} s")
+    print(f"  the passes ({containers} containers):      {passes_s:8.2f} s")
+    print(f"  record the outcome:              {marks.get('round_record', 0.0):8.2f} s")
+    share = on_clock / total * 100 if total else 0.0
+    print(f"on the clock (sum of trusted):     {on_clock:8.2f} s  ({share:.0f} % of the host time)")
+    if containers:
+        print(f"off the clock per container:       {(passes_s - on_clock) / containers:8.3f} s")
+    return round_.status == Round.SCORED
+
+
+def main() -> int:
+    args = parse_args()
+    print(
+        "reproduce: cd "
+        + shlex.quote(str(REPO))
+        + " && .venv/bin/python bench/round.py "
+        + f"--images {args.images} --slices {args.slices} --challengers {args.challengers}"
+        + (" --ignore-cpu-gate" if args.ignore_cpu_gate else "")
+        + "\n"
+    )
+    if not (KIT / "Dockerfile").is_file() or not (KIT / "run").is_file():
+        print(f"the starter kit is missing from {KIT}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="podium-bench-"))
+    work.chmod(0o755)
+    tag_root = f"podium-bench/round-{uuid.uuid4().hex[:12]}"
+    made: list[str] = []
+    os.environ["PODIUM_HOST_NAME"] = f"bench-round-{os.getpid()}"
+    os.environ["PODIUM_CALIBRATION"] = "false"  # bench/calibration.py measures that
+    if args.ignore_cpu_gate:
+        os.environ["PODIUM_GATE_CPU_BUSY_MAX"] = "1024"
+    try:
+        setup_django(work / "data")
+        logging.getLogger().setLevel(logging.WARNING)
+        from django.conf import settings
+
+        from portal.celery import app
+        from scoring import engine
+
+        if not engine.available():
+            print("no Docker Engine answers here", file=sys.stderr)
+            return 2
+        base = settings.PODIUM_STARTER_BASE_IMAGE
+        if not engine.image_exists(base):
+            print(
+                f"the local base image {base} is missing; make it with:\n"
+                f"  cd {shlex.quote(str(REPO))} && scripts/base-images python",
+                file=sys.stderr,
+            )
+            return 2
+        subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=REPO, check=True)
+        started = time.monotonic()
+        env_image, kit_image = build_images(base, tag_root, made)
+        print(f"built the starter kit images in {time.monotonic() - started:.1f} s")
+        # Nothing may reach a broker from here (the round's message, a wait for capacity).
+        with mock.patch.object(app, "send_task"):
+            campaign = make_campaign(args, work, kit_image)
+            round_id = make_round(campaign, args.challengers, kit_image, env_image)
+            print(
+                f"round of {args.challengers} challengers over {args.images} images "
+                f"in {args.slices} slices...\n"
+            )
+            marks = timed_round(round_id)
+        return 0 if report(round_id, marks) else 1
+    finally:
+        if made:
+            from scoring import engine
+
+            for tag in reversed(made):
+                engine.remove_image(tag)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

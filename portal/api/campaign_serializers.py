@@ -1,0 +1,240 @@
+"""What the campaign endpoints render (``portal.campaigns.selectors``' dataclasses in).
+
+A score is never shown without the round it is from: the crown carries its round, an
+entry sits inside its round, a report names its round. Nothing here reaches a round's
+request set, per-image answers or the round's raw evidence: a report gives per-slice
+times and the host's environment readings only. Empty reasons are ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.api.serializers import OffsetDateTimeField, TimelineEventSerializer
+from portal.campaigns.models import Round, RoundEntry
+
+
+class BlankAsNullField(serializers.CharField):
+    """A reason: the text, or ``null`` when there is none."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, **kwargs)
+
+    def to_representation(self, value: str) -> str | None:  # type: ignore[override]
+        return str(value) if value else None
+
+
+ROUND_STATUSES = [status for status, _ in Round.STATUSES]
+VERDICTS = [verdict for verdict, _ in RoundEntry.VERDICTS]
+ROLES = [role for role, _ in RoundEntry.ROLES]
+QUEUE_STATES = [
+    "running",
+    "waiting_for_capacity",
+    "waiting_for_host",
+    "paused",
+    "no_baseline",
+    "empty",
+    "due",
+    "waiting",
+]
+
+
+class RoundRefSerializer(serializers.Serializer):
+    """Which round a number is from."""
+
+    id = serializers.IntegerField()
+    ordinal = serializers.IntegerField(help_text="The round's number within its campaign.")
+
+
+class RoundStateSerializer(RoundRefSerializer):
+    # Plain text here: the schema names one enum per field name and component (Round's).
+    status = serializers.CharField(help_text="pending, running, scored or void.")
+    void_reason = BlankAsNullField(help_text="Why the round is void; null unless it is.")
+
+
+class EntrySerializer(serializers.Serializer):
+    """One image in a round (``selectors.EntryRow``)."""
+
+    id = serializers.IntegerField()
+    submission = serializers.IntegerField(source="submission_id")
+    entrant = serializers.CharField()
+    role = serializers.ChoiceField(choices=ROLES)
+    position = serializers.IntegerField(help_text="Run order within the round, from 0.")
+    verdict = serializers.ChoiceField(
+        choices=VERDICTS, help_text="none until the round is scored, and for good in a void one."
+    )
+    score = serializers.FloatField(
+        allow_null=True,
+        help_text="Median slice speedup against the baseline in this round only: "
+        "(baseline - candidate) / baseline. Not comparable across rounds.",
+    )
+    agreement = serializers.FloatField(
+        allow_null=True, help_text="Share of the round's requests equal to the reference."
+    )
+    reason = BlankAsNullField(help_text="What decided the verdict, when it was not a pass.")
+
+
+class RoundSerializer(serializers.Serializer):
+    """One round (``selectors.RoundRow``) with its entries in run order."""
+
+    id = serializers.IntegerField()
+    ordinal = serializers.IntegerField(help_text="The round's number within its campaign.")
+    status = serializers.ChoiceField(choices=ROUND_STATUSES)
+    void_reason = BlankAsNullField(help_text="Why the round is void; null unless it is.")
+    created_at = OffsetDateTimeField()
+    started_at = OffsetDateTimeField(allow_null=True)
+    finished_at = OffsetDateTimeField(allow_null=True)
+    waiting_for_capacity = serializers.BooleanField(
+        help_text="Pending because no host of the campaign's class was free: the system "
+        "waits (5 minutes, doubling to an hour), the round is not stuck."
+    )
+    tries = serializers.IntegerField(help_text="Claims that found no host.")
+    next_try_at = OffsetDateTimeField(allow_null=True)
+    host = serializers.SerializerMethodField()
+    entries = EntrySerializer(many=True)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_host(self, row: Any) -> str | None:
+        return row.host or None
+
+
+class CrownSerializer(serializers.Serializer):
+    """The leader (``selectors.CrownView``); the crown is ``null`` when vacant."""
+
+    submission = serializers.IntegerField(source="submission_id")
+    entrant = serializers.CharField()
+    score = serializers.FloatField(help_text="The leader's score in ``round``, its latest round.")
+    round = serializers.SerializerMethodField()
+    since = OffsetDateTimeField(help_text="When this submission took the crown.")
+
+    @extend_schema_field(RoundRefSerializer)
+    def get_round(self, crown: Any) -> dict[str, int]:
+        return {"id": crown.round_id, "ordinal": crown.round_ordinal}
+
+
+class QueueEntrySerializer(serializers.Serializer):
+    submission = serializers.IntegerField(source="submission_id")
+    entrant = serializers.CharField()
+    queued_at = OffsetDateTimeField(allow_null=True)
+    in_next_round = serializers.BooleanField(
+        help_text="Among the oldest queued, as many as a round takes beside the leader."
+    )
+
+
+class QueueSerializer(serializers.Serializer):
+    """What the next round waits for (``api_selectors.QueueState``) and who waits."""
+
+    state = serializers.ChoiceField(
+        choices=QUEUE_STATES,
+        help_text="running: a round runs now; waiting_for_capacity: the pending round found "
+        "no free host and retries at next_try_at; waiting_for_host: the pending round waits "
+        "for its first claim; paused / no_baseline: no round starts; empty: nothing queued; "
+        "due: a round starts at the next check; waiting: fewer queued than the trigger, "
+        "and the oldest has not waited long enough.",
+    )
+    explanation = serializers.CharField(help_text="The state as one sentence (times in UTC).")
+    round = RoundRefSerializer(allow_null=True, help_text="The open round, if any.")
+    next_try_at = OffsetDateTimeField(allow_null=True)
+    queued = serializers.IntegerField(help_text="Submissions free to join the next round.")
+    trigger_queued = serializers.IntegerField(help_text="A round starts when this many are queued,")
+    trigger_wait_s = serializers.IntegerField(
+        help_text="... or when the oldest queued event is this many seconds old."
+    )
+    due_at = OffsetDateTimeField(
+        allow_null=True, help_text="When the wait rule starts a round; null with nothing queued."
+    )
+    entries = QueueEntrySerializer(many=True, help_text="Oldest queued first.")
+
+
+class CampaignRulesSerializer(serializers.Serializer):
+    round_size = serializers.IntegerField(help_text="Requests in each round's request set.")
+    slice_count = serializers.IntegerField(help_text="Timed slices of the request set.")
+    scoring_rule = serializers.CharField()
+    moat = serializers.FloatField(help_text="A challenger must beat leader score * (1 + moat).")
+    drift_ceiling = serializers.FloatField(
+        help_text="A closing baseline drifting more than this voids the round."
+    )
+    reproducibility_ceiling = serializers.FloatField()
+    min_agreement = serializers.FloatField()
+
+
+class CampaignSerializer(serializers.Serializer):
+    """A campaign: an ``api_selectors.CampaignPage`` (the selector's overview and the
+    queue's state)."""
+
+    slug = serializers.SlugField(source="overview.slug")
+    title = serializers.CharField(source="overview.title")
+    paused = serializers.BooleanField(
+        source="overview.paused", help_text="A paused campaign starts no round."
+    )
+    hardware_class = serializers.CharField(source="overview.hardware_class")
+    baseline_image_digest = BlankAsNullField(source="overview.baseline_image_digest")
+    rules = CampaignRulesSerializer(source="overview")
+    crown = CrownSerializer(
+        source="overview.crown", allow_null=True, help_text="null: the crown is vacant."
+    )
+    queue = QueueSerializer()
+    rounds = RoundSerializer(
+        source="overview.rounds",
+        many=True,
+        help_text="The latest rounds, newest first (every round: the rounds endpoint).",
+    )
+
+
+class ReportRowSerializer(serializers.Serializer):
+    """One slice of an entry's arithmetic."""
+
+    slice = serializers.IntegerField(help_text="The slice's index in the round's request set.")
+    baseline_s = serializers.FloatField(
+        allow_null=True, help_text="The baseline's seconds for this slice (opening pass)."
+    )
+    candidate_s = serializers.FloatField(allow_null=True, help_text="This image's seconds.")
+    speedup = serializers.FloatField(
+        allow_null=True,
+        help_text="(baseline_s - candidate_s) / baseline_s; null: it scored nothing.",
+    )
+    reason = BlankAsNullField(help_text="Why the slice scored nothing; null when it scored.")
+
+
+class ReportSummarySerializer(serializers.Serializer):
+    slices = serializers.IntegerField()
+    slices_scored = serializers.IntegerField()
+    slices_under_tolerance = serializers.IntegerField(
+        help_text="Slices whose own agreement is below the campaign's min_agreement."
+    )
+
+
+class EntryReportSerializer(serializers.Serializer):
+    """One round entry's score, slice by slice (``selectors.EntryReport``)."""
+
+    campaign = serializers.SlugField(source="campaign_slug")
+    round = RoundStateSerializer(help_text="The round every number here is from.")
+    entry = EntrySerializer()
+    rows = ReportRowSerializer(many=True)
+    summary = ReportSummarySerializer()
+    environment = serializers.DictField(
+        help_text="The host's readings for the round: CPU, cores, cgroup quota, GPU."
+    )
+
+
+class LatestEntrySerializer(EntrySerializer):
+    round = RoundStateSerializer(help_text="The round this entry and its score are from.")
+
+
+class CampaignSubmissionSerializer(serializers.Serializer):
+    """One of your campaign submissions: its timeline and its latest round entry."""
+
+    id = serializers.IntegerField()
+    campaign = serializers.SlugField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+    submitted_at = OffsetDateTimeField()
+    failure_reason = BlankAsNullField()
+    timeline = TimelineEventSerializer(many=True)
+    entry = LatestEntrySerializer(
+        allow_null=True,
+        help_text="Its entry in the latest round it ran in; null when it never ran in one.",
+    )

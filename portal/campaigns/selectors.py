@@ -1,0 +1,360 @@
+"""Reads of a campaign for pages and the API: plain dataclasses, no rows leak out.
+
+Everything here is public to anyone who may see the benchmark (an entrant's username, a
+round's verdicts and scores, the slice times); the views decide who may. Nothing here
+writes. Times are aware datetimes (UTC).
+
+- :func:`campaign_overview`: the crown (or vacant), the queue and what the next round
+  waits for, the rounds newest first with their entries.
+- :func:`round_entry_report`: one entry's arithmetic, slice by slice, the summary and
+  the host's environment readings.
+- :func:`waiting_submissions`: the queue itself (services use it too).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from portal.campaigns import rules
+from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
+from portal.submissions.models import Submission
+
+
+def campaign_by_slug(slug: str) -> Campaign | None:
+    """The campaign of the benchmark ``slug`` (None when there is none)."""
+    return Campaign.objects.select_related("benchmark").filter(benchmark__slug=slug).first()
+
+
+def waiting_submissions(campaign: Campaign) -> QuerySet[Submission]:
+    """The campaign's queue: its official submissions ``bench_queued`` and in no open round,
+    oldest queued event first (``Submission.queued_at``, then id). The leader is never in
+    it (its submission is ``passed``).
+
+    A submission stays ``bench_queued`` while its round is pending or running (a void round
+    changes no submission's state); being in an open round takes it out of the queue.
+    """
+    in_open_round = RoundEntry.objects.filter(
+        round__campaign=campaign, round__status__in=Round.OPEN
+    ).values("submission_id")
+    return (
+        Submission.objects.filter(
+            benchmark_id=campaign.benchmark_id,
+            kind=Submission.OFFICIAL,
+            status=Submission.BENCH_QUEUED,
+        )
+        .exclude(pk__in=in_open_round)
+        .order_by("queued_at", "id")
+    )
+
+
+# The overview ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrownView:
+    submission_id: int
+    entrant: str
+    score: float
+    round_id: int
+    round_ordinal: int
+    since: dt.datetime
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    submission_id: int
+    entrant: str
+    queued_at: dt.datetime | None
+    in_next_round: bool  # among the oldest max_challengers: it runs in the next round
+
+
+@dataclass(frozen=True)
+class NextRound:
+    """What the next round waits for.
+
+    ``blocked``: why no round can start whatever the queue ("paused", "no baseline image",
+    "a round is open"), "" otherwise. ``due_at``: when the wait rule starts one (the oldest
+    queued event plus the wait), None with nothing queued. ``waits_for``: one sentence.
+    """
+
+    blocked: str
+    queued: int
+    trigger_queued: int
+    trigger_wait: dt.timedelta
+    due_at: dt.datetime | None
+    waits_for: str
+
+
+@dataclass(frozen=True)
+class EntryRow:
+    id: int
+    submission_id: int
+    entrant: str
+    role: str  # leader / challenger
+    position: int
+    verdict: str  # passed / failed_correctness / disqualified / infra_failed / none
+    score: float | None
+    agreement: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    id: int
+    ordinal: int
+    status: str  # pending / running / scored / void
+    void_reason: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    waiting_for_capacity: bool  # pending after a claim found no host of its class
+    tries: int
+    next_try_at: dt.datetime | None
+    host: str
+    request_count: int
+    request_digest: str
+    evidence_digest: str
+    entries: list[EntryRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CampaignOverview:
+    slug: str
+    title: str
+    paused: bool
+    has_baseline: bool
+    baseline_image_digest: str
+    hardware_class: str
+    round_size: int
+    slice_count: int
+    scoring_rule: str
+    moat: float
+    drift_ceiling: float
+    reproducibility_ceiling: float
+    min_agreement: float
+    crown: CrownView | None  # None: the crown is vacant
+    queue: list[QueueRow]
+    next_round: NextRound
+    rounds: list[RoundRow]  # newest first
+
+
+def _entry_rows(entries: Any) -> list[EntryRow]:
+    return [
+        EntryRow(
+            id=entry.pk,
+            submission_id=entry.submission_id,
+            entrant=entry.submission.entrant.get_username(),
+            role=entry.role,
+            position=entry.position,
+            verdict=entry.verdict,
+            score=entry.score,
+            agreement=entry.agreement,
+            reason=entry.reason,
+        )
+        for entry in entries
+    ]
+
+
+def round_row(round_: Round) -> RoundRow:
+    """One round as the pages show it (its entries prefetched or not)."""
+    entries = round_.entries.select_related("submission__entrant").order_by("position")
+    return RoundRow(
+        id=round_.pk,
+        ordinal=round_.ordinal,
+        status=round_.status,
+        void_reason=round_.void_reason,
+        created_at=round_.created_at,
+        started_at=round_.started_at,
+        finished_at=round_.finished_at,
+        waiting_for_capacity=round_.status == Round.PENDING and round_.tries > 0,
+        tries=round_.tries,
+        next_try_at=round_.next_try_at,
+        host=round_.host,
+        request_count=len(round_.request_positions),
+        request_digest=round_.request_digest,
+        evidence_digest=round_.evidence_digest,
+        entries=_entry_rows(entries),
+    )
+
+
+def next_round(campaign: Campaign, now: dt.datetime | None = None) -> NextRound:
+    """What the campaign's next round waits for (see :class:`NextRound`)."""
+    now = now or timezone.now()
+    wait = dt.timedelta(seconds=campaign.trigger_wait_s)
+    queued = [
+        rules.Queued(row["id"], row["queued_at"] or now)
+        for row in waiting_submissions(campaign).values("id", "queued_at")
+    ]
+    trigger = rules.trigger_decision(queued, now, count=campaign.trigger_queued, wait=wait)
+    blocked = ""
+    if campaign.paused:
+        blocked = "paused"
+    elif not campaign.has_baseline:
+        blocked = "no baseline image"
+    elif Round.objects.filter(campaign=campaign, status__in=Round.OPEN).exists():
+        blocked = "a round is open"
+    if blocked:
+        waits_for = f"No round starts: {blocked}."
+    elif not queued:
+        waits_for = "Waiting for a first queued submission."
+    elif trigger.start:
+        waits_for = "A round starts at the next check."
+    else:
+        waits_for = (
+            f"{len(queued)} of {campaign.trigger_queued} queued; a round starts when "
+            f"{campaign.trigger_queued} are, or at {trigger.due_at:%Y-%m-%d %H:%M} UTC."
+        )
+    return NextRound(
+        blocked=blocked,
+        queued=len(queued),
+        trigger_queued=campaign.trigger_queued,
+        trigger_wait=wait,
+        due_at=trigger.due_at,
+        waits_for=waits_for,
+    )
+
+
+def campaign_overview(
+    campaign: Campaign, *, now: dt.datetime | None = None, round_limit: int = 20
+) -> CampaignOverview:
+    """The campaign page: crown, queue, next round and the latest ``round_limit`` rounds."""
+    now = now or timezone.now()
+    crown_row = (
+        Crown.objects.select_related("submission__entrant", "round")
+        .filter(campaign=campaign)
+        .first()
+    )
+    crown = None
+    if crown_row is not None:
+        crown = CrownView(
+            submission_id=crown_row.submission_id,
+            entrant=crown_row.submission.entrant.get_username(),
+            score=crown_row.score,
+            round_id=crown_row.round_id,
+            round_ordinal=crown_row.round.ordinal,
+            since=crown_row.since,
+        )
+    waiting = list(waiting_submissions(campaign).select_related("entrant"))
+    queue = [
+        QueueRow(
+            submission_id=submission.pk,
+            entrant=submission.entrant.get_username(),
+            queued_at=submission.queued_at,
+            in_next_round=index < campaign.max_challengers,
+        )
+        for index, submission in enumerate(waiting)
+    ]
+    rounds = Round.objects.filter(campaign=campaign).order_by("-ordinal")[:round_limit]
+    benchmark = campaign.benchmark
+    return CampaignOverview(
+        slug=benchmark.slug,
+        title=benchmark.title,
+        paused=campaign.paused,
+        has_baseline=campaign.has_baseline,
+        baseline_image_digest=campaign.baseline_image_digest,
+        hardware_class=campaign.hardware_class,
+        round_size=campaign.round_size,
+        slice_count=campaign.slice_count,
+        scoring_rule=campaign.scoring_rule,
+        moat=campaign.moat,
+        drift_ceiling=campaign.drift_ceiling,
+        reproducibility_ceiling=campaign.reproducibility_ceiling,
+        min_agreement=campaign.min_agreement,
+        crown=crown,
+        queue=queue,
+        next_round=next_round(campaign, now),
+        rounds=[round_row(round_) for round_ in rounds],
+    )
+
+
+# One entry's arithmetic ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    slice: int
+    baseline_s: float | None
+    candidate_s: float | None
+    speedup: float | None
+    matches: int | None
+    total: int | None
+    reason: str  # why the slice scored nothing; "" when it scored
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    slices: int
+    slices_scored: int
+    # Slices whose own agreement (matches / total) is below the campaign's gate. They still
+    # score when the entry passed: the gate applies to the whole request set.
+    slices_under_tolerance: int
+
+
+@dataclass(frozen=True)
+class EntryReport:
+    entry: EntryRow
+    round: RoundRow
+    campaign_slug: str
+    score: float | None
+    rows: list[ReportRow]
+    summary: ReportSummary
+    environment: dict[str, Any]  # the host's readings: CPU, cores, cgroup quota, GPU...
+
+
+def round_entry_report(entry_id: int) -> EntryReport | None:
+    """The report of one round entry (None when there is no such entry)."""
+    entry = (
+        RoundEntry.objects.select_related("round__campaign__benchmark", "submission__entrant")
+        .filter(pk=entry_id)
+        .first()
+    )
+    if entry is None:
+        return None
+    campaign = entry.round.campaign
+    rows = [
+        ReportRow(
+            slice=int(row["slice"]),
+            baseline_s=row.get("baseline_s"),
+            candidate_s=row.get("candidate_s"),
+            speedup=row.get("speedup"),
+            matches=row.get("matches"),
+            total=row.get("total"),
+            reason=str(row.get("reason", "")),
+        )
+        for row in entry.slices
+    ]
+    under = sum(
+        1
+        for row in rows
+        if row.total
+        and row.matches is not None
+        and row.matches / row.total < campaign.min_agreement
+    )
+    return EntryReport(
+        entry=_entry_rows([entry])[0],
+        round=round_row(entry.round),
+        campaign_slug=campaign.slug,
+        score=entry.score,
+        rows=rows,
+        summary=ReportSummary(
+            slices=len(rows),
+            slices_scored=sum(1 for row in rows if row.speedup is not None),
+            slices_under_tolerance=under,
+        ),
+        environment=dict(entry.round.evidence.get("environment", {})),
+    )
+
+
+def submission_round_entries(submission_id: int) -> list[tuple[RoundRow, EntryRow]]:
+    """Every round a submission ran in (newest first), with its entry there."""
+    entries = (
+        RoundEntry.objects.select_related("round", "submission__entrant")
+        .filter(submission_id=submission_id)
+        .order_by("-round__ordinal")
+    )
+    return [(round_row(entry.round), _entry_rows([entry])[0]) for entry in entries]

@@ -1,0 +1,18 @@
+"""The campaigns' minute check, run by Celery beat (``CELERY_BEAT_SCHEDULE``).
+
+Database work only (no Docker): it lives with the campaigns, on the ``builds`` queue
+beside the reaper. A redelivered or doubled sweep is harmless (every step is claimed).
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from portal.campaigns import services
+
+SWEEP = "portal.campaigns.sweep"
+
+
+@shared_task(name=SWEEP)
+def sweep() -> None:
+    services.campaigns_sweep()
