@@ -205,7 +205,7 @@ def score(submission_ids: list[int]) -> list[dict[str, Any]]:
         started = time.perf_counter_ns()
         runner.score_submission(submission_id)
         call_ms = (time.perf_counter_ns() - started) / 1e6
-        run = Run.objects.get(submission_id=submission_id)
+        run = Run.objects.get(submission_id=submission_id, purpose=Run.SCORE)
         overhead = {key: float(value) for key, value in run.overhead_ms.items()}
         host_ms = ((run.host_end_ns or 0) - (run.host_start_ns or 0)) / 1e6
         trusted_ms = (run.wall_time_ns or 0) / 1e6

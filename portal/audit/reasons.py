@@ -7,13 +7,18 @@ until the form comes back with ``apply`` and, where required, a non-blank reason
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+
+from portal.audit.services import Origin
+from portal.errors import PodiumError
+
+T = TypeVar("T")
 
 TEMPLATE = "admin/podium/reason.html"
 
@@ -52,3 +57,43 @@ def reason_page(
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
     }
     return TemplateResponse(request, TEMPLATE, context)
+
+
+def reasoned_action(
+    request: HttpRequest,
+    model_admin: admin.ModelAdmin[Any],
+    objects: Iterable[T],
+    *,
+    action: str,
+    title: str,
+    explanation: str,
+    reason_required: bool,
+    apply: Callable[[T, str, Origin], object],
+    done: Callable[[int], str],
+) -> TemplateResponse | None:
+    """A changelist action that asks why first: the reason page until the form comes back,
+    then ``apply(obj, reason, origin)`` for each object. A :class:`PodiumError` on one is
+    shown against it and the others go on; ``done(count)`` says how many it did."""
+    reason = reason_given(request, required=reason_required)
+    if reason is None:
+        return reason_page(
+            request,
+            model_admin,
+            title=title,
+            explanation=explanation,
+            objects=objects,
+            reason_required=reason_required,
+            action=action,
+        )
+    origin = Origin.of(request)
+    count = 0
+    for obj in objects:
+        try:
+            apply(obj, reason, origin)
+        except PodiumError as exc:
+            model_admin.message_user(request, f"{obj}: {exc.detail}", messages.ERROR)
+        else:
+            count += 1
+    if count:
+        model_admin.message_user(request, done(count), messages.SUCCESS)
+    return None

@@ -12,18 +12,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from portal.audit.reasons import reason_given, reason_page
+from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
 from portal.campaigns import services
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.environments.admin import ReadOnlyMixin, preformatted
-from portal.errors import PodiumError
 from portal.submissions.staff import StaffPermissionDenied, staff_permission_check
 
 MANAGE_CAMPAIGN = "campaigns.manage_campaign"
@@ -127,29 +126,17 @@ class CampaignAdmin(admin.ModelAdmin):
         service: Callable[[Campaign, Any, str, Origin], object],
     ) -> TemplateResponse | None:
         _require(request)
-        reason = reason_given(request, required=False)
-        if reason is None:
-            return reason_page(
-                request,
-                self,
-                title=title,
-                explanation=explanation,
-                objects=queryset,
-                reason_required=False,
-                action=action,
-            )
-        origin = Origin.of(request)
-        done = 0
-        for campaign in queryset.select_related("benchmark"):
-            try:
-                service(campaign, request.user, reason, origin)
-            except PodiumError as exc:
-                self.message_user(request, f"{campaign}: {exc.detail}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"{title}: {done} campaign(s).", messages.SUCCESS)
-        return None
+        return reasoned_action(
+            request,
+            self,
+            queryset.select_related("benchmark"),
+            action=action,
+            title=title,
+            explanation=explanation,
+            reason_required=False,
+            apply=lambda campaign, reason, origin: service(campaign, request.user, reason, origin),
+            done=lambda count: f"{title}: {count} campaign(s).",
+        )
 
 
 class RoundEntryInline(ReadOnlyMixin, admin.TabularInline):
@@ -207,27 +194,20 @@ class RoundAdmin(ReadOnlyMixin, admin.ModelAdmin):
     )
     def void(self, request: HttpRequest, queryset: QuerySet[Round]) -> TemplateResponse | None:
         _require(request)
-        reason = reason_given(request, required=True)
-        if reason is None:
-            return reason_page(
-                request,
-                self,
-                title="Void rounds",
-                explanation="A void round records the reason, queues its challengers again "
-                "and spends its ordinal; no submission's state and no leader change.",
-                objects=queryset,
-                reason_required=True,
-                action="void",
-            )
-        origin = Origin.of(request)
-        for round_ in queryset:
-            try:
-                services.round_void(round_=round_, reason=reason, actor=request.user, origin=origin)
-            except PodiumError as exc:
-                self.message_user(request, f"{round_}: {exc.detail}", messages.ERROR)
-            else:
-                self.message_user(request, f"{round_}: void.", messages.SUCCESS)
-        return None
+        return reasoned_action(
+            request,
+            self,
+            queryset,
+            action="void",
+            title="Void rounds",
+            explanation="A void round records the reason, queues its challengers again "
+            "and spends its ordinal; no submission's state and no leader change.",
+            reason_required=True,
+            apply=lambda round_, reason, origin: services.round_void(
+                round_=round_, reason=reason, actor=request.user, origin=origin
+            ),
+            done=lambda count: f"Voided {count} round(s).",
+        )
 
 
 @admin.register(Crown)

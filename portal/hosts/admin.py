@@ -11,17 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from portal.audit.reasons import reason_given, reason_page
-from portal.audit.services import Origin
+from portal.audit.reasons import reasoned_action
 from portal.environments.admin import ReadOnlyMixin, preformatted
-from portal.errors import PodiumError
 from portal.hosts import calibrations, services
 from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text
@@ -143,29 +141,19 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
             staff_permission_check(request.user, services.MANAGE_HOST)
         except StaffPermissionDenied as exc:
             raise PermissionDenied(exc.detail) from exc
-        reason = reason_given(request, required=False)
-        if reason is None:
-            return reason_page(
-                request,
-                self,
-                title=title,
-                explanation=explanation,
-                objects=queryset,
-                reason_required=False,
-                action=action,
-            )
-        done = 0
-        origin = Origin.of(request)
-        for host in queryset:
-            try:
-                service(name=host.name, actor=request.user, reason=reason, origin=origin)
-            except PodiumError as exc:
-                self.message_user(request, f"{host.name}: {exc.detail}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"{title}: {done} host(s).", messages.SUCCESS)
-        return None
+        return reasoned_action(
+            request,
+            self,
+            queryset,
+            action=action,
+            title=title,
+            explanation=explanation,
+            reason_required=False,
+            apply=lambda host, reason, origin: service(
+                name=host.name, actor=request.user, reason=reason, origin=origin
+            ),
+            done=lambda count: f"{title}: {count} host(s).",
+        )
 
 
 @admin.register(HardwareClass)
@@ -299,26 +287,16 @@ class CalibrationFlagAdmin(ReadOnlyMixin, admin.ModelAdmin):
             staff_permission_check(request.user, RESCORE)
         except StaffPermissionDenied as exc:
             raise PermissionDenied(exc.detail) from exc
-        reason = reason_given(request, required=reason_required)
-        if reason is None:
-            return reason_page(
-                request,
-                self,
-                title=title,
-                explanation=explanation,
-                objects=queryset,
-                reason_required=reason_required,
-                action=action,
-            )
-        done = 0
-        origin = Origin.of(request)
-        for flag_id in queryset.values_list("pk", flat=True):
-            try:
-                service(flag_id=flag_id, actor=request.user, reason=reason, origin=origin)
-            except PodiumError as exc:
-                self.message_user(request, f"flag {flag_id}: {exc.detail}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"{title}: {done} flag(s).", messages.SUCCESS)
-        return None
+        return reasoned_action(
+            request,
+            self,
+            queryset,
+            action=action,
+            title=title,
+            explanation=explanation,
+            reason_required=reason_required,
+            apply=lambda flag, reason, origin: service(
+                flag_id=flag.pk, actor=request.user, reason=reason, origin=origin
+            ),
+            done=lambda count: f"{title}: {count} flag(s).",
+        )

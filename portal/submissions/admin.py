@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import FileResponse, HttpRequest
@@ -25,7 +25,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from portal import storage
-from portal.audit.reasons import reason_given, reason_page
+from portal.audit.reasons import reason_given, reason_page, reasoned_action
 from portal.audit.services import Origin
 from portal.environments.admin import (
     LOG_TAIL_LINES,
@@ -33,7 +33,6 @@ from portal.environments.admin import (
     log_tail_html,
     preformatted,
 )
-from portal.errors import PodiumError
 from portal.submissions import anomalies, evidence, staff
 from portal.submissions.models import Anomaly, AttemptLedger, Run, Submission, SubmissionEvent
 from portal.submissions.selectors import resources_text
@@ -246,29 +245,19 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
         explanation: str,
     ) -> TemplateResponse | None:
         """Ask for a reason on an intermediate page, then call the staff service per row."""
-        reason = reason_given(request, required=reason_required)
-        if reason is None:
-            return reason_page(
-                request,
-                self,
-                title=title,
-                explanation=explanation,
-                objects=queryset,
-                reason_required=reason_required,
-                action=action,
-            )
-        done = 0
-        origin = Origin.of(request)
-        for submission in queryset.select_related("benchmark"):
-            try:
-                service(submission=submission, actor=request.user, reason=reason, origin=origin)
-            except PodiumError as exc:
-                self.message_user(request, f"#{submission.pk}: {exc.detail}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"{title}: {done} submission(s).", messages.SUCCESS)
-        return None
+        return reasoned_action(
+            request,
+            self,
+            queryset.select_related("benchmark"),
+            action=action,
+            title=title,
+            explanation=explanation,
+            reason_required=reason_required,
+            apply=lambda submission, reason, origin: service(
+                submission=submission, actor=request.user, reason=reason, origin=origin
+            ),
+            done=lambda count: f"{title}: {count} submission(s).",
+        )
 
 
 @admin.register(Run)
@@ -463,34 +452,19 @@ class AnomalyAdmin(ReadOnlyMixin, admin.ModelAdmin):
             staff.staff_permission_check(request.user, anomalies.REVIEW_ANOMALY)
         except staff.StaffPermissionDenied as exc:
             raise PermissionDenied(exc.detail) from exc
-        note = reason_given(request, required=True)
-        if note is None:
-            return reason_page(
-                request,
-                self,
-                title="Mark reviewed",
-                explanation="Say what the review found (the entrant's explanation, the "
-                "sources compared, the decision). The note is kept with each anomaly and "
-                "recorded in the audit log.",
-                objects=queryset.select_related("run"),
-                reason_required=True,
-                action="mark_reviewed",
-            )
-        done = 0
-        origin = Origin.of(request)
-        for anomaly in queryset.select_related("run"):
-            try:
-                anomalies.anomaly_review(
-                    anomaly=anomaly, actor=request.user, note=note, origin=origin
-                )
-            except PodiumError as exc:
-                self.message_user(request, f"{anomaly}: {exc.detail}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(
-                request,
-                f"Marked reviewed: {done} anomal{'y' if done == 1 else 'ies'}.",
-                messages.SUCCESS,
-            )
+        return reasoned_action(
+            request,
+            self,
+            queryset.select_related("run"),
+            action="mark_reviewed",
+            title="Mark reviewed",
+            explanation="Say what the review found (the entrant's explanation, the "
+            "sources compared, the decision). The note is kept with each anomaly and "
+            "recorded in the audit log.",
+            reason_required=True,
+            apply=lambda anomaly, note, origin: anomalies.anomaly_review(
+                anomaly=anomaly, actor=request.user, note=note, origin=origin
+            ),
+            done=lambda count: f"Marked reviewed: {count} anomal{'y' if count == 1 else 'ies'}.",
+        )
         return None
