@@ -333,6 +333,41 @@ def pull_image(ref: str) -> ImageInfo:
     return image_info(ref)
 
 
+def image_platform(ref: str) -> tuple[str, str, str] | None:
+    """``ref``'s ``Os``, ``Architecture`` and ``Variant`` in this engine; None when it is
+    not here or the engine cannot be asked. Never raises."""
+    try:
+        data = client().api.inspect_image(ref)
+    except Exception:  # not local, or no engine: this engine cannot tell
+        return None
+    return (
+        str(data.get("Os") or ""),
+        str(data.get("Architecture") or ""),
+        str(data.get("Variant") or ""),
+    )
+
+
+def registry_platforms(ref: str, timeout_s: float) -> list[dict[str, Any]] | None:
+    """The ``Platforms`` of ``ref``'s manifest list, as the engine reads it from its registry
+    (``GET /distribution/{ref}/json``, with the engine's credentials); None when that
+    fails or takes longer than ``timeout_s`` (the request then ends on its own, at the
+    client's timeout, in a thread nobody waits for). Never raises."""
+    answer: dict[str, list[dict[str, Any]]] = {}
+
+    def ask() -> None:
+        try:
+            result = client().api.inspect_distribution(ref)
+        except Exception:  # no registry, unreachable, refused: it cannot tell
+            return
+        if isinstance(result, dict):
+            answer["platforms"] = [p for p in result.get("Platforms") or [] if isinstance(p, dict)]
+
+    asking = threading.Thread(target=ask, name="podium-distribution", daemon=True)
+    asking.start()
+    asking.join(timeout_s)
+    return answer.get("platforms")
+
+
 def image_has_path(ref: str, path: str) -> bool:
     """Whether ``path`` exists in the image (checked without running anything)."""
     container_id = create_container(image=ref, command=["/nonexistent"], entrypoint=[])

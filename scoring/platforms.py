@@ -14,7 +14,6 @@ Everything here is pure but :func:`image_platforms` (the engine).
 from __future__ import annotations
 
 import platform as host
-import threading
 from typing import Any
 
 from scoring import engine
@@ -79,49 +78,18 @@ def image_platforms(ref: str) -> frozenset[str] | None:
     Two sources, unioned: the engine's own copy (``docker image inspect``: its ``Os``,
     ``Architecture`` and ``Variant``; the only source for an image that exists only in
     the engine, like ``localhost/podium/...``) and the registry's manifest list, asked
-    through the engine (``docker buildx imagetools``' counterpart in the Engine API,
-    ``GET /distribution/{ref}/json``: its ``Platforms``), with the engine's credentials.
+    through the engine (``engine.registry_platforms``).
     Either may fail: the image is not local, the registry does not exist, does not
     answer within :data:`DISTRIBUTION_TIMEOUT_S` or refuses us, or the engine itself
     cannot be reached. When both fail the answer is ``None`` and the policy lets the
     image pass (the build itself then finds out). Never raises.
     """
     found: set[str] = set()
-    known = False
-    try:
-        api = engine.client().api
-    except Exception:  # no engine: nobody can tell
-        return None
-    try:
-        local = api.inspect_image(ref)
-        found.add(_platform_name(local.get("Os"), local.get("Architecture"), local.get("Variant")))
-        known = True
-    except Exception:  # noqa: S110 (not local, or the engine failed: ask the registry)
-        pass
-    remote = _distribution(api, ref)
-    if remote is not None:
-        for item in remote.get("Platforms") or []:
-            if isinstance(item, dict) and item.get("os") and item.get("architecture"):
-                found.add(_platform_name(item["os"], item["architecture"], item.get("variant")))
-        known = True
-    return frozenset(found) if known else None
-
-
-def _distribution(api: Any, ref: str) -> dict[str, Any] | None:
-    """The engine's ``GET /distribution/{ref}/json``, or None when it fails or takes
-    longer than :data:`DISTRIBUTION_TIMEOUT_S` (the request then ends on its own, at the
-    client's timeout, in a thread nobody waits for)."""
-    answer: dict[str, dict[str, Any]] = {}
-
-    def ask() -> None:
-        try:
-            result = api.inspect_distribution(ref)
-        except Exception:  # no registry, unreachable, refused: it cannot tell
-            return
-        if isinstance(result, dict):
-            answer["result"] = result
-
-    asking = threading.Thread(target=ask, name="podium-distribution", daemon=True)
-    asking.start()
-    asking.join(DISTRIBUTION_TIMEOUT_S)
-    return answer.get("result")
+    local = engine.image_platform(ref)
+    if local is not None:
+        found.add(_platform_name(*local))
+    remote = engine.registry_platforms(ref, DISTRIBUTION_TIMEOUT_S)
+    for item in remote or []:
+        if item.get("os") and item.get("architecture"):
+            found.add(_platform_name(item["os"], item["architecture"], item.get("variant")))
+    return frozenset(found) if local is not None or remote is not None else None
