@@ -181,13 +181,10 @@ def main() -> int:
         from portal.submissions.models import Submission
         from scoring import engine, registry
 
-        if not engine.available():
-            print("no Docker Engine answers here", file=sys.stderr)
+        if problem := kit.engine_problem():
+            print(problem, file=sys.stderr)
             return 2
         base = settings.PODIUM_STARTER_BASE_IMAGE
-        if not engine.image_exists(base):
-            print(f"the local base image {base} is missing: scripts/base-images python")
-            return 2
         try:
             registry_process, address = start_registry(work)
         except FileNotFoundError as missing:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from score_overhead import KIT, build_images, setup_django
+from score_overhead import KIT, build_images, engine_problem, setup_django
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -238,19 +238,11 @@ def main() -> int:
         from django.conf import settings
 
         from portal.celery import app
-        from scoring import engine
 
-        if not engine.available():
-            print("no Docker Engine answers here", file=sys.stderr)
+        if problem := engine_problem():
+            print(problem, file=sys.stderr)
             return 2
         base = settings.PODIUM_STARTER_BASE_IMAGE
-        if not engine.image_exists(base):
-            print(
-                f"the local base image {base} is missing; make it with:\n"
-                f"  cd {shlex.quote(str(REPO))} && scripts/base-images python",
-                file=sys.stderr,
-            )
-            return 2
         subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=REPO, check=True)
         started = time.monotonic()
         env_image, kit_image = build_images(base, tag_root, made)

@@ -92,6 +92,24 @@ def kit_files(prefix: str = "") -> dict[str, tuple[bytes, int]]:
     return files
 
 
+def engine_problem() -> str:
+    """Why the benches cannot run here ("" when they can): no engine answers, or the local
+    base image the starter kit builds on is missing. Needs Django set up."""
+    from django.conf import settings
+
+    from scoring import engine
+
+    if not engine.available():
+        return "no Docker Engine answers here"
+    base = settings.PODIUM_STARTER_BASE_IMAGE
+    if not engine.image_exists(base):
+        return (
+            f"the local base image {base} is missing; make it with:\n"
+            f"  cd {shlex.quote(str(REPO))} && scripts/base-images python"
+        )
+    return ""
+
+
 def build_images(base: str, tag_root: str, made: list[str]) -> tuple[str, str]:
     """The starter kit's environment image, then its submission image (build.sh, commit).
 
@@ -307,19 +325,11 @@ def main() -> int:
         from django.conf import settings
 
         from portal.celery import app
-        from scoring import engine
 
-        if not engine.available():
-            print("no Docker Engine answers here", file=sys.stderr)
+        if problem := engine_problem():
+            print(problem, file=sys.stderr)
             return 2
         base = settings.PODIUM_STARTER_BASE_IMAGE
-        if not engine.image_exists(base):
-            print(
-                f"the local base image {base} is missing; make it with:\n"
-                f"  cd {shlex.quote(str(REPO))} && scripts/base-images python",
-                file=sys.stderr,
-            )
-            return 2
         subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=REPO, check=True)
         started = time.monotonic()
         env_image, submission_image = build_images(base, tag_root, made)
