@@ -10,11 +10,15 @@ import datetime as dt
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.staticfiles.handlers import StaticFilesHandler
+from django.core.servers.basehttp import ThreadedWSGIServer
+from django.test.testcases import LiveServerThread
 from django.utils import timezone
 
 from portal import jobs
@@ -83,6 +87,31 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if required:
             pytest.fail(message)
         pytest.skip(message)
+
+
+class _WideBacklogServer(ThreadedWSGIServer):
+    # Django's test server listens with a backlog of 10: more simultaneous connections
+    # overflow the kernel's accept queue and are dropped or reset there, never reaching
+    # the portal a test is about.
+    request_queue_size = 128
+
+
+class _CrowdServerThread(LiveServerThread):
+    server_class = _WideBacklogServer
+
+
+@pytest.fixture
+def crowd_server(transactional_db: None, settings) -> Iterator[str]:
+    """A live server (its URL) for tests that send it many simultaneous requests."""
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "127.0.0.1"]
+    thread = _CrowdServerThread("127.0.0.1", StaticFilesHandler)
+    thread.daemon = True
+    thread.start()
+    thread.is_ready.wait()
+    if thread.error:
+        raise thread.error
+    yield f"http://127.0.0.1:{thread.port}"
+    thread.terminate()
 
 
 @pytest.fixture(autouse=True)

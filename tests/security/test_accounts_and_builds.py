@@ -285,7 +285,7 @@ def test_a_third_build_is_refused_on_the_web_page_with_the_reason(
 
 
 def test_simultaneous_uploads_take_no_more_than_the_free_build_slots(
-    live_server, transactional_db, data_dir, monkeypatch, settings
+    crowd_server, data_dir, monkeypatch, settings
 ):
     sent: list[str] = []
     monkeypatch.setattr("portal.jobs.app.send_task", lambda name, args, **kw: sent.append(name))
@@ -297,7 +297,7 @@ def test_simultaneous_uploads_take_no_more_than_the_free_build_slots(
 
     def upload(_: int) -> requests.Response:
         return requests.post(
-            f"{live_server.url}/api/v1/benchmarks/{benchmark.slug}/submissions/",
+            f"{crowd_server}/api/v1/benchmarks/{benchmark.slug}/submissions/",
             headers={"Authorization": f"Token {token}"},
             data={"environment": environment.pk, "kind": "practice"},
             files={"source": ("kit.tar.gz", source)},

@@ -1,7 +1,7 @@
 """Race-free charging: with one attempt left, 50 simultaneous uploads charge exactly once.
 
-Real concurrent HTTP requests against the live server, on whichever database the suite
-runs on (PostgreSQL in CI, the embedded SQLite by default).
+Real concurrent HTTP requests against a live server (``crowd_server``), on whichever
+database the suite runs on (PostgreSQL in CI, the embedded SQLite by default).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def source_archive() -> bytes:
 
 
 def test_fifty_simultaneous_uploads_with_one_attempt_left_charge_once(
-    live_server, transactional_db, data_dir, monkeypatch, settings
+    crowd_server, data_dir, monkeypatch, settings
 ):
     # The upload throttle would refuse most of the 50 first: this test is about the quota.
     settings.REST_FRAMEWORK = {
@@ -49,7 +49,7 @@ def test_fifty_simultaneous_uploads_with_one_attempt_left_charge_once(
 
     def upload(_: int) -> requests.Response:
         return requests.post(
-            f"{live_server.url}/api/v1/benchmarks/{benchmark.slug}/submissions/",
+            f"{crowd_server}/api/v1/benchmarks/{benchmark.slug}/submissions/",
             headers={"Authorization": f"Token {token}"},
             data={"environment": environment.pk, "kind": "official"},
             files={"source": ("kit.tar.gz", source)},
