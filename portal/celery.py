@@ -8,4 +8,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("podium")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["scoring", "portal.campaigns"])
+app.autodiscover_tasks(["scoring", "portal.campaigns", "portal.notifications"])

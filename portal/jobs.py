@@ -15,6 +15,7 @@ BUILD_SUBMISSION = "scoring.build_submission"
 SCORE_NEXT = "scoring.score_next"
 REMOVE_IMAGE = "scoring.remove_image"
 RUN_ROUND = "scoring.run_round"  # a campaign round, on a host of its class
+SEND_VERDICT_MAIL = "portal.notifications.send_verdict_mail"
 
 # Scoring priorities (0 first; a Redis broker keeps one list per step, see settings):
 # official scores, then verifications of passing official runs, then practice. The
@@ -42,11 +43,14 @@ def enqueue(
     countdown: float | None = None,
     priority: int | None = None,
     queue: str | None = None,
+    robust: bool = False,
 ) -> None:
     """Send ``task_name(*args)`` once the current transaction commits (at once outside one),
-    to ``queue`` or else the queue ``CELERY_TASK_ROUTES`` names for it."""
+    to ``queue`` or else the queue ``CELERY_TASK_ROUTES`` names for it. ``robust``: a
+    message that cannot be sent is logged instead of raising in the committing code."""
     transaction.on_commit(
         lambda: app.send_task(
             task_name, args=args, countdown=countdown, priority=priority, queue=queue
-        )
+        ),
+        robust=robust,
     )

@@ -244,6 +244,8 @@ CELERY_TASK_ROUTES = {
     "scoring.remove_image": {"queue": "builds"},
     "scoring.reap": {"queue": "builds"},
     "portal.campaigns.sweep": {"queue": "builds"},
+    # Verdict mail: never sent by a scoring host, which holds its machine while it records.
+    "portal.notifications.send_verdict_mail": {"queue": "builds"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reap": {"task": "scoring.reap", "schedule": 60.0},

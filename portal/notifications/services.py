@@ -4,12 +4,17 @@ One mail per verdict: :func:`verdict_mail_on_commit` is called by
 ``portal.submissions.services.submission_transition`` right after the conditional update
 that moved a submission into a final status. That update succeeds once per verdict (a
 redelivered task, the reaper or a retry finds the status already changed and changes
-nothing, so never calls it), and the mail goes only after the deciding transaction
-commits (nothing is sent for a verdict that rolled back). A worker that dies between the
-commit and the send loses that one mail: at most once, never twice.
+nothing, so never calls it), and the mail is queued only after the deciding transaction
+commits (nothing is sent for a verdict that rolled back).
 
-Mail problems never touch the verdict: the send runs after the commit, and any error is
-logged and swallowed.
+The mail is a task of its own (``portal.notifications.send_verdict_mail``, on the
+``builds`` queue beside the reaper): a scoring host records verdicts while it holds its
+machine (builds frozen, the next run waiting), so it never waits on an SMTP server. A
+broker that refuses the message loses that one mail; a worker that dies while sending it
+may send it again (tasks are acknowledged late).
+
+Mail problems never touch the verdict: the mail is queued after the commit, a broker that
+refuses it is logged, and any error of the send is logged and swallowed.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import logging
 from typing import Any
 
 from django.core.mail import EmailMessage
-from django.db import transaction
 
+from portal import jobs
 from portal.notifications.models import NotificationPreference
 from portal.notifications.selectors import verdict_emails_wanted
 from portal.notifications.verdict_mail import verdict_mail
@@ -37,14 +42,14 @@ def notification_preference_set(*, user: Any, verdict_emails: bool) -> Notificat
 
 
 def verdict_mail_on_commit(*, submission_id: int, status: str) -> None:
-    """Mail the entrant about ``status`` once the current transaction commits.
+    """Queue the entrant's mail about ``status`` once the current transaction commits.
 
     Call it once per verdict, inside the transaction that wrote it (see the module doc);
     a status that is not final is ignored.
     """
     if status not in Submission.FINAL:
         return
-    transaction.on_commit(lambda: verdict_mail_send(submission_id=submission_id, status=status))
+    jobs.enqueue(jobs.SEND_VERDICT_MAIL, submission_id, status, robust=True)
 
 
 def verdict_mail_send(*, submission_id: int, status: str) -> bool:

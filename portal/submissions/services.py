@@ -750,7 +750,8 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
                     official_run_id=int(official.pk) if official else None,
                     verification_run_id=run_id,
                     problem=problem,
-                )
+                ),
+                robust=True,  # a mail that cannot go is logged; the verdict stands
             )
         else:
             seconds = (run.wall_time_ns or 0) / 1e9
@@ -813,5 +814,6 @@ def _verification_infra_failure(run: Run, reason: str) -> None:
     transaction.on_commit(
         lambda: notify.verification_stuck(
             submission_id=int(submission.pk), verification_run_id=run_id, reason=reason
-        )
+        ),
+        robust=True,
     )

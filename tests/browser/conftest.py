@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.test import Client
 
-from tests.e2e.conftest import celery_workers  # noqa: F401
+from tests.e2e.conftest import celery_workers, worker_env  # noqa: F401
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls made by
 # the tests themselves are still plain synchronous calls.

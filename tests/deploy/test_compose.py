@@ -32,6 +32,11 @@ def compose_command() -> list[str]:
 
 def compose_config(tmp_path: Path, **env: str) -> dict[str, Any]:
     """The services as ``compose config`` resolves them, with ``env`` set."""
+    return dict(compose_document(tmp_path, **env)["services"])
+
+
+def compose_document(tmp_path: Path, **env: str) -> dict[str, Any]:
+    """The whole file as ``compose config`` resolves it, with ``env`` set."""
     secret = tmp_path / "secret"
     secret.write_text("x")
     unset = {name: "" for name in os.environ if name.startswith("PODIUM_")}
@@ -48,7 +53,8 @@ def compose_config(tmp_path: Path, **env: str) -> dict[str, Any]:
         },
     )
     assert result.returncode == 0, result.stderr
-    return yaml.safe_load(result.stdout)["services"]
+    document: dict[str, Any] = yaml.safe_load(result.stdout)
+    return document
 
 
 def published(service: dict[str, Any]) -> list[tuple[str, int, int]]:
@@ -180,3 +186,30 @@ def test_the_portal_image_context_leaves_out_secrets_and_data(tmp_path):
 
     assert {"portal/app.py", "deploy/wheels/django-5.2-py3-none-any.whl"} <= sent
     assert not {"secret_key", ".env", ".env.production", "var/db.sqlite3"} & sent
+
+
+PODIUM_SERVICES = ("web", "builds", "scoring-1", "scoring-2", "beat")
+
+
+def secret_names(service: dict[str, Any]) -> list[str]:
+    """The secrets a service mounts (v1 prints {"source": name}, some tools the bare name)."""
+    return [s["source"] if isinstance(s, dict) else str(s) for s in service.get("secrets", [])]
+
+
+def test_every_podium_service_reads_its_mail_server_from_a_secret_file(tmp_path):
+    url_file = tmp_path / "email_url"
+    url_file.write_text("smtp://mailer:p%40ss@mail.example.org:587/?tls=True\n")
+    document = compose_document(
+        tmp_path, PODIUM_EMAIL_URL_FILE=str(url_file), PODIUM_SITE_URL="https://podium.example.org"
+    )
+
+    assert document["secrets"]["podium_email_url"]["file"] == str(url_file)
+    for name in PODIUM_SERVICES:
+        service = document["services"][name]
+        assert "podium_email_url" in secret_names(service), name
+        environment = service["environment"]
+        assert environment["EMAIL_URL_FILE"] == "/run/secrets/podium_email_url", name
+        assert environment["PODIUM_SITE_URL"] == "https://podium.example.org", name
+        assert "p%40ss" not in str(environment)  # the password stays in the file
+    # Without a mail server the secret is empty, and mail is only logged.
+    assert compose_document(tmp_path)["secrets"]["podium_email_url"]["file"] == "/dev/null"

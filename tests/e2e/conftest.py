@@ -44,10 +44,17 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def celery_workers(transactional_db, data_dir: Path) -> Iterator[None]:
+def worker_env() -> dict[str, str]:
+    """More environment for the workers (a test module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def celery_workers(transactional_db, data_dir: Path, worker_env: dict[str, str]) -> Iterator[None]:
     """A build worker (concurrency 2) and a scoring worker (concurrency 1), as `make run` starts."""
     env = {
         **os.environ,
+        **worker_env,
         "DATABASE_URL": database_url(),
         "PODIUM_DATA_DIR": str(data_dir),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,

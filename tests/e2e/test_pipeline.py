@@ -2,7 +2,7 @@
 
 Real HTTP (live server), real Celery worker processes on the builds and scoring queues,
 the real Docker Engine, the real supervisor and the real starter kit on a tiny demo
-cohort.
+cohort; verdict mail through a real SMTP server.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,14 @@ from podium_cli.watch import FINAL
 from portal.contests.cohorts import cohort_import
 from portal.contests.democohort import generate
 from portal.contests.models import CohortItem
-from tests import factories
+from tests import factories, smtp
 from tests.e2e.conftest import REPO, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 STARTER_KIT = REPO / "examples" / "starter-kit"
 COHORT_SIZE = 24
+SITE = "https://podium.example.org"
 
 
 def starter_kit_archive() -> bytes:
@@ -101,6 +103,18 @@ class Entrant:
 
 
 @pytest.fixture
+def collector() -> Iterator[smtp.Collector]:
+    with smtp.smtp_server() as server:
+        yield server
+
+
+@pytest.fixture
+def worker_env(collector: smtp.Collector) -> dict[str, str]:
+    """The workers mail verdicts to the SMTP server started here."""
+    return {"EMAIL_URL": f"smtp://127.0.0.1:{collector.port}", "PODIUM_SITE_URL": SITE}
+
+
+@pytest.fixture
 def demo(transactional_db, data_dir: Path, tmp_path: Path):
     """An open benchmark with a tiny generated official cohort."""
     now = timezone.now()
@@ -125,7 +139,9 @@ def demo(transactional_db, data_dir: Path, tmp_path: Path):
     return benchmark
 
 
-def test_starter_kit_goes_from_upload_to_the_leaderboard(celery_workers, live_server, demo):
+def test_starter_kit_goes_from_upload_to_the_leaderboard(
+    celery_workers, live_server, demo, collector
+):
     factories.UserFactory(username="alice")
     alice = Entrant(live_server.url, "alice", "correct horse battery")
 
@@ -180,6 +196,11 @@ def test_starter_kit_goes_from_upload_to_the_leaderboard(celery_workers, live_se
     assert board["rows"][0]["wall_time_ns"] == sub["wall_time_ns"]
     assert board["rows"][0]["cpu_per_wall"] > 0
     assert board["verifying"] == []
+    # The verdict mail, queued by the scoring worker and sent by the build worker.
+    ((recipients, message),) = wait_for(lambda: list(collector.messages), bool, 60)
+    assert recipients == ["alice@example.com"]
+    assert message["Subject"] == f"[Podium] {demo.slug}: submission {sub_id} passed"
+    assert f"{SITE}/submissions/{sub_id}/" in message.get_content()
 
     # The replay: an archive that writes back the answers in the cohort's fixed order
     # passes its official run far faster, but the verification run sees the images

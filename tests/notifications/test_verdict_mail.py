@@ -1,37 +1,36 @@
 """Verdict mail: one mail to the entrant per verdict, the opt-out, EMAIL_URL, a real SMTP server.
 
 The services are driven as the scoring worker drives them (accept, build, claim, mark
-running, record); mail goes to Django's locmem outbox, except in the end-to-end test,
-which sends through the SMTP backend to an SMTP server started here.
+running, record); each verdict queues one mail task, which :func:`deliver` runs as the
+builds worker would. Mail goes to Django's locmem outbox, except in the end-to-end test,
+which sends through the SMTP backend to an SMTP server started here (and the pipeline's
+end-to-end test, tests/e2e, through real workers).
 """
 
 from __future__ import annotations
 
-import email
-import email.policy
 import io
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
 import uuid
-from email.message import EmailMessage
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 from django.core import mail
 from django.db import transaction
 
-from portal import storage
+from portal import jobs, storage
 from portal.contests.models import Cohort, CohortItem, LeaderboardEntry
 from portal.notifications.mailconfig import email_url_settings
 from portal.notifications.models import NotificationPreference
 from portal.notifications.services import notification_preference_set
+from portal.notifications.tasks import send_verdict_mail
 from portal.submissions import staff
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
@@ -44,7 +43,7 @@ from portal.submissions.services import (
     submission_build_finished,
     submission_transition,
 )
-from tests import factories
+from tests import factories, smtp
 
 SITE = "https://podium.example.org"
 LEASE_S = 600
@@ -123,6 +122,15 @@ def verdict(run: Run, status: str = Submission.PASSED, matches: int = 3) -> bool
 
 def status_of(submission_id: int) -> str:
     return Submission.objects.values_list("status", flat=True).get(pk=submission_id)
+
+
+def deliver(sent: list[tuple[str, tuple[Any, ...]]]) -> int:
+    """Run the verdict mail tasks queued so far, as the builds worker would; how many."""
+    mails = [args for name, args in sent if name == jobs.SEND_VERDICT_MAIL]
+    sent[:] = [(name, args) for name, args in sent if name != jobs.SEND_VERDICT_MAIL]
+    for args in mails:
+        send_verdict_mail(*args)
+    return len(mails)
 
 
 def mails_to(address: str) -> list[Any]:
@@ -229,6 +237,8 @@ def test_each_verdict_mails_its_entrant_once(
         submission_id = reach(contest, alice, tmp_path)
 
     assert status_of(submission_id) == status
+    assert mail.outbox == []  # the scoring side only queues it
+    assert deliver(sent) == 1
     (message,) = mails_to("alice@example.com")
     assert message.subject == f"[Podium] mnist-speed: submission {submission_id} {subject_words}"
     assert f"Status:       {status}\n" in message.body
@@ -246,6 +256,7 @@ def test_the_mail_has_the_numbers_and_the_link_but_no_answers(
     storage.run_log(run.pk).write_text("secret-image-1.png -> predicted 701\n")
     with django_capture_on_commit_callbacks(execute=True):
         assert verdict(run)
+    deliver(sent)
 
     (message,) = mail.outbox
     body = message.body
@@ -267,6 +278,7 @@ def test_an_entrant_who_turned_verdict_mail_off_gets_none(
     with django_capture_on_commit_callbacks(execute=True):
         assert verdict(running(contest, alice, tmp_path))
         assert verdict(running(contest, bob, tmp_path))
+    deliver(sent)
 
     assert [message.to for message in mail.outbox] == [["bob@example.com"]]
 
@@ -282,6 +294,7 @@ def test_a_redelivered_verdict_or_a_late_reaper_sends_no_second_mail(
         assert not run_record_infra_failure(run_id=run.pk, reason="lease expired")  # the reaper
 
     assert status_of(run.submission_id) == Submission.PASSED
+    assert deliver(sent) == 1
     assert len(mail.outbox) == 1
 
 
@@ -298,29 +311,25 @@ def test_a_verdict_that_rolls_back_sends_nothing(
         raise RuntimeError("the worker failed before the commit")
 
     assert status_of(run.submission_id) == Submission.RUNNING
-    assert mail.outbox == []
+    assert deliver(sent) == 0
     # The retry that does commit mails once.
     with django_capture_on_commit_callbacks(execute=True):
         assert verdict(run)
+    assert deliver(sent) == 1
     assert len(mail.outbox) == 1
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_an_smtp_server_that_refuses_does_not_touch_the_verdict(
     contest, alice, tmp_path, sent, settings, caplog, django_capture_on_commit_callbacks
 ):
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", closed_port()
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", smtp.closed_port()
     settings.EMAIL_TIMEOUT = 5
     run = running(contest, alice, tmp_path)
 
     with django_capture_on_commit_callbacks(execute=True):
         assert verdict(run)
+    deliver(sent)
 
     assert status_of(run.submission_id) == Submission.PASSED
     assert LeaderboardEntry.objects.filter(benchmark=contest, run=run).exists()
@@ -329,6 +338,24 @@ def test_an_smtp_server_that_refuses_does_not_touch_the_verdict(
         f"could not mail the verdict passed of submission {run.submission_id}"
     ]
     assert failures[0].exc_info is not None
+
+
+def test_a_broker_that_refuses_the_mail_does_not_touch_the_verdict(
+    contest, alice, tmp_path, sent, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    run = running(contest, alice, tmp_path)
+
+    def refuse(name: str, args: Any = (), **options: Any) -> None:
+        raise ConnectionError("the broker is down")
+
+    monkeypatch.setattr(jobs.app, "send_task", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert verdict(run)
+
+    assert status_of(run.submission_id) == Submission.PASSED
+    assert LeaderboardEntry.objects.filter(benchmark=contest, run=run).exists()
+    assert "the broker is down" in caplog.text
+    assert mail.outbox == []
 
 
 # The preference on the account page ------------------------------------------------------
@@ -441,35 +468,16 @@ def test_the_settings_read_email_url_over_the_separate_variables(tmp_path):
 # End to end: a real SMTP server ------------------------------------------------------------
 
 
-class Collector:
-    """An aiosmtpd handler that keeps every message it accepts."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], EmailMessage]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(parsed, EmailMessage)
-        self.messages.append((list(envelope.rcpt_tos), parsed))
-        return "250 Message accepted for delivery"
-
-
 @pytest.fixture
-def smtp_server() -> Any:
-    collector = Collector()
-    controller = Controller(collector, hostname="127.0.0.1", port=closed_port())
-    controller.start()
-    try:
-        yield controller, collector
-    finally:
-        controller.stop()
+def collector() -> Iterator[smtp.Collector]:
+    with smtp.smtp_server() as server:
+        yield server
 
 
 def test_a_verdict_reaches_a_real_smtp_server(
-    transactional_db, smtp_server, settings, tmp_path, sent
+    transactional_db, collector, settings, tmp_path, sent
 ):
-    controller, collector = smtp_server
-    for name, value in email_url_settings(f"smtp://127.0.0.1:{controller.port}").items():
+    for name, value in email_url_settings(f"smtp://127.0.0.1:{collector.port}").items():
         setattr(settings, name, value)
     benchmark = factories.BenchmarkFactory(slug="mnist-speed", title="MNIST speed")
     Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
@@ -477,7 +485,9 @@ def test_a_verdict_reaches_a_real_smtp_server(
 
     run = running(benchmark, alice, tmp_path)  # each step commits: nothing is mailed yet
     assert collector.messages == []
-    assert verdict(run)  # commits; the mail goes out after the commit
+    assert verdict(run)  # commits; the mail is queued after the commit
+    assert collector.messages == []
+    assert deliver(sent) == 1  # as the builds worker runs it
 
     ((recipients, message),) = collector.messages
     assert recipients == ["alice@example.com"]

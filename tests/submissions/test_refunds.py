@@ -154,7 +154,8 @@ def test_a_platform_failure_is_requeued_once_then_refunded(
         run_record_infra_failure(run_id=second.pk, reason="the engine went away again")
 
     assert status(submission) == Submission.INFRA_FAILED
-    assert sent == []  # not requeued a second time
+    # Not requeued a second time: only the entrant's mail about the refund is queued.
+    assert sent == [(jobs.SEND_VERDICT_MAIL, (submission.pk, Submission.INFRA_FAILED))]
     assert ledger(submission) == [
         (1, OFFICIAL, AUG_12, "upload accepted"),
         (-1, OFFICIAL, AUG_12, "platform failure: the engine went away again"),

@@ -32,7 +32,7 @@ from portal.submissions.services import (
     submission_build_finished,
     submission_transition,
 )
-from tests import factories
+from tests import factories, smtp
 from tests.submissions.test_concurrent_charging import source_archive
 
 LEASE_S = 600
@@ -227,20 +227,26 @@ def test_a_passing_top_run_is_verified_before_it_ranks(
     assert list(AttemptLedger.objects.filter(submission=submission).values_list("delta")) == [(1,)]
 
 
+def replay_rejected(benchmark: Any, entrant: Any, tmp_path: Path) -> tuple[Submission, Run, Run]:
+    """A replay: its official run passes fast, its verification run matches 9 of 100."""
+    submission = queued(benchmark, entrant, tmp_path)
+    official = passes(submission, 0.067)
+    verify = claimed(submission)
+    assert run_record_verification(
+        run_id=verify.pk,
+        status=Submission.FAILED,
+        reason="Only 9 of 100 predictions matched; 99 are needed.",
+        wall_time_ns=int(0.07 * SECOND),
+        output_sha256="ab" * 32,
+    )
+    return submission, official, verify
+
+
 def test_a_replay_that_fails_verification_is_rejected_and_staff_are_told(
     contest, alice, reviewer, tmp_path, priorities, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
-        submission = queued(contest, alice, tmp_path)
-        official = passes(submission, 0.067)
-        verify = claimed(submission)
-        assert run_record_verification(
-            run_id=verify.pk,
-            status=Submission.FAILED,
-            reason="Only 9 of 100 predictions matched; 99 are needed.",
-            wall_time_ns=int(0.07 * SECOND),
-            output_sha256="ab" * 32,
-        )
+        submission, official, verify = replay_rejected(contest, alice, tmp_path)
 
     assert status(submission) == Submission.REJECTED_VERIFICATION
     assert "Verification failed: the verification run did not pass" in submission.failure_reason
@@ -252,6 +258,19 @@ def test_a_replay_that_fails_verification_is_rejected_and_staff_are_told(
     for run in (official, verify):
         assert f"/admin/submissions/run/{run.pk}/evidence/" in message.body
     assert "Only 9 of 100 predictions matched" in message.body
+
+
+def test_a_staff_mail_that_cannot_go_does_not_touch_the_rejection(
+    contest, alice, reviewer, tmp_path, priorities, settings, caplog,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", smtp.closed_port()
+    with django_capture_on_commit_callbacks(execute=True):
+        submission, _official, _verify = replay_rejected(contest, alice, tmp_path)
+
+    assert status(submission) == Submission.REJECTED_VERIFICATION
+    assert "Error calling" in caplog.text and "verification_rejected" in caplog.text
 
 
 def test_a_verification_outside_the_tolerance_is_rejected(contest, alice, tmp_path, priorities):

@@ -1,0 +1,17 @@
+"""The verdict mail, sent by a worker of the ``builds`` queue (``CELERY_TASK_ROUTES``).
+
+Database and SMTP only (no Docker). A redelivered message could mail twice; the send
+is short and acknowledged late like every task, so that takes a worker dying mid-send.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from portal import jobs
+from portal.notifications.services import verdict_mail_send
+
+
+@shared_task(name=jobs.SEND_VERDICT_MAIL, ignore_result=True)
+def send_verdict_mail(submission_id: int, status: str) -> None:
+    verdict_mail_send(submission_id=submission_id, status=status)
