@@ -95,9 +95,8 @@ SHM_DIR = "/dev/shm"  # noqa: S108 - a path inside the container
 # supervisor's uid (mode 0700): the entrant writes its logs only through the stdout and
 # stderr the supervisor gave it, and can neither reach the files nor add any.
 LOG_TMPFS_BYTES = 64 * 1024 * 1024
-# POSIX shared memory (and what libraries put there): the engine's default size, on a
-# tmpfs of ours so that it has an inode cap like every other writable place.
-SHM_TMPFS_BYTES = 64 * 1024 * 1024
+# POSIX shared memory (and what libraries put there) is a tmpfs of ours, of the
+# benchmark's ``run_shm_bytes``, so that it has an inode cap like every other writable place.
 # Inode caps of the writable tmpfs mounts (each counts its own folder too). Empty files
 # use no blocks, so ``size=`` alone does not stop a flood of them: a million take
 # seconds and a gigabyte of kernel memory. At the cap, creating a file fails at once
@@ -277,7 +276,7 @@ def container_spec(
                 f"rw,exec,nosuid,nodev,size={benchmark.run_tmpfs_bytes},"
                 f"nr_inodes={SCRATCH_INODES},{owned}"
             ),
-            SHM_DIR: f"{no_exec},size={SHM_TMPFS_BYTES},nr_inodes={SHM_INODES},{owned}",
+            SHM_DIR: f"{no_exec},size={benchmark.run_shm_bytes},nr_inodes={SHM_INODES},{owned}",
             OUTPUT_DIR: (
                 f"{no_exec},size={benchmark.run_output_tmpfs_bytes},"
                 f"nr_inodes={OUTPUT_INODES},{owned}"

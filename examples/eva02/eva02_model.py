@@ -7,8 +7,9 @@ the ABI; this module only builds an :class:`abi.Model`:
   the tensor conversion (timm's resize and center crop), giving uint8 pixels (H, W, 3).
 - ``loader``: a DataLoader with worker processes (forked before the weights are loaded)
   and ``abi.collate``, which stacks the pixels with NumPy. NumPy batches reach the main
-  process through a pipe, not ``/dev/shm``: the scoring sandbox's shared memory is small
-  (64 MiB), too small for batches of float tensors.
+  process through a pipe, not ``/dev/shm``: the scoring sandbox's shared memory is the
+  benchmark's ``run_shm_bytes`` (64 MiB unless staff raise it), too small for batches of
+  float tensors.
 - ``infer``: uint8 to float, /255, minus mean, over std (exactly what timm's ToTensor and
   Normalize do, done on the GPU), then the network, then argmax.
 

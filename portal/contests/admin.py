@@ -69,6 +69,7 @@ class BenchmarkAdmin(admin.ModelAdmin):
                     "run_memory_bytes",
                     "run_pids_limit",
                     "run_tmpfs_bytes",
+                    "run_shm_bytes",
                     "run_output_tmpfs_bytes",
                     "runtime_tail_bytes",
                 ]

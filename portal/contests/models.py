@@ -71,6 +71,15 @@ class Benchmark(models.Model):
     run_output_tmpfs_bytes = models.PositiveBigIntegerField(
         default=64 * 1024 * 1024, validators=[POSITIVE]
     )
+    run_shm_bytes = models.PositiveBigIntegerField(
+        default=64 * 1024 * 1024,
+        validators=[POSITIVE],
+        help_text=(
+            "The size of /dev/shm in a scored run: POSIX shared memory, through which "
+            "PyTorch's DataLoader workers pass their batches. What is stored there counts "
+            "against the run's memory, so it cannot exceed it."
+        ),
+    )
     runtime_tail_bytes = models.PositiveIntegerField(
         default=16 * 1024,
         validators=[POSITIVE],
@@ -141,6 +150,12 @@ class Benchmark(models.Model):
             errors["allowed_registries"] = registry_errors
         if self.opens_at and self.closes_at and self.opens_at >= self.closes_at:
             errors["closes_at"] = "The window must close after it opens."
+        if (
+            self.run_shm_bytes
+            and self.run_memory_bytes
+            and (self.run_shm_bytes > self.run_memory_bytes)
+        ):
+            errors["run_shm_bytes"] = "Shared memory cannot exceed the run's memory."
         gate, size = self.pass_min_matches, self.cohort_size
         if gate and size and gate > size:
             errors["pass_min_matches"] = "The pass gate cannot exceed the cohort size."  # noqa: S105

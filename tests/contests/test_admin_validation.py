@@ -38,6 +38,7 @@ RULE_SETTINGS = {
     "run_memory_bytes",
     "run_pids_limit",
     "run_tmpfs_bytes",
+    "run_shm_bytes",
     "run_output_tmpfs_bytes",
     "runtime_tail_bytes",
     "hardware_class",
@@ -199,6 +200,18 @@ def test_the_pass_gate_cannot_exceed_the_cohort(admin_client, flagship):
     response = post(admin_client, flagship, pass_min_matches=10_001)
 
     assert list(errors_of(response)) == ["pass_min_matches"]
+
+
+def test_shared_memory_cannot_exceed_the_runs_memory(admin_client, flagship):
+    response = post(admin_client, flagship, run_memory_bytes=1 << 30, run_shm_bytes=2 << 30)
+
+    assert errors_of(response) == {
+        "run_shm_bytes": ["Shared memory cannot exceed the run's memory."]
+    }
+    saved = post(admin_client, flagship, run_memory_bytes=4 << 30, run_shm_bytes=2 << 30)
+    assert saved.status_code == 302
+    flagship.refresh_from_db()
+    assert flagship.run_shm_bytes == 2 << 30
 
 
 def test_the_allowed_registries_cannot_be_left_empty(admin_client, flagship):

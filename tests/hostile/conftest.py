@@ -414,6 +414,7 @@ class Limits:
     pids: int = 64
     tmpfs: int = 16 << 20
     output_tmpfs: int = 1 << 20
+    shm: int = 64 << 20
     # The OOM killer may take the supervisor itself (engines that cannot protect it):
     # then there is no trusted interval, and the run must be the entrant's error.
     supervisor_may_be_oom_killed: bool = False
@@ -634,6 +635,7 @@ class Hostile:
         benchmark.run_pids_limit = limits.pids
         benchmark.run_tmpfs_bytes = limits.tmpfs
         benchmark.run_output_tmpfs_bytes = limits.output_tmpfs
+        benchmark.run_shm_bytes = limits.shm
         benchmark.save()
         submission = make_submission(self.entrant, benchmark, image_tag=image)
         started = time.monotonic()

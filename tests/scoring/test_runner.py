@@ -79,6 +79,7 @@ def spec_for(staged: StagedRun, **rules: Any) -> tuple[dict[str, Any], Benchmark
         run_pids_limit=77,
         run_tmpfs_bytes=123 << 20,
         run_output_tmpfs_bytes=5 << 20,
+        run_shm_bytes=700 << 20,
         **rules,
     )
     spec = runner.container_spec(
@@ -190,6 +191,7 @@ def test_the_only_writable_places_are_sized_tmpfs_with_inode_caps(staged):
     assert f"size={123 << 20}" in tmpfs["/tmp"].split(",")
     assert "exec" in tmpfs["/tmp"].split(",")  # JIT and compiled caches may live here
     assert f"size={5 << 20}" in tmpfs["/contest/output"].split(",")
+    assert f"size={700 << 20}" in tmpfs["/dev/shm"].split(",")
     assert "noexec" in tmpfs["/contest/output"].split(",")
 
 

@@ -83,12 +83,14 @@ def test_benchmark_page_states_the_rules_from_its_settings(client, benchmark):
 def test_rules_follow_a_changed_setting(client, benchmark):
     benchmark.pass_min_matches = 9500
     benchmark.attempts_per_day = 3
-    benchmark.save(update_fields=["pass_min_matches", "attempts_per_day"])
+    benchmark.run_shm_bytes = 2 << 30
+    benchmark.save(update_fields=["pass_min_matches", "attempts_per_day", "run_shm_bytes"])
 
     html = client.get(f"/b/{benchmark.slug}/").content.decode()
 
     assert "9,500" in html and "(95%)" in html
     assert "3 official attempts" in html
+    assert "2 GiB of shared memory in" in " ".join(html.split())
 
 
 def test_leaderboard_lists_rows_in_rank_order_with_exact_ns(client, benchmark, alice, bob):
