@@ -150,11 +150,8 @@ class Benchmark(models.Model):
             errors["allowed_registries"] = registry_errors
         if self.opens_at and self.closes_at and self.opens_at >= self.closes_at:
             errors["closes_at"] = "The window must close after it opens."
-        if (
-            self.run_shm_bytes
-            and self.run_memory_bytes
-            and (self.run_shm_bytes > self.run_memory_bytes)
-        ):
+        shm, memory = self.run_shm_bytes, self.run_memory_bytes
+        if shm and memory and shm > memory:
             errors["run_shm_bytes"] = "Shared memory cannot exceed the run's memory."
         gate, size = self.pass_min_matches, self.cohort_size
         if gate and size and gate > size:

@@ -1,7 +1,7 @@
 """The verdict mail, sent by a worker of the ``builds`` queue (``CELERY_TASK_ROUTES``).
 
-Database and SMTP only (no Docker). A redelivered message could mail twice; the send
-is short and acknowledged late like every task, so that takes a worker dying mid-send.
+Database and SMTP only (no Docker). Acknowledged late, like every task: a worker that
+dies while sending has the message redelivered, and the mail may go twice.
 """
 
 from __future__ import annotations
