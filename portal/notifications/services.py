@@ -53,15 +53,18 @@ def verdict_mail_on_commit(*, submission_id: int, status: str) -> None:
 
 
 def verdict_mail_send(*, submission_id: int, status: str) -> bool:
-    """Send the verdict mail now, unless the entrant opted out, is inactive or has no
-    address. True when a mail went out; any failure is logged and returns False."""
+    """Send the verdict mail now, unless the submission's status is no longer ``status``
+    (staff requeued it since: its next verdict mails; or a stray message), or the entrant
+    opted out, is inactive or has no address. True when a mail went out; any failure is
+    logged and returns False."""
     try:
         submission = (
             Submission.objects.select_related("entrant", "benchmark")
             .filter(pk=submission_id)
             .first()
         )
-        if submission is None:
+        if submission is None or submission.status != status:
+            log.info("submission %s is no longer %s: its mail is not sent", submission_id, status)
             return False
         entrant = submission.entrant
         if not entrant.is_active or not entrant.email:

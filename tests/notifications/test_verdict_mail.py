@@ -298,6 +298,21 @@ def test_a_redelivered_verdict_or_a_late_reaper_sends_no_second_mail(
     assert len(mail.outbox) == 1
 
 
+def test_a_mail_about_a_status_the_submission_no_longer_has_is_not_sent(
+    contest, alice, tmp_path, sent, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        submission_id = passes(contest, alice, tmp_path)
+    # Staff requeued it before the mail went: its next verdict will mail.
+    Submission.objects.filter(pk=submission_id).update(status=Submission.QUEUED)
+
+    assert deliver(sent) == 1
+    assert mail.outbox == []
+    # A stray message (another database's submission, a wrong status) mails nothing either.
+    send_verdict_mail(submission_id + 1000, Submission.PASSED)
+    assert mail.outbox == []
+
+
 def test_a_verdict_that_rolls_back_sends_nothing(
     contest, alice, tmp_path, sent, django_capture_on_commit_callbacks
 ):
