@@ -37,10 +37,8 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -165,59 +163,46 @@ def main() -> int:
         + f" && .venv/bin/python bench/pull.py --runs {args.runs} --images {args.images} "
         + f"--seed {args.seed}\n"
     )
-    work = Path(tempfile.mkdtemp(prefix="podium-bench-pull-"))
-    work.chmod(0o755)
-    tag_root = f"podium-bench/pull-{uuid.uuid4().hex[:12]}"
-    made: list[str] = []
     registry_process: subprocess.Popen[bytes] | None = None
-    try:
-        # The health gates are not what this measures; a shared machine may be busy.
-        os.environ.setdefault("PODIUM_GATE_CPU_BUSY_MAX", "1024")
-        kit.setup_django(work / "data")
-        logging.getLogger().setLevel(logging.WARNING)
-        from django.conf import settings
-
-        from portal.celery import app
-        from portal.submissions.models import Submission
-        from scoring import engine, registry
-
-        if problem := kit.engine_problem():
-            print(problem, file=sys.stderr)
-            return 2
-        base = settings.PODIUM_STARTER_BASE_IMAGE
+    with kit.workspace("pull") as (work, tag_root, made):
         try:
-            registry_process, address = start_registry(work)
-        except FileNotFoundError as missing:
-            print(f"missing: {missing}", file=sys.stderr)
-            return 2
-        settings.PODIUM_REGISTRY = address
-        subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=kit.REPO, check=True)
-        env_image, submission_image = kit.build_images(base, tag_root, made)
-        started = time.monotonic()
-        ref = registry.publish(submission_image)
-        made.append(ref)
-        print(f"pushed the submission image in {time.monotonic() - started:.1f} s")
-        image_id = engine.image_info(submission_image).id
-        ids = kit.make_rows(args.images, submission_image, env_image, args.runs + 1)
-        Submission.objects.filter(pk__in=ids).update(image_digest=image_id, image_ref=ref)
-        kit.import_cohort(args.images, args.seed, work)
-        print(f"scoring {args.runs} + 1 run(s) of {args.images} images...\n")
-        with mock.patch.object(app, "send_task"):
-            rows = score(ids[:-1])
-            engine.remove_image(submission_image)  # its own layers now only in the registry
-            rows += score(ids[-1:])
-        labels = [str(n) for n in range(1, args.runs + 1)] + ["uncached"]
-        return 0 if print_table(rows, labels) else 1
-    finally:
-        if made:
-            from scoring import engine
+            # The health gates are not what this measures; a shared machine may be busy.
+            os.environ.setdefault("PODIUM_GATE_CPU_BUSY_MAX", "1024")
+            kit.setup_django(work / "data")
+            logging.getLogger().setLevel(logging.WARNING)
+            from django.conf import settings
 
-            for tag in reversed(made):
-                engine.remove_image(tag)
-        if registry_process is not None:
-            registry_process.terminate()
-            registry_process.wait(timeout=10)
-        shutil.rmtree(work, ignore_errors=True)
+            from portal.celery import app
+            from portal.submissions.models import Submission
+            from scoring import engine, registry
+
+            env_image, submission_image = kit.starter_kit_images(tag_root, made)
+            try:
+                registry_process, address = start_registry(work)
+            except FileNotFoundError as missing:
+                print(f"missing: {missing}", file=sys.stderr)
+                return 2
+            settings.PODIUM_REGISTRY = address
+            started = time.monotonic()
+            ref = registry.publish(submission_image)
+            made.append(ref)
+            print(f"pushed the submission image in {time.monotonic() - started:.1f} s")
+            image_id = engine.image_info(submission_image).id
+            ids = kit.make_rows(args.images, submission_image, env_image, args.runs + 1)
+            Submission.objects.filter(pk__in=ids).update(image_digest=image_id, image_ref=ref)
+            kit.import_cohort(args.images, args.seed, work)
+            print(f"scoring {args.runs} + 1 run(s) of {args.images} images...\n")
+            with mock.patch.object(app, "send_task"):
+                rows = score(ids[:-1])
+                engine.remove_image(submission_image)  # its own layers now only in the registry
+                rows += score(ids[-1:])
+            labels = [str(n) for n in range(1, args.runs + 1)] + ["uncached"]
+            return 0 if print_table(rows, labels) else 1
+        finally:
+            # The registry stops first; the workspace then removes the images and its folder.
+            if registry_process is not None:
+                registry_process.terminate()
+                registry_process.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -35,16 +35,13 @@ import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from score_overhead import KIT, build_images, engine_problem, setup_django
+from score_overhead import KIT, setup_django, starter_kit_images, workspace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,32 +218,16 @@ def main() -> int:
         + (" --ignore-cpu-gate" if args.ignore_cpu_gate else "")
         + "\n"
     )
-    if not (KIT / "Dockerfile").is_file() or not (KIT / "run").is_file():
-        print(f"the starter kit is missing from {KIT}", file=sys.stderr)
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="podium-bench-"))
-    work.chmod(0o755)
-    tag_root = f"podium-bench/round-{uuid.uuid4().hex[:12]}"
-    made: list[str] = []
     os.environ["PODIUM_HOST_NAME"] = f"bench-round-{os.getpid()}"
     os.environ["PODIUM_CALIBRATION"] = "false"  # bench/calibration.py measures that
     if args.ignore_cpu_gate:
         os.environ["PODIUM_GATE_CPU_BUSY_MAX"] = "1024"
-    try:
+    with workspace("round", keep=args.keep) as (work, tag_root, made):
         setup_django(work / "data")
         logging.getLogger().setLevel(logging.WARNING)
-        from django.conf import settings
-
         from portal.celery import app
 
-        if problem := engine_problem():
-            print(problem, file=sys.stderr)
-            return 2
-        base = settings.PODIUM_STARTER_BASE_IMAGE
-        subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=REPO, check=True)
-        started = time.monotonic()
-        env_image, kit_image = build_images(base, tag_root, made)
-        print(f"built the starter kit images in {time.monotonic() - started:.1f} s")
+        env_image, kit_image = starter_kit_images(tag_root, made)
         # Nothing may reach a broker from here (the round's message, a wait for capacity).
         with mock.patch.object(app, "send_task"):
             campaign = make_campaign(args, work, kit_image)
@@ -257,16 +238,6 @@ def main() -> int:
             )
             marks = timed_round(round_id)
         return 0 if report(round_id, marks) else 1
-    finally:
-        if made:
-            from scoring import engine
-
-            for tag in reversed(made):
-                engine.remove_image(tag)
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -108,6 +110,47 @@ def engine_problem() -> str:
             f"  cd {shlex.quote(str(REPO))} && scripts/base-images python"
         )
     return ""
+
+
+@contextmanager
+def workspace(name: str, *, keep: bool = False) -> Iterator[tuple[Path, str, list[str]]]:
+    """A temp folder (0755: the engine bind-mounts what is staged under it), a fresh image
+    tag root and the list of image tags made. On leaving, those images are removed and,
+    unless ``keep``, the folder."""
+    work = Path(tempfile.mkdtemp(prefix=f"podium-bench-{name}-"))
+    work.chmod(0o755)
+    made: list[str] = []
+    try:
+        yield work, f"podium-bench/{name}-{uuid.uuid4().hex[:12]}", made
+    finally:
+        if made:
+            from scoring import engine
+
+            for tag in reversed(made):
+                engine.remove_image(tag)
+        if keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def starter_kit_images(tag_root: str, made: list[str]) -> tuple[str, str]:
+    """With Django set up: the supervisor made, then the starter kit's environment and
+    submission images built on the local base image (tags appended to ``made``). Exits
+    with status 2 when the kit, the engine or the base image is missing."""
+    from django.conf import settings
+
+    if not (KIT / "Dockerfile").is_file() or not (KIT / "run").is_file():
+        print(f"the starter kit is missing from {KIT}", file=sys.stderr)
+        raise SystemExit(2)
+    if problem := engine_problem():
+        print(problem, file=sys.stderr)
+        raise SystemExit(2)
+    subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=REPO, check=True)
+    started = time.monotonic()
+    images = build_images(settings.PODIUM_STARTER_BASE_IMAGE, tag_root, made)
+    print(f"built the starter kit images in {time.monotonic() - started:.1f} s")
+    return images
 
 
 def build_images(base: str, tag_root: str, made: list[str]) -> tuple[str, str]:
@@ -312,28 +355,12 @@ def main() -> int:
         + " && .venv/bin/python bench/score_overhead.py "
         + f"--runs {args.runs} --images {args.images} --seed {args.seed}\n"
     )
-    if not (KIT / "Dockerfile").is_file() or not (KIT / "run").is_file():
-        print(f"the starter kit is missing from {KIT}", file=sys.stderr)
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="podium-bench-"))
-    work.chmod(0o755)
-    tag_root = f"podium-bench/overhead-{uuid.uuid4().hex[:12]}"
-    made: list[str] = []
-    try:
+    with workspace("overhead", keep=args.keep) as (work, tag_root, made):
         setup_django(work / "data")
         logging.getLogger().setLevel(logging.WARNING)
-        from django.conf import settings
-
         from portal.celery import app
 
-        if problem := engine_problem():
-            print(problem, file=sys.stderr)
-            return 2
-        base = settings.PODIUM_STARTER_BASE_IMAGE
-        subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=REPO, check=True)
-        started = time.monotonic()
-        env_image, submission_image = build_images(base, tag_root, made)
-        print(f"built the starter kit images in {time.monotonic() - started:.1f} s")
+        env_image, submission_image = starter_kit_images(tag_root, made)
         submission_ids = make_rows(args.images, submission_image, env_image, args.runs)
         import_cohort(args.images, args.seed, work)
         print(f"scoring {args.runs} run(s) of {args.images} images...\n")
@@ -341,16 +368,6 @@ def main() -> int:
         with mock.patch.object(app, "send_task"):
             rows = score(submission_ids)
         return 0 if print_table(rows) else 1
-    finally:
-        if made:
-            from scoring import engine
-
-            for tag in reversed(made):
-                engine.remove_image(tag)
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
