@@ -478,6 +478,9 @@ def test_the_settings_read_email_url_over_the_separate_variables(tmp_path):
     secret.write_text("smtp://mailer:from-a-file@mail.example.org:25\n")
     from_file = settings_in_a_fresh_process(EMAIL_URL_FILE=str(secret))
     assert from_file["EMAIL_HOST_PASSWORD"] == "from-a-file"
+    # What compose mounts when no mail server is named: an empty secret, so the console.
+    unset = settings_in_a_fresh_process(EMAIL_URL_FILE="/dev/null")
+    assert unset["EMAIL_BACKEND"] == "django.core.mail.backends.console.EmailBackend"
 
 
 # End to end: a real SMTP server ------------------------------------------------------------
