@@ -9,7 +9,7 @@ CALIBRATE := scoring/calibrate/calibrate
 SUPERVISOR_AARCH64 := scoring/supervisor/supervise-aarch64
 AARCH64_CC ?= aarch64-linux-gnu-gcc
 
-.PHONY: run test install supervisor calibrate supervisor-aarch64 base-images build-network lint typecheck pytest bench clean
+.PHONY: run test host-packages-run host-packages-test host-packages-bench install supervisor calibrate supervisor-aarch64 base-images build-network lint typecheck pytest bench clean
 
 # Builds may reach this machine's own package mirrors (read from its apt and pip
 # configuration now), even where those sit inside ranges the build policy blocks.
@@ -18,7 +18,7 @@ export PODIUM_BUILD_EGRESS_ALLOW ?= $(shell scripts/mirror-allowlist)
 # A development machine: PODIUM_LOCAL=1 lets the portal serve on its public built-in
 # secret key (production refuses it; see README, Production).
 run: export PODIUM_LOCAL = 1
-run: install supervisor calibrate base-images
+run: host-packages-run install supervisor calibrate base-images
 	$(BIN)/python manage.py migrate --noinput
 	-$(MAKE) build-network
 	$(BIN)/python manage.py seed_demo
@@ -40,7 +40,18 @@ build-network: install
 
 # Tests keep their database and broker files apart from the portal's own (var/).
 test: export PODIUM_DATA_DIR ?= $(CURDIR)/var/test
-test: install supervisor base-images lint typecheck pytest
+test: host-packages-test install supervisor base-images lint typecheck pytest
+
+# The Debian packages `make run` and `make test` need (scripts/host-packages says which):
+# installed when missing, as root or through `sudo -n`; otherwise named, and the target fails.
+host-packages-run:
+	scripts/host-packages run
+
+host-packages-test:
+	scripts/host-packages test
+
+host-packages-bench:
+	scripts/host-packages bench
 
 lint: install
 	$(BIN)/ruff format --check .
@@ -82,7 +93,7 @@ $(SUPERVISOR_AARCH64): scoring/supervisor/supervise.c
 base-images:
 	scripts/base-images
 
-bench: install supervisor calibrate base-images
+bench: host-packages-bench install supervisor calibrate base-images
 	$(BIN)/python bench/score_overhead.py
 	$(BIN)/python bench/build_egress.py
 

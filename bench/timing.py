@@ -14,8 +14,15 @@ Three comparisons, side by side in one run (a measurement, not a test):
 
 The container runs go through the runner's own sandbox: ``scoring.runner.container_spec``
 (network none, read-only, non-root, no capabilities, our seccomp filter on top of
-Docker's default, tmpfs, limits of a default Benchmark), the engine module to create,
-start, wait for and remove the container, and ``parse_supervisor_line`` for the result.
+Docker's default, tmpfs, limits of a default Benchmark, this machine's scoring CPUs), the
+engine module to create, start, wait for and remove the container, and
+``parse_supervisor_line`` for the result.
+
+CPUs as the product places them (``PODIUM_SCORING_CPUS``, portal/cpus.py): the host's
+runs (hyperfine, the native supervisor) are made on the scoring CPUs too, and this
+process, which waits like the scoring worker, keeps off them. ``--busy 0`` keeps CPU 0
+busy meanwhile (one spinning process per listed CPU), as host work beside a run would.
+hyperfine is Debian's package ``hyperfine``.
 The images are ``localhost/podium/busybox:1`` plus the binary as ``/submission/run``, committed
 here and removed at the end with every container and the temp folder.
 
@@ -26,12 +33,14 @@ Exit status: 0 when every figure meets its target, 1 otherwise, 2 when a prerequ
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
 import platform
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -85,7 +94,34 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--iterations", type=int, default=280_000_000, help="workload loop (about 0.4 s)"
     )
+    parser.add_argument(
+        "--busy",
+        default="",
+        metavar="CPUS",
+        help="keep these CPUs (a list like 0 or 0-1) busy while measuring (default: none)",
+    )
     return parser.parse_args()
+
+
+# The CPUs the host's runs are made on: this machine's scoring CPUs (None: any).
+SCORING_CPUS: frozenset[int] | None = None
+
+
+def on_scoring_cpus() -> None:
+    """``preexec_fn`` of the host's runs: onto the scoring CPUs, as a scored run."""
+    if SCORING_CPUS:
+        os.sched_setaffinity(0, SCORING_CPUS)
+
+
+def spinners(cpus: frozenset[int]) -> list[subprocess.Popen[bytes]]:
+    """One busy loop pinned to each of ``cpus`` (the caller kills them)."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", "while 1: pass"],
+            preexec_fn=functools.partial(os.sched_setaffinity, 0, {cpu}),
+        )
+        for cpu in sorted(cpus)
+    ]
 
 
 def setup_django(data_dir: Path) -> None:
@@ -170,8 +206,9 @@ class Sandbox:
             staged_names=[],
         )
 
-    def run(self, image: str) -> int:
-        """One run in the container; the trusted wall time in ns."""
+    def run(self, image: str, scoring_cpus: str | None = None) -> int:
+        """One run in the container (on ``scoring_cpus``; None: this machine's scoring
+        CPUs); the trusted wall time in ns."""
         from portal.contests.models import Benchmark
         from scoring import engine, runner
 
@@ -181,6 +218,7 @@ class Sandbox:
             benchmark=Benchmark(),  # the default rules' limits
             supervisor=self.supervisor,
             expect_bytes=0,
+            scoring_cpus=scoring_cpus,
         )
         container_id = engine.create_container(**spec)
         try:
@@ -206,7 +244,9 @@ class Sandbox:
         args = [str(self.supervisor), "--deadline-ms", "120000", "--log-dir", str(logs)]
         args += ["--output", str(out / "predictions.i32"), "--expect-bytes", "0", "--"]
         args += [str(binary), "manifest.tsv", "images", str(out / "predictions.i32")]
-        done = subprocess.run(args, capture_output=True, check=True, timeout=120)
+        done = subprocess.run(
+            args, capture_output=True, check=True, timeout=120, preexec_fn=on_scoring_cpus
+        )
         return runner.parse_supervisor_line(done.stdout).wall_ns
 
 
@@ -215,7 +255,10 @@ def hyperfine_run(binary: Path, folder: Path, warmup: int = 0) -> float:
     export = folder / "hyperfine.json"
     args = ["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", "1"]
     subprocess.run(
-        [*args, "--export-json", str(export), str(binary)], check=True, capture_output=True
+        [*args, "--export-json", str(export), str(binary)],
+        check=True,
+        capture_output=True,
+        preexec_fn=on_scoring_cpus,
     )
     return float(json.loads(export.read_text())["results"][0]["times"][0])
 
@@ -240,13 +283,30 @@ def verdict(ok: bool | None) -> str:
 
 def main() -> int:
     args = parse_args()
+    # A stop (timeout, kill) still runs the clean-up below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"Reproduce: {REPRODUCE}")
     print(f"  options: {shlex.join(sys.argv[1:]) or '(defaults)'}")
+    global SCORING_CPUS
     folder = Path(tempfile.mkdtemp(prefix="podium-timing-"))
     sandbox: Sandbox | None = None
+    busy: list[subprocess.Popen[bytes]] = []
     try:
         setup_django(folder / "data")
+        from portal import cpus
         from scoring import engine
+
+        isolation = cpus.configured()
+        SCORING_CPUS = isolation.scoring or None
+        cpus.pin_off_scoring()
+        print(
+            f"  CPUs: scored runs on {isolation.scoring_cpus}, the rest on {isolation.other_cpus}"
+            if isolation.split
+            else f"  CPUs: shared ({isolation.reason})"
+        )
+        if args.busy:
+            busy = spinners(cpus.parse_cpu_list(args.busy))
+            print(f"  busy: one spinning process on each of CPU {args.busy}")
 
         if not engine.available():
             raise Missing("no Docker Engine answers here")
@@ -292,6 +352,9 @@ def main() -> int:
         print(f"cannot run: {missing}")
         return 2
     finally:
+        for spinner in busy:
+            spinner.kill()
+            spinner.wait()
         if sandbox is not None:
             for image in sandbox.images:
                 engine.remove_image(image)

@@ -1,22 +1,42 @@
-"""Benchmark: the host time verification adds to a top-20 leaderboard, on the demo cohort.
+"""Benchmark: the host time verification adds to a top-20 leaderboard, on the demo cohort,
+and how often honest entrants are wrongly rejected by it.
 
 Every passing official run that becomes its entrant's best in the top ``verify_top``
-(20) is run once more, off the board: the cohort staged shuffled, every JPEG rewritten
-losslessly, then the same stages as a score. This measures, on the full demo cohort
-and the starter kit (the same set-up as ``bench/score_overhead.py``, whose helpers it
-uses), for ``--runs`` submissions:
+(20) is run again, off the board: the cohort staged shuffled, every JPEG rewritten
+losslessly, then the same stages as a score. A correctness failure rejects at once; a
+timing miss is measured again (up to ``PODIUM_VERIFY_MAX_RUNS``, 3) and judged on the
+fastest run against the larger of ``verify_tolerance_pct`` (10%) and
+``PODIUM_VERIFY_NOISE_FACTOR`` (3) times the class's noise band (from this host's own
+calibrations, when it made any). This measures, on the demo cohort and the starter kit
+(the same set-up as ``bench/score_overhead.py``, whose helpers it uses), for ``--runs``
+honest submissions, one entrant each:
 
 - the official score: the whole ``score_submission`` call (gates, staging, container,
   run, verdict), its staging and its trusted wall time;
-- its verification: the same, with the rewrite inside staging.
+- each of its verification runs: the same, with the rewrite inside staging;
+- the verdict: how many honest entrants were rejected, and how many needed a re-measure.
 
-A top-20 board whose 20 rows were each verified once costs 20 official runs plus 20
+``--busy-cpus 1`` keeps CPU 1 busy with an unrelated process for the whole measurement
+(a ``while 1: pass`` loop pinned there with ``taskset``), as a noisy neighbour would; the
+cpu_idle health gate's limit is raised by as many CPUs, or it would hold every run.
+``--calibrations N`` first calibrates this machine N times (as an active host of its
+class), so the verification reads a noise band measured here, under the same load.
+``--replay`` adds one submission that writes back the cohort's answers in the fixed
+official order: it passes its official run and must be rejected by its verification.
+``--lookup`` adds one that answers every other official image from a table keyed by the
+file's SHA-256 and computes the rest with the kit's own model: correct everywhere, faster
+only on the official bytes, so its verification must reject it on time.
+
+A top-20 board whose 20 rows were each verified costs 20 official runs plus their
 verifications; the share verification adds is the sum of verification calls over the
 sum of official calls (entrants' runs that did not reach the top 20 add host time with
-no verification, so on a real contest the share is lower). Also printed: the rewrite's
-share of a verification, and whether each verification confirmed its run.
+no verification, so on a real contest the share is lower).
 
-    .venv/bin/python bench/verification.py [--runs 3] [--images 10000]
+    .venv/bin/python bench/verification.py [--runs 3] [--images 10000] [--busy-cpus 1]
+        [--replay] [--lookup] [--calibrations 3]
+
+Exit status: 0 when every honest submission passed (and the replay and the lookup, if
+any, were rejected), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +51,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -45,6 +67,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="submissions (default 3)")
     parser.add_argument("--images", type=int, default=10_000, help="cohort size (default 10000)")
     parser.add_argument("--seed", type=int, default=20260810, help="demo cohort seed")
+    parser.add_argument(
+        "--busy-cpus",
+        default="",
+        help="CPUs (a taskset list, e.g. 1 or 0,1) each kept busy by an unrelated loop",
+    )
+    parser.add_argument(
+        "--replay", action="store_true", help="add a replay of the official answers"
+    )
+    parser.add_argument(
+        "--lookup",
+        action="store_true",
+        help="add an entry that answers half the official images from a file-hash table",
+    )
+    parser.add_argument(
+        "--calibrations",
+        type=int,
+        default=0,
+        help="calibrate this machine N times first, so its class has a noise band",
+    )
     return parser.parse_args()
 
 
@@ -57,6 +98,8 @@ def timed_score(submission_id: int) -> float:
 
 
 def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
+    """Score each submission, then run each of its verification runs (one call each, as
+    the scoring worker takes them) until it leaves ``verifying``."""
     from portal.submissions.models import Run, Submission
 
     rows = []
@@ -65,42 +108,73 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
         status = Submission.objects.values_list("status", flat=True).get(pk=submission_id)
         if status != Submission.VERIFYING:
             raise SystemExit(f"submission {submission_id} is {status}, not verifying")
-        verify_ms = timed_score(submission_id)
+        verify_ms: list[float] = []
+        while status == Submission.VERIFYING and len(verify_ms) < 10:
+            verify_ms.append(timed_score(submission_id))
+            status = Submission.objects.values_list("status", flat=True).get(pk=submission_id)
         official = Run.objects.get(submission_id=submission_id, purpose=Run.SCORE)
-        verify = Run.objects.get(submission_id=submission_id, purpose=Run.VERIFY)
+        verifications = list(
+            Run.objects.filter(submission_id=submission_id, purpose=Run.VERIFY).order_by(
+                "try_number"
+            )
+        )
         rows.append(
             {
                 "official_ms": official_ms,
                 "verify_ms": verify_ms,
                 "official_staging_ms": float(official.overhead_ms.get("staging", 0.0)),
-                "verify_staging_ms": float(verify.overhead_ms.get("staging", 0.0)),
+                "verify_staging_ms": [
+                    float(run.overhead_ms.get("staging", 0.0)) for run in verifications
+                ],
                 "official_wall_ms": (official.wall_time_ns or 0) / 1e6,
-                "verify_wall_ms": (verify.wall_time_ns or 0) / 1e6,
-                "status": Submission.objects.values_list("status", flat=True).get(pk=submission_id),
+                "verify_wall_ms": [(run.wall_time_ns or 0) / 1e6 for run in verifications],
+                "status": status,
+                "entrant": Submission.objects.values_list("entrant__username", flat=True).get(
+                    pk=submission_id
+                ),
+                "note": verifications[-1].verification_note if verifications else "",
             }
         )
     return rows
 
 
-def report(rows: list[dict[str, Any]]) -> None:
+def report(rows: list[dict[str, Any]], band: Any) -> None:
     header = (
         f"{'run':>4}{'official_s':>12}{'verify_s':>10}{'staging_s':>11}"
-        f"{'v.staging_s':>13}{'wall_s':>9}{'v.wall_s':>10}  verdict"
+        f"{'v.staging_s':>13}{'wall_s':>9}  {'v.wall_s (each run)':<26}{'fast/off':>9}  verdict"
     )
     print(header)
     for index, row in enumerate(rows, start=1):
+        walls = ", ".join(f"{wall / 1e3:.3f}" for wall in row["verify_wall_ms"])
+        ratio = min(row["verify_wall_ms"]) / row["official_wall_ms"]
         print(
-            f"{index:>4}{row['official_ms'] / 1e3:>12.2f}{row['verify_ms'] / 1e3:>10.2f}"
-            f"{row['official_staging_ms'] / 1e3:>11.2f}{row['verify_staging_ms'] / 1e3:>13.2f}"
-            f"{row['official_wall_ms'] / 1e3:>9.3f}{row['verify_wall_ms'] / 1e3:>10.3f}"
-            f"  {row['status']}"
+            f"{index:>4}{row['official_ms'] / 1e3:>12.2f}{sum(row['verify_ms']) / 1e3:>10.2f}"
+            f"{row['official_staging_ms'] / 1e3:>11.2f}"
+            f"{statistics.median(row['verify_staging_ms']) / 1e3:>13.2f}"
+            f"{row['official_wall_ms'] / 1e3:>9.3f}  {walls:<26}{ratio:>9.3f}  {row['status']}"
         )
     official = statistics.median(row["official_ms"] for row in rows)
-    verify = statistics.median(row["verify_ms"] for row in rows)
-    rewrite = statistics.median(row["verify_staging_ms"] for row in rows)
+    verify = statistics.median(sum(row["verify_ms"]) for row in rows)
+    single = statistics.median(ms for row in rows for ms in row["verify_ms"])
+    rewrite = statistics.median(ms for row in rows for ms in row["verify_staging_ms"])
+    firsts = [row["verify_wall_ms"][0] / row["official_wall_ms"] for row in rows]
+    remeasured = sum(len(row["verify_ms"]) > 1 for row in rows)
+    rejected = [row for row in rows if row["status"] != "passed"]
     print(
-        f"\nmedian per run: official {official / 1e3:.2f} s, verification {verify / 1e3:.2f} s "
-        f"(of which staging with the rewrite {rewrite / 1e3:.2f} s, {rewrite / verify:.0%})"
+        "\nnoise band of the class: "
+        + (f"{band.percent}% ({band.runs} calibrations)" if band else "none published")
+    )
+    print(
+        f"first verification / official wall time: {min(firsts):.3f} to {max(firsts):.3f} "
+        f"(median {statistics.median(firsts):.3f}); re-measured: {remeasured} of {len(rows)}; "
+        f"rejected: {len(rejected)} of {len(rows)}"
+    )
+    for row in rejected:
+        print(f"  rejected: {row['note']}")
+    print(
+        f"median per submission: official {official / 1e3:.2f} s, verification "
+        f"{verify / 1e3:.2f} s (one verification run {single / 1e3:.2f} s, of which staging "
+        f"with the rewrite {rewrite / 1e3:.2f} s, {rewrite / single:.0%})"
     )
     print(
         f"a top-{TOP} board of {TOP} verified bests: {TOP} x {official / 1e3:.2f} s official "
@@ -110,13 +184,164 @@ def report(rows: list[dict[str, Any]]) -> None:
     )
 
 
+def _image_with(sub_image: str, tag: str, files: dict[str, tuple[bytes, int]]) -> None:
+    """Commit ``sub_image`` with ``files`` (path in the image: content, mode) as ``tag``."""
+    import io
+    import tarfile
+
+    from scoring import engine
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    repository, _, version = tag.rpartition(":")
+    container_id = engine.create_container(
+        image=sub_image, command=["/bin/true"], entrypoint=[], network_mode="none"
+    )
+    try:
+        engine.put_archive(container_id, "/", buffer)
+        engine.commit(container_id, repository=repository, tag=version)
+    finally:
+        engine.remove_container(container_id)
+
+
+def replay_image(sub_image: str, tag_root: str, made: list[str]) -> str:
+    """The starter kit's submission image with a ``run`` that ignores its input and writes
+    back the official cohort's answers in its fixed order (learned elsewhere)."""
+    from portal.contests.models import CohortItem
+
+    answers = b"".join(
+        item.reference_class.to_bytes(4, "little")
+        for item in CohortItem.objects.filter(cohort__kind="official").order_by("position")
+    )
+    script = b'#!/bin/sh\ncat "$(dirname "$0")/answers.bin" > "$3"\n'
+    tag = f"{tag_root}-replay:1"
+    made.append(tag)
+    _image_with(
+        sub_image,
+        tag,
+        {"submission/run": (script, 0o755), "submission/answers.bin": (answers, 0o644)},
+    )
+    return tag
+
+
+# The lookup's entrypoint: the starter kit's own model, except that an image whose file
+# hash is in its table is answered from the table instead of being decoded.
+LOOKUP_RUN = b"""#!/usr/bin/env python3
+import hashlib, json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import predict
+with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "table.json")) as f:
+    TABLE = json.load(f)
+honest = predict.classify
+def classify(path):
+    with open(path, "rb") as image:
+        key = hashlib.sha256(image.read()).hexdigest()
+    return TABLE[key] if key in TABLE else honest(path)
+predict.classify = classify
+sys.exit(predict.main(sys.argv[1:]))
+"""
+
+
+def lookup_image(sub_image: str, tag_root: str, made: list[str]) -> str:
+    """The starter kit's submission image, but answering every other official image from
+    a table keyed by the file's SHA-256 (learned elsewhere) and computing the rest: a
+    correct entry that is faster only on the exact official bytes."""
+    import json
+
+    from portal.contests.models import CohortItem
+
+    items = CohortItem.objects.filter(cohort__kind="official").order_by("position")
+    table = {item.sha256: item.reference_class for item in items if item.position % 2 == 0}
+    tag = f"{tag_root}-lookup:1"
+    made.append(tag)
+    _image_with(
+        sub_image,
+        tag,
+        {
+            "submission/run": (LOOKUP_RUN, 0o755),
+            "submission/table.json": (json.dumps(table).encode(), 0o644),
+        },
+    )
+    return tag
+
+
+def calibrate(times: int) -> None:
+    """Make this machine an active scoring host of its class and calibrate it ``times``
+    times, as a worker does at its start and every ``PODIUM_CALIBRATE_EVERY_RUNS`` runs:
+    the noise band a verification reads is then this machine's own (under the busy
+    loops, if any). A calibration that drifts would drain the host: it stays active."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from portal.hosts.models import HostCalibration, ScoringHost
+    from scoring import calibration, machine
+
+    host = machine.scoring_host()
+    now = timezone.now()
+    ScoringHost.objects.update_or_create(
+        name=host,
+        defaults={
+            "hardware_class": settings.PODIUM_HARDWARE_CLASS,
+            "status": ScoringHost.ACTIVE,
+            "registered_at": now,
+            "last_heartbeat_at": now,
+        },
+    )
+    for number in range(1, times + 1):
+        with machine.hold(reschedule=lambda reason: print(f"calibration waits: {reason}")) as s:
+            row = calibration.calibrate(s, trigger=HostCalibration.RUNS)
+        ScoringHost.objects.filter(name=host).update(status=ScoringHost.ACTIVE)
+        print(
+            f"calibration {number} of {times}: median {row.median_ns} ns, noise "
+            f"{row.noise_pct} %, ok {row.ok} {row.reason}".rstrip()
+        )
+
+
+@contextmanager
+def busy(cpus: str) -> Iterator[None]:
+    """One ``while 1: pass`` loop pinned to each CPU of ``cpus`` (a taskset list)."""
+    if not cpus:
+        yield
+        return
+    count = _cpu_count(cpus)
+    loops = [
+        subprocess.Popen(["taskset", "-c", cpus, sys.executable, "-c", "while 1: pass"])
+        for _ in range(count)
+    ]
+    print(f"keeping CPU(s) {cpus} busy: {count} loop(s), pids {[p.pid for p in loops]}")
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def _cpu_count(cpus: str) -> int:
+    count = 0
+    for part in cpus.split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
+
+
 def main() -> int:
     args = parse_args()
     repo = Path(__file__).resolve().parents[1]
     print(
         "reproduce: cd "
         + shlex.quote(str(repo))
-        + f" && .venv/bin/python bench/verification.py --runs {args.runs} --images {args.images}\n"
+        + f" && .venv/bin/python bench/verification.py --runs {args.runs} --images {args.images}"
+        + (f" --busy-cpus {shlex.quote(args.busy_cpus)}" if args.busy_cpus else "")
+        + (" --replay" if args.replay else "")
+        + (" --lookup" if args.lookup else "")
+        + (f" --calibrations {args.calibrations}" if args.calibrations else "")
+        + "\n"
     )
     work = Path(tempfile.mkdtemp(prefix="podium-bench-verify-"))
     work.chmod(0o755)
@@ -128,26 +353,49 @@ def main() -> int:
         from django.contrib.auth import get_user_model
 
         from portal.celery import app
+        from portal.contests.models import Benchmark
+        from portal.hosts.selectors import noise_band
         from portal.submissions.models import Submission
 
         subprocess.run(["make", "-s", "scoring/supervisor/supervise"], cwd=repo, check=True)
-        env_image, sub_image = kit.build_images(
-            settings.PODIUM_STARTER_BASE_IMAGE,
-            f"podium-bench/verify-{uuid.uuid4().hex[:8]}",
-            made,
-        )
+        tag_root = f"podium-bench/verify-{uuid.uuid4().hex[:8]}"
+        env_image, sub_image = kit.build_images(settings.PODIUM_STARTER_BASE_IMAGE, tag_root, made)
         ids = kit.make_rows(args.images, sub_image, env_image, args.runs)
-        # One entrant each: every run is a new best in the top 20, so each is verified.
+        # One entrant each, every one inside ``verify_top``: each run is verified.
+        Benchmark.objects.update(verify_top=max(TOP, args.runs + 1))
         for number, submission_id in enumerate(ids, start=1):
             entrant = get_user_model().objects.create(username=f"entrant-{number}")
             Submission.objects.filter(pk=submission_id).update(entrant=entrant)
         kit.import_cohort(args.images, args.seed, work)
+        cheats: list[int] = []
+        for wanted, name, make_image in (
+            (args.replay, "replay", replay_image),
+            (args.lookup, "lookup", lookup_image),
+        ):
+            if not wanted:
+                continue
+            cheat = Submission.objects.get(pk=ids[0])
+            cheat.pk = None
+            cheat.entrant = get_user_model().objects.create(username=name)
+            cheat.image_tag = make_image(sub_image, tag_root, made)
+            cheat.save()
+            cheats.append(int(cheat.pk))
+        if args.busy_cpus:
+            # The cpu_idle gate would (rightly) hold every run while the loops spin: let
+            # the runs start, so the loops are noise the timing itself must live with.
+            settings.PODIUM_GATE_CPU_BUSY_MAX += _cpu_count(args.busy_cpus)
+            print(f"cpu_idle gate limit raised to {settings.PODIUM_GATE_CPU_BUSY_MAX} busy CPUs")
         print(f"scoring and verifying {args.runs} submission(s) of {args.images} images...\n")
         # Nothing may reach a broker from here: the verification is run by hand below.
-        with mock.patch.object(app, "send_task"):
+        with mock.patch.object(app, "send_task"), busy(args.busy_cpus):
+            calibrate(args.calibrations)
             rows = measure(ids)
-        report(rows)
-        return 0 if all(row["status"] == "passed" for row in rows) else 1
+            cheated = measure(cheats) if cheats else []
+        report(rows, noise_band(settings.PODIUM_HARDWARE_CLASS))
+        for row in cheated:
+            print(f"\n{row['entrant']}: {row['status']}: {row['note']}")
+        honest = all(row["status"] == "passed" for row in rows)
+        return 0 if honest and all(r["status"] != "passed" for r in cheated) else 1
     finally:
         if made:
             from scoring import engine

@@ -15,6 +15,8 @@ from podium_cli.api import Client
 from podium_cli.errors import EXIT_OK, CliError, Refused
 from podium_cli.pack import upload_for
 
+DEVICE_HEADER = "X-Podium-Device"
+
 
 def client_for(args: argparse.Namespace, *, need_token: bool = True) -> Client:
     settings = config.load(url_override=getattr(args, "url", None), need_token=need_token)
@@ -28,15 +30,22 @@ def login(args: argparse.Namespace) -> int:
         raise CliError("No username given; type it when asked, or pass --username.")
     password = os.environ.get("PODIUM_PASSWORD") or getpass.getpass(f"Password for {username}: ")
     label = f"podium command line on {socket.gethostname()}"[:100]
+    client = Client(url)
+    # The device string of this client's last sign-in here: the server counts failures
+    # with it at this client only, so others' guesses at the account do not lock it out.
+    device = config.stored_device(url)
+    if device:
+        client.session.headers[DEVICE_HEADER] = device
     try:
-        answer = Client(url).post_json(
+        answer = client.post_json(
             "/tokens/", {"username": username, "password": password, "label": label}
         )
     except Refused as exc:
         if exc.code == "not_authenticated":
             raise CliError(f"Sign-in refused: {exc.detail}") from exc
         raise
-    path = config.save(config.Settings(url=url, token=str(answer["token"])))
+    device = str(answer["device"]) if answer.get("device") else None
+    path = config.save(config.Settings(url=url, token=str(answer["token"]), device=device))
     print(f"Signed in to {url} as {username}.")
     print(f"Token saved in {path} (readable by you only).")
     return EXIT_OK

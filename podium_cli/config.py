@@ -1,9 +1,12 @@
-"""Where the client keeps the server URL and the personal token, and how it reads them back.
+"""Where the client keeps the server URL, the personal token and the device string, and how
+it reads them back.
 
 The file is ``config.json`` in ``platformdirs.user_config_dir("podium")`` (or in
 ``$PODIUM_CONFIG_DIR``), readable by its owner only: the token acts as its owner's
 password on the API. ``$PODIUM_URL`` and ``$PODIUM_TOKEN`` override what is stored,
-for scripts and CI jobs that keep no file.
+for scripts and CI jobs that keep no file. The device string is what the server answered
+to the last ``podium login``; the next one sends it back, so that the server counts this
+client as a known device of the account, which others' wrong passwords do not lock out.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class ConfigError(CliError):
 class Settings:
     url: str
     token: str | None
+    device: str | None = None
 
 
 def config_dir() -> Path:
@@ -78,11 +82,26 @@ def load(*, url_override: str | None = None, need_token: bool = True) -> Setting
     return Settings(url=url, token=token)
 
 
+def stored_device(url: str) -> str | None:
+    """The device string the last sign-in stored, if it was a sign-in to ``url``; None
+    too when the file is unreadable, which the sign-in then writes again."""
+    try:
+        stored = _stored()
+        if not stored.get("url") or normalize_url(stored["url"]) != url:
+            return None
+    except ConfigError:
+        return None
+    return stored.get("device") or None
+
+
 def save(settings: Settings) -> Path:
     """Write the file atomically, mode 0600, in a folder created with mode 0700."""
     folder = config_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = json.dumps({"url": settings.url, "token": settings.token}, indent=2) + "\n"
+    fields = {"url": settings.url, "token": settings.token}
+    if settings.device:
+        fields["device"] = settings.device
+    data = json.dumps(fields, indent=2) + "\n"
     # mkstemp creates the file with mode 0600, before the token is written into it.
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".config-", suffix=".tmp")
     try:

@@ -31,6 +31,7 @@ PREFIXES = {
     "throttled": "Too many requests",
     "email_not_verified": "Email address not verified",
     "too_many_builds": "Too many builds in flight",
+    "no_cohort": "No cohort to score it on",
     "permission_denied": "Not allowed",
 }
 HINTS = {
@@ -43,6 +44,7 @@ HINTS = {
     "archive_too_large": "Nothing was charged; leave large files out of the archive.",
     "email_not_verified": "Follow the link in the email sent at sign-up, then try again.",
     "too_many_builds": "Nothing was charged; try again when one of your builds has finished.",
+    "no_cohort": "Nothing was charged.",
 }
 
 

@@ -2,7 +2,8 @@
 
 Each poll reads the submission; new timeline entries are printed in order, and while
 the build (accepted, building) or the scored run (staging, running) is under way its
-log tail is read and only lines not shown before are printed. A log's last line is
+log tail is read and only lines not shown before are printed. A verification measured
+again after a timing miss shows as "re-measuring (2 of 3)". A log's last line is
 held back until the next line or the end of its step, since it may still be growing.
 """
 
@@ -97,6 +98,7 @@ def _follow(client: Client, submission_id: int, *, interval_s: float, logs: bool
     missed = 0
     first = True
     queue_shown = ""
+    remeasure_shown = ""
     while True:
         try:
             submission = client.get_json(f"{base}/")
@@ -118,6 +120,10 @@ def _follow(client: Client, submission_id: int, *, interval_s: float, logs: bool
             if queue and queue != queue_shown:
                 print(queue)
             queue_shown = queue
+            remeasure = _remeasure_line(submission)
+            if remeasure and remeasure != remeasure_shown:
+                print(remeasure)
+            remeasure_shown = remeasure
             if logs and submission["status"] in FINAL:
                 build.finish()
                 run.finish()
@@ -165,6 +171,21 @@ def _queue_line(submission: dict[str, Any]) -> str:
         minutes = max(1, round(eta / 60))
         guess = f"starts in about {show.plural(minutes, 'minute')}"
     return f"  queue | number {position} in line; {guess}"
+
+
+def _remeasure_line(submission: dict[str, Any]) -> str:
+    """While a timing miss of its verification is measured again: which run of how many
+    ("" otherwise). The verdict is judged on the fastest of them."""
+    verification = submission.get("verification") or {}
+    number = verification.get("run") or 1
+    if submission.get("status") != "verifying" or number < 2:
+        return ""
+    if verification.get("status") == "finished":
+        return ""
+    return (
+        f"  verify | re-measuring ({number} of {verification.get('of', number)}): "
+        "the verification was slower than allowed; judged on the fastest run"
+    )
 
 
 def _verdict(submission: dict[str, Any]) -> str:

@@ -82,3 +82,10 @@ class TooManyBuilds(PodiumError):
 
     code = "too_many_builds"
     http_status = 409
+
+
+class NoCohort(PodiumError):
+    """The benchmark has no cohort of the upload's kind (official or practice) to score it on."""
+
+    code = "no_cohort"
+    http_status = 409

@@ -96,6 +96,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    # Sets the device cookie that a successful sign-in issued (portal/login_limits.py).
+    "portal.login_limits.DeviceCookieMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -140,10 +142,12 @@ ACCOUNT_EMAIL_VERIFICATION = "mandatory"
 ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
 LOGIN_REDIRECT_URL = "/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/"
-# Failed sign-ins, counted in one place for the browser form and POST /api/v1/tokens/
-# (portal/login_limits.py, through allauth's adapter): at most 20 a minute from one client
-# address, and 5 in 5 minutes at one account (its username and email addresses count
-# together). Past either, even the right password is refused until the oldest counted
+# Failed sign-ins, counted in one place for the browser form, the admin's login and
+# POST /api/v1/tokens/ (portal/login_limits.py, through allauth's adapter): at most 20 a
+# minute from one client address, and 5 in 5 minutes at one account (its username and email
+# addresses count together), counted apart for each known device of the account (one that
+# presents the device cookie or string a sign-in issued) and for all its other clients
+# together. Past either, even the right password is refused until the oldest counted
 # failure leaves its window; a right password takes its own attempt back. The counts live
 # in the default cache (CACHES below). In allauth's syntax, comma-separated limits of
 # "<count>/<window>/<ip|key>"; PODIUM_LOGIN_FAILURE_LIMITS overrides them.
@@ -243,12 +247,15 @@ CELERY_TASK_ROUTES = {
     # scoring.score_next goes to its class's queue, scoring.<hardware class> (portal.jobs).
     "scoring.remove_image": {"queue": "builds"},
     "scoring.reap": {"queue": "builds"},
+    "scoring.score_sweep": {"queue": "builds"},
     "portal.campaigns.sweep": {"queue": "builds"},
     # Verdict mail: never sent by a scoring host, which holds its machine while it records.
     "portal.notifications.send_verdict_mail": {"queue": "builds"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reap": {"task": "scoring.reap", "schedule": 60.0},
+    # Classes whose runs wait with no wake-up in flight (a lost message) are woken again.
+    "score-sweep": {"task": "scoring.score_sweep", "schedule": 60.0},
     # Campaign rounds: stale ones void, unclaimed ones wait for capacity, triggers fire.
     "campaigns": {"task": "portal.campaigns.sweep", "schedule": 60.0},
 }
@@ -330,6 +337,10 @@ PODIUM_BUILD_MEMORY_BYTES = env.int("PODIUM_BUILD_MEMORY_BYTES", default=8 << 30
 PODIUM_BUILD_PIDS_LIMIT = env.int("PODIUM_BUILD_PIDS_LIMIT", default=1024)
 PODIUM_BUILD_CPUS = env.float("PODIUM_BUILD_CPUS", default=max(1.0, (os.cpu_count() or 2) / 2))
 PODIUM_BUILD_CGROUP_PARENT = env.str("PODIUM_BUILD_CGROUP_PARENT", default="podium-build")
+# CPUs of their own for scored runs (portal/cpus.py): a CPU list ("1", "2-3"), "auto" (the
+# last half of the CPUs on a machine of 4 or more, else none) or "shared". Every other
+# Podium process (web, workers, beat, build containers) pins itself to the rest at start.
+PODIUM_SCORING_CPUS = env.str("PODIUM_SCORING_CPUS", default="auto")
 
 # The scoring fleet (portal/hosts, scoring/hosts.py). A worker that consumes a scoring queue
 # registers its host under PODIUM_HOST_NAME, for benchmarks of PODIUM_HARDWARE_CLASS (a
@@ -363,6 +374,13 @@ PODIUM_CALIBRATION_DRIFT_PCT = env.float("PODIUM_CALIBRATION_DRIFT_PCT", default
 # A calibration whose own runs spread wider than this (± % of their median) judges nothing.
 PODIUM_CALIBRATION_MAX_NOISE_PCT = env.float("PODIUM_CALIBRATION_MAX_NOISE_PCT", default=3.0)
 PODIUM_NOISE_BAND_CALIBRATIONS = env.int("PODIUM_NOISE_BAND_CALIBRATIONS", default=20)
+# Verification before ranking (portal/contests/rules.py verification_decision): a
+# verification may be slower than its official run by the benchmark's verify_tolerance_pct
+# or PODIUM_VERIFY_NOISE_FACTOR times the class's noise band, whichever is larger, and is
+# judged on the fastest of up to PODIUM_VERIFY_MAX_RUNS verification runs (a timing miss
+# is re-measured on a fresh permutation; a correctness failure rejects at once).
+PODIUM_VERIFY_NOISE_FACTOR = env.float("PODIUM_VERIFY_NOISE_FACTOR", default=3.0)
+PODIUM_VERIFY_MAX_RUNS = env.int("PODIUM_VERIFY_MAX_RUNS", default=3)
 # Tests only (never from the environment): a CPU quota (and the lowest CPU weight) for the
 # calibration's container, to slow the real workload on purpose. None: as a scored run.
 PODIUM_CALIBRATION_CPUS: float | None = None

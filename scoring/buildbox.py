@@ -9,7 +9,8 @@ A build (an environment's Dockerfile or a submission's build.sh) runs entrant co
   the build is made under: it carries the PID bound (the engine's build API has no PID
   limit for RUN steps) and tells afterwards whether the build reached it, so a fork
   bomb is named as one;
-- **memory, swap and CPU bounds** on every container (``engine.BuildBounds``);
+- **memory, swap and CPU bounds** on every container (``engine.BuildBounds``), on the
+  CPUs that do not score (``portal.cpus``);
 - **a disk cap**: the storage drivers we run on (fuse-overlayfs, overlay2 on ext4) refuse
   ``--storage-opt size``, so a guard thread reads each build container's writable-layer
   size every :data:`GUARD_PERIOD_S` and kills one that wrote more than the cap.
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from portal import cpus
 from scoring import buildnet, engine
 
 log = logging.getLogger(__name__)
@@ -227,6 +229,7 @@ def sandbox(*, job: str, disk_cap_bytes: int) -> Iterator[Box]:
             f"the engine's cgroup driver is {driver or 'unknown'}; builds need cgroupfs "
             "for their PID bound"
         )
+    isolation = cpus.configured()
     cgroup = Cgroup(job, settings.PODIUM_BUILD_PIDS_LIMIT)
     cgroup.create()
     bounds = engine.BuildBounds(
@@ -235,6 +238,7 @@ def sandbox(*, job: str, disk_cap_bytes: int) -> Iterator[Box]:
         memory_bytes=settings.PODIUM_BUILD_MEMORY_BYTES,
         pids_limit=settings.PODIUM_BUILD_PIDS_LIMIT,
         cpus=settings.PODIUM_BUILD_CPUS,
+        cpuset=isolation.other_cpus,
     )
     guard = Guard(bounds.network, cgroup.parent, disk_cap_bytes)
     guard.start()

@@ -51,13 +51,15 @@ class BuildOutcome:
 @dataclass(frozen=True)
 class BuildBounds:
     """What confines a build's containers: the network they join, the cgroup they are
-    made under (which carries the PID bound), memory (swap included) and CPUs."""
+    made under (which carries the PID bound), memory (swap included) and CPUs: a quota of
+    ``cpus``, on the CPUs of ``cpuset`` ("" for any; the non-scoring CPUs, portal/cpus.py)."""
 
     network: str
     cgroup_parent: str
     memory_bytes: int
     pids_limit: int
     cpus: float
+    cpuset: str = ""
 
     def build_params(self) -> dict[str, Any]:
         """The ``POST /build`` query parameters: applied to every RUN step's container."""
@@ -69,6 +71,7 @@ class BuildBounds:
             "memswap": self.memory_bytes,
             "cpuperiod": period,
             "cpuquota": int(self.cpus * period),
+            **({"cpusetcpus": self.cpuset} if self.cpuset else {}),
         }
 
     def host_config(self) -> dict[str, Any]:
@@ -80,6 +83,7 @@ class BuildBounds:
             "mem_limit": self.memory_bytes,
             "memswap_limit": self.memory_bytes,
             "nano_cpus": int(self.cpus * 1e9),
+            **({"cpuset_cpus": self.cpuset} if self.cpuset else {}),
         }
 
 

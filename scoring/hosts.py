@@ -16,6 +16,7 @@ import logging
 import os
 import platform
 import re
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
@@ -25,10 +26,11 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from portal import cpus
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import class_platform, hardware_class
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
-from scoring import calibration, engine
+from scoring import calibration, engine, rewrite
 from scoring import gpus as gpu_devices
 from scoring.machine import scoring_host
 from scoring.platforms import platform_problem
@@ -114,6 +116,14 @@ def _supervisor_sha256() -> str:
         return ""
 
 
+def _cpu_isolation() -> dict[str, Any]:
+    try:
+        return cpus.configured().as_fact()
+    except cpus.CpuListError as exc:
+        log.warning("the scoring CPUs could not be decided: %s", exc)
+        return {"shared": True, "scoring_cpus": None, "other_cpus": None, "reason": str(exc)}
+
+
 def machine_facts() -> dict[str, Any]:
     """What this machine is, for its ``ScoringHost`` row. Never raises: a fact that cannot
     be read is empty (``""``, 0 or ``[]``) and the reason is logged."""
@@ -126,14 +136,44 @@ def machine_facts() -> dict[str, Any]:
         "docker_version": _docker_version(),
         "kernel_version": platform.release(),
         "supervisor_sha256": _supervisor_sha256(),
+        "cpu_isolation": _cpu_isolation(),
     }
+
+
+# Host tools ---------------------------------------------------------------------------
+
+
+def missing_tools() -> dict[str, str]:
+    """The host tools a scored run or its verification needs that this machine lacks:
+    each one's name, with what it is for and how to install it ({} when none). Looked up
+    as the run looks them up: ``jpegtran`` on ``PATH`` (a verification run rewrites every
+    JPEG with it, ``scoring.rewrite``) and the supervisor at ``PODIUM_SUPERVISOR`` (every
+    run's trusted timer, ``scoring.runner.create``)."""
+    missing: dict[str, str] = {}
+    if shutil.which(rewrite.JPEGTRAN) is None:
+        missing[rewrite.JPEGTRAN] = (
+            f"the verification runs' JPEG rewriter: apt-get install {rewrite.PACKAGE}"
+        )
+    supervisor = Path(settings.PODIUM_SUPERVISOR)
+    if not supervisor.is_file():
+        missing["supervisor"] = f"every run's timer, {supervisor}: make supervisor"
+    return missing
+
+
+def tools_problem(missing: dict[str, str]) -> str:
+    """One line naming every missing tool (``missing_tools()``); "" when none."""
+    if not missing:
+        return ""
+    listed = "; ".join(f"{name} ({why})" for name, why in sorted(missing.items()))
+    return f"missing host tools: {listed}"
 
 
 # Registration and heartbeat -----------------------------------------------------------
 
 
 class HostRefused(Exception):
-    """This host cannot serve its hardware class (the message says why, in one line)."""
+    """This host cannot serve its hardware class, or lacks a host tool its runs need (the
+    message says why, in one line)."""
 
 
 def class_problem() -> str:
@@ -166,24 +206,36 @@ def register() -> ScoringHost:
 
     A host that cannot serve its class (another architecture, or a GPU class whose GPUs
     it cannot give a scored container) refuses: it raises :class:`HostRefused` and logs
-    why in one line, and never takes a run it would fail.
+    why in one line, and never takes a run it would fail. So does a host that lacks a
+    host tool (:func:`missing_tools`), after recording which on its row (the admin and
+    ``GET /api/v1/hosts/`` show them; it takes no work until a registration finds them).
     """
     problem = class_problem()
     if problem:
-        log.error(
-            "scoring host %s refuses to register for %s: %s",
-            scoring_host(),
-            settings.PODIUM_HARDWARE_CLASS,
-            problem,
-        )
+        _log_refusal(problem)
         raise HostRefused(problem)
+    missing = missing_tools()
     host = host_register(
         name=scoring_host(),
         hardware_class=settings.PODIUM_HARDWARE_CLASS,
         facts=machine_facts(),
+        missing_tools=list(missing),
     )
+    if missing:
+        problem = tools_problem(missing)
+        _log_refusal(problem)
+        raise HostRefused(problem)
     log.info("scoring host %s registered (%s, %s)", host.name, host.hardware_class, host.status)
     return host
+
+
+def _log_refusal(problem: str) -> None:
+    log.error(
+        "scoring host %s refuses to register for %s: %s",
+        scoring_host(),
+        settings.PODIUM_HARDWARE_CLASS,
+        problem,
+    )
 
 
 class HostHeartbeat(threading.Thread):
@@ -214,6 +266,8 @@ class HostHeartbeat(threading.Thread):
                 first, self.registered = not self.registered, True
                 if first and self.on_registered is not None:
                     self.on_registered()
+        except HostRefused:
+            pass  # register() said why, in one line; the next beat tries again
         except Exception:
             # Whatever failed, the thread must live on: a silent host is taken offline.
             log.exception("scoring host: heartbeat failed")
@@ -237,14 +291,20 @@ class HostHeartbeat(threading.Thread):
 
 def accepts_work(name: str) -> bool:
     """Whether this host (``name``) takes a new run: registered (now, when its first beat
-    has not landed yet), neither draining nor retired, and (on a GPU class) still able to
-    give the run its GPUs."""
+    has not landed yet), neither draining nor retired, (on a GPU class) still able to
+    give the run its GPUs, and with every host tool its runs need. A host whose row lacks
+    a tool, or that lacks one now, registers again: that records what it lacks now and
+    refuses while anything is missing."""
     try:
-        if not ScoringHost.objects.filter(name=name).exists():
+        recorded = ScoringHost.objects.filter(name=name).values_list("missing_tools", flat=True)
+        row = recorded.first()
+        if row is None:
             register()
         elif problem := class_problem():
             log.error("scoring host %s takes no run: %s", name, problem)
             return False
+        elif row or missing_tools():
+            register()
     except HostRefused:
         return False
     return host_accepts_work(name)

@@ -44,10 +44,10 @@ from typing import Any
 
 from django.conf import settings
 
-from portal import storage
+from portal import cpus, storage
 from portal.contests import rules
 from portal.contests.models import Benchmark
-from portal.submissions.dispatch import next_waiting_id
+from portal.submissions.dispatch import next_waiting_id, wake_taken
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     WAITING_FOR_SCORE,
@@ -187,6 +187,7 @@ def container_spec(
     uid: int | None = None,
     gpu_devices: Sequence[str] = (),
     gpu_cdi: bool = False,
+    scoring_cpus: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``engine.create_container`` for one scored run (pure).
 
@@ -216,6 +217,11 @@ def container_spec(
 
     GPUs: exactly ``gpu_devices`` (the host's configured GPUs, on a GPU class), through
     ``scoring.gpus.container_gpus``; none otherwise.
+
+    CPUs: the container runs on ``scoring_cpus`` (a cpuset; by default this machine's
+    ``PODIUM_SCORING_CPUS``, ``portal.cpus``), every other Podium process on the rest;
+    "" shares every CPU. There is never a CPU quota: a quota's period throttling would
+    add to the timing noise, and the cpuset is the limit.
     """
     run_uid = int(settings.PODIUM_RUN_UID if uid is None else uid)
     own_uid = supervisor_uid()
@@ -307,6 +313,9 @@ def container_spec(
     }
     if oom_score_adj is not None:
         spec["oom_score_adj"] = int(oom_score_adj)
+    cpuset = cpus.configured().scoring_cpus if scoring_cpus is None else scoring_cpus
+    if cpuset:
+        spec["cpuset_cpus"] = cpuset
     gpu_spec = gpus.container_gpus(gpu_devices, cdi=gpu_cdi)
     spec["environment"] = [*spec["environment"], *gpu_spec.pop("environment", [])]
     spec.update(gpu_spec)
@@ -491,7 +500,13 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     wake-up again with backoff (``waits`` counts the tries). Holding the machine, before
     it claims, a host calibrates when due (``scoring.calibration.keep_calibrated``); one
     that its calibration drained claims nothing and sends the wake-up back too.
+
+    A waiting submission that no host could run (``run_claim_next``: its cohort is gone,
+    say) is ended and refunded there, and the next one is claimed in the same wake-up.
+    Taking the wake-up clears the class's in-flight marker (``dispatch.wake_taken``), so
+    the minute sweep replaces a wake-up that then comes to nothing.
     """
+    wake_taken(hardware_class)
     try:
         host = machine_lock.scoring_host()
     except engine.EngineError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
+from portal.submissions import services
 from scoring import builds, engine, reaper, rounds, runner
 from scoring.hosts import on_worker_ready
 
@@ -33,6 +34,13 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     """A wake-up on the class queue: claim the next waiting run in the fair order, score it.
     ``waits``: how often a host had not been ready when this was sent (backoff)."""
     runner.score_next(hardware_class, waits)
+
+
+@shared_task(name="scoring.score_sweep")
+def score_sweep() -> None:
+    """Celery beat, every minute (on ``builds``): wake each class again whose runs wait
+    with no wake-up in flight (``services.score_sweep``)."""
+    services.score_sweep()
 
 
 @shared_task(name="scoring.run_round")

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from portal.contests.models import Benchmark
+from portal.contests.models import Benchmark, Cohort
 from portal.environments.models import Environment
 
 
@@ -63,3 +63,12 @@ class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):
     status = Environment.READY
     dockerfile = "FROM localhost/podium/busybox:1\n"
     image_tag = "localhost/podium/busybox:1"
+
+
+def cohorts(benchmark: Benchmark, *kinds: str) -> list[Cohort]:
+    """The benchmark's cohorts of ``kinds`` (both by default), empty ones made where
+    missing: an upload of a kind is refused (``no_cohort``) while its cohort is missing."""
+    return [
+        Cohort.objects.get_or_create(benchmark=benchmark, kind=kind)[0]
+        for kind in kinds or (Cohort.OFFICIAL, Cohort.PRACTICE)
+    ]

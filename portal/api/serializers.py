@@ -24,6 +24,7 @@ from portal.submissions.selectors import (
     queue_standing,
     resources_of,
     run_host,
+    verification_progress,
     verification_summary,
 )
 
@@ -72,6 +73,11 @@ class TokenCreatedSerializer(serializers.Serializer):
     token = serializers.CharField()
     id = serializers.IntegerField()
     label = serializers.CharField()  # type: ignore[assignment]
+    device = serializers.CharField(
+        help_text="This client's device string (also set as the podium_device cookie): send "
+        "it back in the X-Podium-Device header on later sign-ins, which then count failures "
+        "at this device only, so others' wrong passwords at your account do not lock it out."
+    )
 
 
 class TokenSerializer(serializers.ModelSerializer):
@@ -388,6 +394,11 @@ class VerificationSerializer(serializers.Serializer):
     wall_time_ns = serializers.IntegerField(allow_null=True)
     matches = serializers.IntegerField(allow_null=True)
     total = serializers.IntegerField(allow_null=True)
+    run = serializers.IntegerField(
+        help_text="Which verification run this is: a timing miss is measured again, on a "
+        "fresh shuffle, and judged on the fastest run (2 while re-measuring a first miss)."
+    )
+    of = serializers.IntegerField(help_text="At most this many verification runs are judged.")
 
 
 class SubmissionSerializer(serializers.ModelSerializer):
@@ -539,8 +550,9 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(VerificationSerializer(allow_null=True))
     def get_verification(self, submission: Submission) -> dict[str, Any] | None:
-        """The verification run (null when none was needed): aggregates only."""
-        return verification_summary(latest_run(submission, Run.VERIFY))
+        """The latest verification run of its scored run (null when none was needed):
+        aggregates only, and which measurement it is (``run`` of ``of``)."""
+        return verification_summary(verification_progress(submission.runs.all()))
 
     @extend_schema_field(ResourcesSerializer(allow_null=True))
     def get_resources(self, submission: Submission) -> dict[str, Any] | None:
@@ -584,6 +596,22 @@ class HostCalibrationSerializer(serializers.Serializer):
     )
 
 
+class HostCpuIsolationSerializer(serializers.Serializer):
+    """The CPUs a host keeps for scored runs, and the rest; or why it does not split them."""
+
+    shared = serializers.BooleanField(
+        help_text="Scored runs share every CPU with the web server, the workers and the "
+        "engine (the machine is too small to split, or its operator chose so)."
+    )
+    scoring_cpus = serializers.CharField(
+        allow_null=True, help_text='The scored runs\' CPUs ("2-3"); null when shared.'
+    )
+    other_cpus = serializers.CharField(
+        allow_null=True, help_text="Where everything else runs; null when shared."
+    )
+    reason = serializers.CharField(help_text='Why the CPUs are shared; "" when split.')
+
+
 class HostSerializer(serializers.Serializer):
     """One scoring host (``portal.hosts.selectors.HostRow``): its machine, its state and its
     class's queue; never what it runs or for whom."""
@@ -611,4 +639,14 @@ class HostSerializer(serializers.Serializer):
     calibration = HostCalibrationSerializer(
         allow_null=True,
         help_text="Its latest calibration; null before the first.",
+    )
+    missing_tools = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The host tools a scored run or its verification needs that it lacks "
+        "(jpegtran, say): it refused to register and takes no run until they are "
+        "installed. Empty when none.",
+    )
+    cpu_isolation = HostCpuIsolationSerializer(
+        allow_null=True,
+        help_text="Where its scored runs compute (PODIUM_SCORING_CPUS); null until it reports it.",
     )

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views import defaults
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.request import Request
@@ -39,7 +39,7 @@ from portal.api.services import token_create, token_revoke
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.selectors import leaderboard_rows, quota_for, verifying_rows
 from portal.environments.selectors import build_network_state
-from portal.login_limits import LoginLimited, login_authenticate
+from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
 from portal.submissions.models import Submission
 
 # Tokens -----------------------------------------------------------------------------
@@ -51,6 +51,8 @@ class TokenListCreateView(APIView):
     POSTs are throttled per client address (``tokens`` scope), and failed ones count
     toward the same per-account and per-address limits as the browser sign-in form
     (``portal.login_limits``): past either, even the right password is 429 ``throttled``.
+    A success also answers a device string (and sets it as the device cookie); a client that
+    sends it back in ``X-Podium-Device`` is counted as that known device of the account.
     """
 
     throttle_scope = "tokens"
@@ -65,6 +67,15 @@ class TokenListCreateView(APIView):
         operation_id="tokens_create",
         tags=["tokens"],
         request=s.TokenCreateSerializer,
+        parameters=[
+            OpenApiParameter(
+                DEVICE_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="The device string an earlier sign-in of this client answered: "
+                "failed sign-ins then count at this device only.",
+            )
+        ],
         responses={201: s.TokenCreatedSerializer, **s.error_responses(400, 401, 415, 429)},
         auth=[],
     )
@@ -82,8 +93,9 @@ class TokenListCreateView(APIView):
         if user is None:
             raise exceptions.AuthenticationFailed("Wrong username or password.")
         token = token_create(user=user, label=data["label"])
+        device = issue_device(request._request, user)
         return Response(
-            {"token": token.key, "id": token.pk, "label": token.label},
+            {"token": token.key, "id": token.pk, "label": token.label, "device": device},
             status=status.HTTP_201_CREATED,
         )
 

@@ -1,5 +1,5 @@
 """The contest rules as pure functions: the upload window, the attempt day, the quota,
-the artifact retention, the pass gate and the ranking.
+the artifact retention, the pass gate, the ranking and the verification before ranking.
 
 Nothing here touches Django or the database: every function takes plain values and
 returns plain values, so services and selectors call them inside their own transactions
@@ -17,7 +17,7 @@ Time rules:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -237,24 +237,99 @@ def needs_verification(
     return ahead < verify_top
 
 
-def verification_problem(
-    *, official_ns: int, status: str, reason: str, wall_ns: int | None, tolerance_pct: int
-) -> str:
-    """Why a verification run does not confirm the official one ("" when it does).
+CONFIRM = "confirm"
+REMEASURE = "re-measure"
+REJECT = "reject"
 
-    It confirms when it passed the same gate and its wall time is at most
-    ``tolerance_pct`` percent over the official wall time. Only a slower verification
-    tells against the official time (answers replayed, or work done by something the
-    verification's shuffled, rewritten input defeats); a faster one only shows that the
-    official run, which is what ranks, was the first of its image on a cold host.
+
+@dataclass(frozen=True)
+class VerificationVerdict:
+    """What one more verification run decides: ``action`` is :data:`CONFIRM` (the
+    submission ranks with its official time), :data:`REMEASURE` (a timing miss with runs
+    left: one more verification run) or :data:`REJECT`; ``reason`` says why (empty for a
+    confirmation). ``run`` is how many verification runs were judged, of ``of`` at most;
+    ``fastest_ns`` the fastest of them (None when the last did not pass) and
+    ``tolerance_pct`` the tolerance it was held to."""
+
+    action: str
+    reason: str
+    run: int
+    of: int
+    fastest_ns: int | None
+    tolerance_pct: float
+
+
+def verification_tolerance_pct(
+    *, tolerance_pct: float, noise_band_pct: float | None, noise_factor: float
+) -> float:
+    """How much slower than the official run a verification may be, in percent: at least
+    the benchmark's ``tolerance_pct`` and at least ``noise_factor`` times the class's
+    published noise band (none published yet: the benchmark's tolerance alone). Rounded
+    to hundredths, as it is shown."""
+    widened = noise_factor * noise_band_pct if noise_band_pct is not None else 0.0
+    return round(max(float(tolerance_pct), widened), 2)
+
+
+def _percent(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def verification_decision(
+    *,
+    official_ns: int,
+    status: str,
+    reason: str,
+    walls_ns: Sequence[int | None],
+    tolerance_pct: float,
+    noise_band_pct: float | None,
+    noise_factor: float,
+    max_runs: int,
+) -> VerificationVerdict:
+    """The decision after a verification run: confirm, re-measure or reject.
+
+    ``walls_ns`` holds the wall time of every verification run judged for this official
+    run so far, the latest last; ``status`` and ``reason`` are the latest one's verdict
+    (the earlier ones all passed, or they would have rejected). The rule:
+
+    - a latest run that did not pass the gate (or has no wall time) rejects at once:
+      correctness is not a matter of noise;
+    - timing is judged on the fastest run so far, against the larger of the benchmark's
+      tolerance and ``noise_factor`` times the class's noise band
+      (:func:`verification_tolerance_pct`). Only a slower verification tells against
+      the official time (answers replayed, or work done by something the shuffled,
+      rewritten input defeats); a faster one only shows that the official run, which is
+      what ranks, was its image's first on a cold host;
+    - a timing miss with fewer than ``max_runs`` runs judged asks for one more run (a
+      fresh permutation: each verification run is staged anew); only after ``max_runs``
+      misses does timing reject, so no single noisy sample rejects.
     """
+    if not walls_ns:
+        raise ValueError("no verification run to judge")
+    count = len(walls_ns)
+    limit = max(1, max_runs)
+    tolerance = verification_tolerance_pct(
+        tolerance_pct=tolerance_pct, noise_band_pct=noise_band_pct, noise_factor=noise_factor
+    )
+    latest = walls_ns[-1]
     if status != "passed":
-        return f"the verification run did not pass ({status}: {reason.rstrip('.')})."
-    if wall_ns is None or official_ns <= 0:
-        return "the verification run has no wall time."
-    if (wall_ns - official_ns) * 100 > tolerance_pct * official_ns:
-        return (
-            f"the verification run took {wall_ns / 1e9:.3f} s against the official "
-            f"{official_ns / 1e9:.3f} s, more than {tolerance_pct}% slower."
+        problem = f"the verification run did not pass ({status}: {reason.rstrip('.')})."
+        return VerificationVerdict(REJECT, problem, count, limit, None, tolerance)
+    if latest is None or official_ns <= 0:
+        problem = "the verification run has no wall time."
+        return VerificationVerdict(REJECT, problem, count, limit, None, tolerance)
+    fastest = min(wall for wall in walls_ns if wall is not None)
+    if (fastest - official_ns) * 100 <= tolerance * official_ns:
+        return VerificationVerdict(CONFIRM, "", count, limit, fastest, tolerance)
+    runs = "the verification run" if count == 1 else f"the fastest of {count} verification runs"
+    why = (
+        f"{runs} took {fastest / 1e9:.3f} s against the official {official_ns / 1e9:.3f} s, "
+        f"more than {_percent(tolerance)}% slower"
+    )
+    if tolerance > tolerance_pct:
+        why += (
+            f" (the tolerance: {_percent(noise_factor)} x the class's noise band of "
+            f"{_percent(noise_band_pct or 0.0)}%)"
         )
-    return ""
+    if count < limit:
+        return VerificationVerdict(REMEASURE, why + ".", count, limit, fastest, tolerance)
+    return VerificationVerdict(REJECT, why + ".", count, limit, fastest, tolerance)

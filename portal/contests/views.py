@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
@@ -63,6 +64,8 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
         "build_network": build_network_state(now=now),
         "hardware": class_hardware(benchmark.hardware_class),
+        "verify_max_runs": settings.PODIUM_VERIFY_MAX_RUNS,
+        "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
     }
     return render(request, "contests/benchmark_detail.html", context)
 

@@ -37,6 +37,7 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "cpu_cores",
         "memory",
         "state",
+        "tools_missing",
         "last_heartbeat_at",
     ]
     list_filter = ["hardware_class", "status", "architecture"]
@@ -46,6 +47,7 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "hardware_class",
         "status",
         "state",
+        "tools_missing",
         "registered_at",
         "last_heartbeat_at",
         "architecture",
@@ -57,7 +59,7 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "kernel_version",
         "supervisor_sha256",
     ]
-    readonly_fields = ["state", "memory", "gpu_list"]
+    readonly_fields = ["state", "tools_missing", "memory", "gpu_list"]
     actions = ["drain", "resume", "retire"]
 
     def has_manage_host_permission(self, request: HttpRequest) -> bool:
@@ -66,6 +68,12 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="State")
     def state(self, host: ScoringHost) -> str:
         return host_state_label(host, timezone.now())
+
+    @admin.display(description="Missing tools")
+    def tools_missing(self, host: ScoringHost) -> str:
+        """The host tools it lacks: it refused to register and takes no run (its worker's
+        log says how to install them)."""
+        return ", ".join(map(str, host.missing_tools or [])) or "none"
 
     @admin.display(description="Memory", ordering="memory_bytes")
     def memory(self, host: ScoringHost) -> str:

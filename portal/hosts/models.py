@@ -13,7 +13,9 @@ class ScoringHost(models.Model):
     ``name``, facts refreshed) and heartbeats while it runs. ``status`` is staff's word:
     ``active`` hosts take work; ``draining`` hosts finish what they hold and take no more;
     ``retired`` hosts are gone from the fleet (and from the API's list). Whether a host
-    is *online* is read from its heartbeat (``selectors.host_state``), never stored.
+    is *online* is read from its heartbeat (``selectors.host_state``), never stored. A
+    host with ``missing_tools`` takes no work whatever its status, and is not counted as
+    online for its class.
     """
 
     ACTIVE = "active"
@@ -39,6 +41,20 @@ class ScoringHost(models.Model):
     docker_version = models.CharField(max_length=64, blank=True)
     kernel_version = models.CharField(max_length=200, blank=True)
     supervisor_sha256 = models.CharField(max_length=64, blank=True)
+    cpu_isolation = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Where scored runs compute (portal/cpus.py): {"shared", "scoring_cpus", '
+        '"other_cpus", "reason"}; both lists null when runs share every CPU, and the '
+        "reason says why. Empty until the host registers with it.",
+    )
+    missing_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The host tools a scored run or its verification needs that this host "
+        "lacked when it last tried to register (jpegtran, say): it refused to register and "
+        "takes no run until they are installed. Empty when none.",
+    )
     status = models.CharField(max_length=16, choices=STATUSES, default=ACTIVE)
     registered_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField()

@@ -8,7 +8,7 @@ fleet as the API and the staff tools show it.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -49,11 +49,13 @@ def host_state_label(host: ScoringHost, now: dt.datetime) -> str:
 
 def hosts_online(hardware_class: str, now: dt.datetime) -> int:
     """How many ``active`` hosts of ``hardware_class`` heartbeat within the stale time
-    (draining, retired and silent hosts do not count). One query."""
+    (draining, retired and silent hosts do not count, nor hosts that lack a host tool).
+    One query."""
     return ScoringHost.objects.filter(
         hardware_class=hardware_class,
         status=ScoringHost.ACTIVE,
         last_heartbeat_at__gte=now - stale_after(),
+        missing_tools=[],
     ).count()
 
 
@@ -88,6 +90,11 @@ class HostRow:
     queue_length: int
     # The latest calibration: {"median_ns", "noise_pct", "at", "ok"}; None before the first.
     calibration: dict[str, Any] | None = None
+    # The host tools it lacks (it refused to register and takes no run); [] when none.
+    missing_tools: list[str] = field(default_factory=list)
+    # Where its scored runs compute (portal/cpus.py): {"shared", "scoring_cpus",
+    # "other_cpus", "reason"}; None until it reports it.
+    cpu_isolation: dict[str, Any] | None = None
 
 
 def gpu_names(gpus: Any) -> list[str]:
@@ -118,6 +125,8 @@ def host_rows(now: dt.datetime) -> list[HostRow]:
             last_heartbeat_at=host.last_heartbeat_at,
             queue_length=waiting.get(host.hardware_class, 0),
             calibration=_latest_calibration(host),
+            missing_tools=[str(tool) for tool in host.missing_tools or []],
+            cpu_isolation=host.cpu_isolation or None,
         )
         for host in hosts
     ]
@@ -248,3 +257,43 @@ def noise_band(hardware_class: str) -> NoiseBand | None:
     )
     cache.set(key, band or False, NOISE_BAND_CACHE_S)
     return band
+
+
+@dataclass(frozen=True)
+class ClassCpuIsolation:
+    """Where the scored runs of a class compute, over its ``active`` hosts that reported
+    it: ``split`` of ``hosts`` keep CPUs of their own for runs (``scoring_cpus``: their
+    list when every one of them says the same, else ""); the others share every CPU, for
+    the ``reasons`` they gave."""
+
+    hosts: int
+    split: int
+    scoring_cpus: str
+    reasons: list[str]
+
+    @property
+    def shared(self) -> int:
+        return self.hosts - self.split
+
+
+def class_cpu_isolation(hardware_class: str) -> ClassCpuIsolation | None:
+    """The benchmark page's line on CPU isolation (``ScoringHost.cpu_isolation``); None
+    while no ``active`` host of the class reported it. One query."""
+    reported = [
+        facts
+        for facts in ScoringHost.objects.filter(
+            hardware_class=hardware_class, status=ScoringHost.ACTIVE
+        ).values_list("cpu_isolation", flat=True)
+        if isinstance(facts, dict) and facts
+    ]
+    if not reported:
+        return None
+    split = [facts for facts in reported if not facts.get("shared")]
+    lists = {str(facts.get("scoring_cpus") or "") for facts in split}
+    reasons = sorted({str(facts.get("reason") or "") for facts in reported if facts.get("shared")})
+    return ClassCpuIsolation(
+        hosts=len(reported),
+        split=len(split),
+        scoring_cpus=lists.pop() if len(lists) == 1 else "",
+        reasons=[reason for reason in reasons if reason],
+    )

@@ -9,6 +9,7 @@ host: no actor). The runner asks :func:`host_accepts_work` before it claims a ru
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -30,6 +31,7 @@ FACT_FIELDS = (
     "docker_version",
     "kernel_version",
     "supervisor_sha256",
+    "cpu_isolation",
 )
 NAME_MAX = ScoringHost._meta.get_field("name").max_length or 100
 CLASS_MAX = ScoringHost._meta.get_field("hardware_class").max_length or 64
@@ -58,21 +60,34 @@ def _checked_name(name: str, what: str = "host name") -> str:
     return name
 
 
-def host_register(*, name: str, hardware_class: str, facts: dict[str, Any]) -> ScoringHost:
+def host_register(
+    *,
+    name: str,
+    hardware_class: str,
+    facts: dict[str, Any],
+    missing_tools: Sequence[str] = (),
+) -> ScoringHost:
     """Create or update the host called ``name`` (upsert); returns its row.
 
-    The hardware class and the machine's facts are overwritten and the heartbeat is set
-    to now. ``status`` is never changed: a new host is ``active``, a draining host stays
-    draining and a retired one stays retired (only staff move them). ``registered_at`` is
-    the first registration's time. Idempotent; two workers registering the same name at
-    once end with one row (``update_or_create`` locks it, and retries a lost insert race).
+    The hardware class, the machine's facts and its ``missing_tools`` (the host tools it
+    lacks: then it refuses to register and takes no work) are overwritten and the
+    heartbeat is set to now. ``status`` is never changed: a new host is ``active``, a
+    draining host stays draining and a retired one stays retired (only staff move them).
+    ``registered_at`` is the first registration's time. Idempotent; two workers
+    registering the same name at once end with one row (``update_or_create`` locks it,
+    and retries a lost insert race).
     """
     name = _checked_name(name)
     hardware_class = hardware_class.strip()
     if not hardware_class or len(hardware_class) > CLASS_MAX:
         raise errors.InvalidParameter(f"A hardware class is 1 to {CLASS_MAX} characters.")
     now = timezone.now()
-    fields = {"hardware_class": hardware_class, "last_heartbeat_at": now, **_facts(facts)}
+    fields = {
+        "hardware_class": hardware_class,
+        "last_heartbeat_at": now,
+        "missing_tools": sorted(set(missing_tools)),
+        **_facts(facts),
+    }
     host, _ = ScoringHost.objects.update_or_create(
         name=name, defaults=fields, create_defaults={**fields, "registered_at": now}
     )
@@ -87,9 +102,12 @@ def host_heartbeat(name: str, now: dt.datetime | None = None) -> bool:
 
 
 def host_accepts_work(name: str) -> bool:
-    """Whether ``name`` may claim a new run: registered and ``active`` (neither draining
-    nor retired). Its heartbeat is not consulted: a host asks this about itself."""
-    return ScoringHost.objects.filter(name=name, status=ScoringHost.ACTIVE).exists()
+    """Whether ``name`` may claim a new run: registered, ``active`` (neither draining nor
+    retired) and lacking no host tool. Its heartbeat is not consulted: a host asks this
+    about itself."""
+    return ScoringHost.objects.filter(
+        name=name, status=ScoringHost.ACTIVE, missing_tools=[]
+    ).exists()
 
 
 def _host_move(

@@ -63,8 +63,22 @@ class AttemptLedgerInline(ReadOnlyMixin, admin.TabularInline):
 
 
 class RunInline(ReadOnlyMixin, admin.TabularInline):
+    """Every run of the submission, each verification run with its wall time, gate
+    verdict and what it decided (confirmed, re-measure, rejected)."""
+
     model = Run
-    fields = ["try_number", "status", "verdict", "wall_time_ns", "matches", "total", "finished_at"]
+    fields = [
+        "try_number",
+        "purpose",
+        "status",
+        "verdict",
+        "wall_time_ns",
+        "matches",
+        "total",
+        "verification_note",
+        "finished_at",
+    ]
+    ordering = ["try_number"]
     extra = 0
     show_change_link = True
 
@@ -273,6 +287,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "matches",
         "total",
         "passed",
+        "verification_note",
         "finished_at",
     ]
     list_filter = ["purpose", "status", "verdict", "passed", "submission__benchmark"]

@@ -25,8 +25,9 @@ The rules (pure functions below, plain values in and out, no database):
   work outside the meter or replayed answers. (A GPU benchmark whose runtime blocks
   rather than spins while the device works can come close; review decides.) A missing
   reading (``None``, or the meter did not run) decides nothing.
-- ``failed_verification``: the run is a verification run and its submission ended
-  ``rejected_verification``; the finding names the official run it re-ran.
+- ``failed_verification``: the run is the last verification run of a submission that
+  ended ``rejected_verification`` (the one that decided; earlier timing misses were
+  measured again); the finding names the official run it re-ran.
 
 Thresholds are module constants, so a change is a reviewed code change and the tests
 pin the boundaries: each rule fires strictly below its threshold, not at it.
@@ -280,6 +281,14 @@ def _failed_verification(run: Run) -> Finding | None:
     if run.purpose != Run.VERIFY:
         return None
     submission = run.submission
+    deciding = (
+        submission.runs.filter(purpose=Run.VERIFY)
+        .order_by("-try_number")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if deciding != run.pk:
+        return None  # an earlier timing miss, measured again: the last run is flagged
     official_run_id = (
         submission.runs.filter(purpose=Run.SCORE, status=Run.FINISHED, passed=True)
         .order_by("-try_number")

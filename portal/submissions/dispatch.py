@@ -26,7 +26,8 @@ The first half of this module is the rule on plain values (:class:`Waiting`,
 by property against a brute force. The second half asks the database the same question
 (:func:`waiting_in_fair_order`, :func:`next_waiting_id`, :func:`lock_next_waiting`); it
 imports Django inside its functions, so that this module loads (and the rule is tested)
-without Django.
+without Django. Last come the wake-ups in flight and the classes that Celery beat's minute
+sweep wakes again (:func:`classes_waiting`), so that a lost message stalls no class.
 
 Cost (``bench/claim.py``: 10,000 waiting from 1,000 entrants, 20,000 runs started in two
 days, PostgreSQL): the ranking is one statement, one pass over the window's runs (an
@@ -264,3 +265,84 @@ def lock_next_waiting(
         if len(ranked) < limit:
             return None  # every waiting one is held by another host
         limit *= 4
+
+
+# Wake-ups in flight, and the classes the minute sweep wakes again ----------------------
+#
+# A wake-up can be lost (a broker restart, a worker that acknowledged it and then failed
+# before claiming). Celery beat's minute sweep (``services.score_sweep``) wakes a class
+# again when something of it has waited longer than ``SWEEP_MIN_WAIT`` and no wake-up of
+# the class is known to be in flight. "In flight" is a marker in the shared cache (the
+# one every process already counts throttles in; no table, no broker inspection): set
+# when a wake-up is sent (``services.score_wake``), expiring ``WAKE_GRACE_S`` after the
+# message is due (its countdown, for a machine that was not ready), and cleared when a
+# host of the class takes a wake-up. So the sweep adds nothing while a delayed wake-up
+# (a machine's backoff) is pending, which would otherwise multiply into chains of
+# reschedules, and a lost one is replaced within about a minute. A wake-up that is not
+# needed after all (one the sweep sent while the class's messages sat behind a long run,
+# or while no host of the class was up) costs the host one query:
+# ``scoring.runner.score_next`` returns at once when nothing waits. A cache that lost the
+# marker only makes the sweep wake a class once more.
+
+SWEEP_MIN_WAIT = dt.timedelta(minutes=1)
+WAKE_GRACE_S = 60.0
+
+
+def _wake_key(hardware_class: str) -> str:
+    return f"podium:score-wake:{hardware_class}"
+
+
+def wake_sent(hardware_class: str, *, countdown: float | None = None) -> None:
+    """Note that a wake-up of ``hardware_class`` was sent, due in ``countdown`` seconds.
+
+    The marker holds its own deadline (read against the clock by :func:`wake_in_flight`);
+    the cache's expiry, a minute later, only clears it away."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    grace = (countdown or 0.0) + WAKE_GRACE_S
+    deadline = timezone.now().timestamp() + grace
+    cache.set(_wake_key(hardware_class), deadline, timeout=grace + WAKE_GRACE_S)
+
+
+def wake_taken(hardware_class: str) -> None:
+    """Note that a host of ``hardware_class`` took a wake-up (none is known in flight)."""
+    from django.core.cache import cache
+
+    cache.delete(_wake_key(hardware_class))
+
+
+def wake_in_flight(hardware_class: str) -> bool:
+    """Whether a wake-up of ``hardware_class`` was sent, not yet taken and not overdue by
+    more than ``WAKE_GRACE_S``."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    deadline = cache.get(_wake_key(hardware_class))
+    return isinstance(deadline, float) and deadline > timezone.now().timestamp()
+
+
+def classes_waiting(*, now: dt.datetime | None = None) -> list[str]:
+    """The hardware classes with something waiting (a ``queued`` submission, or a
+    ``verifying`` one with a queued verification run) for longer than
+    ``SWEEP_MIN_WAIT``, in name order."""
+    from django.db.models import Exists, OuterRef, Q
+    from django.db.models.functions import Coalesce
+    from django.utils import timezone
+
+    from portal.submissions.models import Run, Submission
+
+    now = now or timezone.now()
+    verification_queued = Run.objects.filter(
+        submission=OuterRef("pk"), purpose=Run.VERIFY, status=Run.QUEUED
+    )
+    waiting = (
+        Submission.objects.filter(
+            Q(status=Submission.QUEUED)
+            | Q(status=Submission.VERIFYING) & Exists(verification_queued)
+        )
+        .annotate(since=Coalesce("queued_at", "submitted_at"))
+        .filter(since__lte=now - SWEEP_MIN_WAIT)
+    )
+    classes = waiting.values_list("benchmark__hardware_class", flat=True).distinct()
+    return sorted(set(classes))

@@ -167,9 +167,11 @@ class AttemptLedger(models.Model):
 class Run(models.Model):
     """One scored run of a submission on a cohort. A platform failure retries as try 2.
 
-    A *verification* run re-runs a passing official submission once, off the board, on
-    the same cohort members shuffled and rewritten, before that submission ranks; it is
-    created ``queued`` when the official run passes and is claimed like a score.
+    A *verification* run re-runs a passing official submission off the board, on the
+    same cohort members shuffled and rewritten, before that submission ranks; it is
+    created ``queued`` when the official run passes (and again after a timing miss, up to
+    ``PODIUM_VERIFY_MAX_RUNS``) and is claimed like a score. Its ``verification_note``
+    says what it decided: confirmed, re-measure or rejected, and why.
     """
 
     QUEUED = "queued"
@@ -225,6 +227,9 @@ class Run(models.Model):
     # scoring.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
     resources = models.JSONField(default=dict, blank=True)
     overhead_ms = models.JSONField(default=dict, blank=True)  # staging, create, compare
+    # A verification run's decision (rules.verification_decision), for staff: "confirmed
+    # (1 of 3): ...", "timing miss (1 of 3), re-measuring: ...", "rejected (3 of 3): ...".
+    verification_note = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -45,6 +45,7 @@ def _run_lines(title: str, run_id: int | None) -> list[str]:
         f"{title}: run {run.pk} (try {run.try_number}), {run.verdict or run.status}, "
         f"wall time {wall}, matches {run.matches}/{run.total}, "
         f"output sha256 {run.output_sha256 or 'none'}",
+        *([f"  decision: {run.verification_note}"] if run.verification_note else []),
         f"  run page: {_link('admin:submissions_run_change', int(run.pk))}",
         f"  evidence bundle: {_link('admin:submissions_run_evidence', int(run.pk))}",
     ]
@@ -59,9 +60,15 @@ def _send(subject: str, lines: list[str]) -> None:
 
 
 def verification_rejected(
-    *, submission_id: int, official_run_id: int | None, verification_run_id: int, problem: str
+    *,
+    submission_id: int,
+    official_run_id: int | None,
+    verification_run_ids: list[int],
+    problem: str,
 ) -> None:
-    """A passing official run failed its verification: both runs' evidence, for review."""
+    """A passing official run failed its verification: the evidence of the official run
+    and of every verification run judged (a timing miss is measured up to
+    ``PODIUM_VERIFY_MAX_RUNS`` times), for review."""
     submission = Submission.objects.select_related("entrant", "benchmark").get(pk=submission_id)
     _send(
         f"[Podium] {submission.benchmark.slug}: submission {submission_id} failed its verification",
@@ -73,7 +80,11 @@ def verification_rejected(
             f"Why: {problem}",
             "",
             *_run_lines("Official run", official_run_id),
-            *_run_lines("Verification run", verification_run_id),
+            *(
+                line
+                for number, run_id in enumerate(verification_run_ids, start=1)
+                for line in _run_lines(f"Verification run {number}", run_id)
+            ),
             "",
             "It is also listed under Anomalies in the admin.",
         ],

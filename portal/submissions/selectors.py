@@ -7,9 +7,11 @@ an entrant see of their own submission.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
@@ -46,9 +48,10 @@ def scored_run(submission: Submission) -> Run | None:
     return submission.runs.filter(purpose=Run.SCORE).order_by("-try_number").first()
 
 
-def verification_run(submission: Submission) -> Run | None:
-    """The submission's latest verification run, if it had one."""
-    return submission.runs.filter(purpose=Run.VERIFY).order_by("-try_number").first()
+def verification_run(submission: Submission) -> VerificationProgress | None:
+    """The latest verification of the submission's latest scored run, if it had one (see
+    :func:`verification_progress`)."""
+    return verification_progress(submission.runs.all())
 
 
 # The meter's readings an entrant sees (Run.resources, written by the scoring worker
@@ -171,16 +174,53 @@ def queue_standing(submission: Submission, now: dt.datetime | None = None) -> Qu
     return QueueStanding(position, hardware_class, online, eta)
 
 
-def verification_summary(run: Run | None) -> dict[str, Any] | None:
-    """What an entrant sees of a verification run: aggregates, as of a scored run."""
-    if run is None:
+@dataclass(frozen=True)
+class VerificationProgress:
+    """The latest verification run of a submission's current scored run: the ``number``-th
+    measurement of at most ``of`` (``PODIUM_VERIFY_MAX_RUNS``; a timing miss is measured
+    again, a platform fault is no measurement)."""
+
+    run: Run
+    number: int
+    of: int
+
+    @property
+    def remeasuring(self) -> bool:
+        return self.number > 1 and self.run.status != Run.FINISHED
+
+
+def verification_progress(runs: Iterable[Run]) -> VerificationProgress | None:
+    """From a submission's runs (prefetched ``runs.all()`` or a queryset): its latest
+    verification run since its latest scored run, and which measurement it is; None
+    when that scored run had none."""
+    runs = list(runs)
+    scored = max((run.try_number for run in runs if run.purpose == Run.SCORE), default=0)
+    verifications = sorted(
+        (run for run in runs if run.purpose == Run.VERIFY and run.try_number > scored),
+        key=lambda run: run.try_number,
+    )
+    if not verifications:
         return None
+    judged = sum(run.status == Run.FINISHED for run in verifications[:-1])
+    return VerificationProgress(
+        run=verifications[-1], number=judged + 1, of=int(settings.PODIUM_VERIFY_MAX_RUNS)
+    )
+
+
+def verification_summary(progress: VerificationProgress | None) -> dict[str, Any] | None:
+    """What an entrant sees of a verification run: aggregates, as of a scored run, and
+    which measurement it is (``run`` of ``of``)."""
+    if progress is None:
+        return None
+    run = progress.run
     return {
         "status": run.status,
         "passed": run.passed,
         "wall_time_ns": run.wall_time_ns,
         "matches": run.matches,
         "total": run.total,
+        "run": progress.number,
+        "of": progress.of,
     }
 
 
@@ -192,14 +232,21 @@ def run_host(run: Run | None, verification: Run | None, submission: Submission) 
     return (latest.host or None) if latest is not None else None
 
 
-def verification_text(run: Run | None) -> str:
-    if run is None:
+def verification_text(progress: VerificationProgress | None) -> str:
+    if progress is None:
         return "-"
+    run = progress.run
+    if progress.remeasuring:
+        return (
+            f"re-measuring ({progress.number} of {progress.of}): {run.status} (a timing "
+            "miss is measured again, on a fresh shuffle and rewrite of the cohort)"
+        )
     if run.status != Run.FINISHED:
         return f"{run.status} (re-runs the image on the cohort shuffled and rewritten)"
     wall = f"{ns(run.wall_time_ns)}, " if run.wall_time_ns is not None else ""
     agreement = f"{run.matches:,} / {run.total:,} matches" if run.matches is not None else ""
-    return f"{run.verdict}: {wall}{agreement}".rstrip(", ")
+    which = f" (run {progress.number} of {progress.of})" if progress.number > 1 else ""
+    return f"{run.verdict}{which}: {wall}{agreement}".rstrip(", ")
 
 
 def submissions_with_latest_run(entrant: Any, benchmark: Benchmark) -> QuerySet[Submission]:
@@ -362,7 +409,7 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
         "verification": verification_summary(verification),
         "queue_position": standing.position if standing else None,
         "eta_seconds": standing.eta_seconds if standing else None,
-        "host": run_host(run, verification, submission),
+        "host": run_host(run, verification.run if verification else None, submission),
         "resources": resources_of(run.resources) if run else None,
         "failure_reason": submission.failure_reason,
         "outcome": outcome,
@@ -394,7 +441,7 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
             "attempt": attempt_text(submission.kind, charged, refunded),
             "verification": verification_text(verification),
             "queue": standing.text() if standing else "",
-            "host": run_host(run, verification, submission) or "-",
+            "host": run_host(run, verification.run if verification else None, submission) or "-",
             "resources": resources_text(run.resources) if run else "-",
             "failure_reason": submission.failure_reason,
             "digest_environment_image": submission.environment_image_digest or "-",

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
@@ -32,6 +33,7 @@ from portal.environments.services import (
     entrant_check_build_slots,
     entrant_check_verified,
 )
+from portal.hosts.selectors import noise_band
 from portal.notifications.services import verdict_mail_on_commit
 from portal.submissions import anomalies, archives, dispatch, notify
 from portal.submissions.models import (
@@ -59,7 +61,8 @@ def score_wake(
 ) -> None:
     """Wake a scoring host of ``hardware_class`` (after commit): its class queue's message
     names no submission; the host claims the next waiting one in the fair order
-    (``dispatch``). ``waits`` counts the tries of a machine that was not ready."""
+    (``dispatch``). ``waits`` counts the tries of a machine that was not ready. Noted as
+    in flight (``dispatch.wake_sent``) for :func:`score_sweep`."""
     jobs.enqueue(
         jobs.SCORE_NEXT,
         hardware_class,
@@ -68,6 +71,24 @@ def score_wake(
         priority=priority,
         queue=jobs.scoring_queue(hardware_class),
     )
+    transaction.on_commit(
+        lambda: dispatch.wake_sent(hardware_class, countdown=countdown), robust=True
+    )
+
+
+def score_sweep(now: dt.datetime | None = None) -> list[str]:
+    """Celery beat's minute sweep: wake each hardware class again that has something
+    waiting for longer than a minute and no wake-up in flight (``dispatch``: why a
+    marker and not a wake-up every minute), so a lost wake-up delays its class by about
+    a minute at most. Returns the classes woken."""
+    woken = [
+        hardware_class
+        for hardware_class in dispatch.classes_waiting(now=now)
+        if not dispatch.wake_in_flight(hardware_class)
+    ]
+    for hardware_class in woken:
+        score_wake(hardware_class=hardware_class, priority=jobs.OFFICIAL_PRIORITY)
+    return woken
 
 
 def score_enqueue(submission_id: int, *, kind: str, verification: bool = False) -> None:
@@ -108,13 +129,55 @@ def _place_file(src: Path, dest: Path) -> None:
         shutil.copyfile(src, dest)
 
 
-def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
-    """Validate an uploaded archive before anything is charged; return its format."""
+def _check_size(benchmark: Benchmark, size: int) -> None:
     if size > benchmark.max_upload_bytes:
         raise errors.ArchiveTooLarge(
             f"The archive is {size:,} bytes; this benchmark accepts at most "
             f"{benchmark.max_upload_bytes:,} bytes."
         )
+
+
+def _cohort_kind(kind: str) -> str:
+    """The cohort a submission of ``kind`` is scored on (a campaign's official rounds draw
+    their requests from the official cohort too)."""
+    return Cohort.PRACTICE if kind == Submission.PRACTICE else Cohort.OFFICIAL
+
+
+def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> None:
+    """The checks of an upload that read a few rows: the window is open, the benchmark
+    has the cohort to score it on, an attempt of ``kind`` is left today and a build
+    slot is free. Called once before the archive is inspected (so a refused upload costs
+    no inspection) and again holding the entrant's row lock, where it decides."""
+    window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
+    if window == "upcoming":
+        raise errors.WindowNotOpen(
+            f"Uploads open at {benchmark.opens_at.isoformat()}; try again then."
+        )
+    if window == "closed":
+        raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")
+    cohort_kind = _cohort_kind(kind)
+    if not Cohort.objects.filter(benchmark=benchmark, kind=cohort_kind).exists():
+        raise errors.NoCohort(
+            f"This benchmark has no {cohort_kind} cohort yet, so {kind} uploads cannot be "
+            "scored; nothing was charged. Try again once the organizers have published it."
+        )
+    quota = selectors.quota_for(entrant, benchmark, kind, now)
+    if quota.remaining_today <= 0:
+        raise errors.QuotaExhausted(
+            f"You have used all {quota.per_day} {kind} attempts of today "
+            f"({benchmark.attempt_timezone}); the next one is available at "
+            f"{quota.resets_at.isoformat()}."
+        )
+    entrant_check_build_slots(entrant_id=entrant.pk, benchmark=benchmark)
+
+
+def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
+    """Validate an uploaded archive before anything is charged; return its format.
+
+    The costly check of an upload (``archives.inspect_archive`` reads every member of an
+    archive of up to ``max_upload_bytes``): :func:`submission_accept` calls it last,
+    after every check that reads only a few rows."""
+    _check_size(benchmark, size)
     try:
         fmt = archives.detect_format(path)
         archives.inspect_archive(path, fmt)
@@ -135,12 +198,15 @@ def submission_accept(
 ) -> Submission:
     """Accept an upload as an official attempt (or a practice run) and charge it.
 
-    An entrant without a verified email address is refused first, then the archive is
-    validated (nothing charged when it is bad). Then, holding a lock on the entrant's
-    row so concurrent uploads serialize, the window, the day's allowance and the
-    entrant's free build slots (``max_concurrent_builds``: its ``build.sh`` build would
-    be one more) are checked, the submission and its ledger charge are written, and the
-    file is put in place; a refusal leaves no file and no ledger row.
+    The cheap checks come first, so that a refused upload costs the host no archive
+    inspection: a verified email address, the environment, the archive's size, then
+    :func:`_check_acceptable` (the window, the cohort of ``kind``: ``no_cohort``
+    without one, the day's allowance, a free build slot). Only then is the archive
+    inspected (nothing charged when it is bad). Then, holding a lock on the entrant's
+    row so concurrent uploads serialize, :func:`_check_acceptable` decides again (the
+    earlier pass only spares the inspection: an attempt spent meanwhile is refused
+    here), the submission and its ledger charge are written, and the file is put in
+    place; a refusal leaves no file and no ledger row.
     """
     now = now or timezone.now()
     if kind not in (Submission.OFFICIAL, Submission.PRACTICE):
@@ -153,29 +219,16 @@ def submission_accept(
             f"Environment '{environment.name}' is {environment.status}; "
             "submit once its build is ready."
         )
-    fmt = submission_check_upload(
-        benchmark=benchmark, path=source_file, size=source_file.stat().st_size
-    )
+    size = source_file.stat().st_size
+    _check_size(benchmark, size)
+    _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
+    fmt = submission_check_upload(benchmark=benchmark, path=source_file, size=size)
     sha256 = _sha256_file(source_file)
     dest: Path | None = None
     try:
         with transaction.atomic():
             get_user_model().objects.select_for_update().filter(pk=entrant.pk).first()
-            window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
-            if window == "upcoming":
-                raise errors.WindowNotOpen(
-                    f"Uploads open at {benchmark.opens_at.isoformat()}; try again then."
-                )
-            if window == "closed":
-                raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")
-            quota = selectors.quota_for(entrant, benchmark, kind, now)
-            if quota.remaining_today <= 0:
-                raise errors.QuotaExhausted(
-                    f"You have used all {quota.per_day} {kind} attempts of today "
-                    f"({benchmark.attempt_timezone}); the next one is available at "
-                    f"{quota.resets_at.isoformat()}."
-                )
-            entrant_check_build_slots(entrant_id=entrant.pk, benchmark=benchmark)
+            _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
             submission = Submission.objects.create(
                 entrant=entrant,
                 benchmark=benchmark,
@@ -360,12 +413,55 @@ def submission_build_platform_failure(submission_id: int, *, reason: str) -> boo
 def run_claim_next(*, hardware_class: str, lease_s: int, host: str = "") -> Run | None:
     """Claim for ``host`` the next waiting submission of ``hardware_class`` in the fair
     order (``dispatch.lock_next_waiting``: rows other hosts hold are skipped); None when
-    nothing waits."""
+    nothing waits.
+
+    A submission that :func:`run_claim` refuses (``errors.PodiumError``: a reason of the
+    submission's own, not the host's, such as its benchmark having no cohort of its kind
+    any more) is ended at once by :func:`submission_unrunnable` and the next one is
+    claimed in the same call, so one such submission never holds up its class. Anything
+    else raised (the database, a bug) is the host's and propagates, the claim undone.
+    """
+    while True:
+        with transaction.atomic():
+            submission = dispatch.lock_next_waiting(hardware_class=hardware_class)
+            if submission is None:
+                return None
+            try:
+                with transaction.atomic():
+                    return run_claim(int(submission.pk), lease_s=lease_s, host=host)
+            except errors.PodiumError as refusal:
+                if not submission_unrunnable(int(submission.pk), reason=refusal.detail):
+                    raise
+
+
+def submission_unrunnable(submission_id: int, *, reason: str) -> bool:
+    """End a queued submission that no host can run, for a reason that is not the host's
+    (``reason``: a refusal's sentence, such as its benchmark having no cohort of its kind
+    any more): ``queued -> infra_failed`` (the platform's fault, as after repeated platform
+    failures) with a failure reason the entrant reads, and the
+    attempt refunded (the platform cannot score it), unless an earlier run of it reached
+    a verdict (a staff rescore: that verdict used the attempt and stands, as in
+    :func:`run_record_infra_failure`). Staff may rescore it once the cause is fixed.
+    False, changing nothing, for a submission that is not ``queued``.
+    """
+    text = reason.strip().rstrip(".")
+    text = f"{text[:1].lower()}{text[1:]}"
     with transaction.atomic():
-        submission = dispatch.lock_next_waiting(hardware_class=hardware_class)
+        submission = Submission.objects.filter(pk=submission_id).first()
         if submission is None:
-            return None
-        return run_claim(int(submission.pk), lease_s=lease_s, host=host)
+            return False
+        rescore = submission.runs.filter(status=Run.FINISHED).exists()
+        outcome = "the earlier verdict stands" if rescore else "the attempt was refunded"
+        done = submission_transition(
+            submission_id,
+            frm=[Submission.QUEUED],
+            to=Submission.INFRA_FAILED,
+            note=f"cannot be scored, {outcome}: {text}",
+            failure_reason=f"The platform cannot score this submission: {text}; {outcome}.",
+        )
+        if done and not rescore:
+            attempt_refund(submission=submission, reason=f"cannot be scored: {text}")
+        return done
 
 
 def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None:
@@ -391,10 +487,10 @@ def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None
             )
             pending.refresh_from_db()
             return pending
-        kind = Cohort.PRACTICE if submission.kind == Submission.PRACTICE else Cohort.OFFICIAL
+        kind = _cohort_kind(submission.kind)
         cohort = Cohort.objects.filter(benchmark_id=submission.benchmark_id, kind=kind).first()
         if cohort is None:
-            raise errors.InvalidParameter(f"The benchmark has no {kind} cohort yet.")
+            raise errors.NoCohort(f"This benchmark has no {kind} cohort to score it on.")
         try_number = submission.runs.count() + 1
         run = Run.objects.create(
             submission=submission,
@@ -702,15 +798,28 @@ def _official_run(submission: Submission) -> Run | None:
     )
 
 
-def run_record_verification(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
-    """Write a verification run's verdict, then rank the submission or reject it.
+def _judged_verifications(submission: Submission, official: Run | None) -> models.QuerySet[Run]:
+    """The verification runs judged for ``official`` (those that reached a verdict since
+    it), oldest first. A platform fault is no measurement."""
+    runs = submission.runs.filter(purpose=Run.VERIFY, status=Run.FINISHED)
+    if official is not None:
+        runs = runs.filter(try_number__gt=official.try_number)
+    return runs.order_by("try_number")
 
-    The submission ranks (``verifying`` -> ``passed``, the leaderboard refreshed) only
-    when the verification run passed the gate and its wall time lies within the
-    benchmark's ``verify_tolerance_pct`` of the official run's; otherwise it ends
-    ``rejected_verification``: off the board, the attempt still charged, and staff are
-    told with both runs. Written once, holding the submission's row lock (see
-    :func:`_finish_run`).
+
+def run_record_verification(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
+    """Write a verification run's verdict, then rank the submission, re-measure or reject.
+
+    The decision is ``rules.verification_decision``'s: a run that did not pass the gate
+    rejects at once; timing is judged on the fastest verification run so far against
+    the larger of the benchmark's ``verify_tolerance_pct`` and
+    ``PODIUM_VERIFY_NOISE_FACTOR`` times the class's noise band. Within it, the
+    submission ranks (``verifying`` -> ``passed``, with its official time). A timing miss
+    queues one more verification run (staged as a fresh permutation) while fewer than
+    ``PODIUM_VERIFY_MAX_RUNS`` were judged; after that it ends ``rejected_verification``:
+    off the board, the attempt still charged, and staff are told with every run. Each
+    run's decision is kept on it (``verification_note``). Written once, holding the
+    submission's row lock (see :func:`_finish_run`).
     """
     if not Run.objects.filter(pk=run_id, purpose=Run.VERIFY).exists():
         return False
@@ -726,14 +835,32 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             return False
         submission = run.submission
         official = _official_run(submission)
-        problem = rules.verification_problem(
+        band = noise_band(submission.benchmark.hardware_class)
+        verdict = rules.verification_decision(
             official_ns=(official.wall_time_ns or 0) if official else 0,
             status=status,
             reason=reason,
-            wall_ns=run.wall_time_ns,
+            walls_ns=list(
+                _judged_verifications(submission, official).values_list("wall_time_ns", flat=True)
+            ),
             tolerance_pct=submission.benchmark.verify_tolerance_pct,
+            noise_band_pct=band.percent if band else None,
+            noise_factor=float(settings.PODIUM_VERIFY_NOISE_FACTOR),
+            max_runs=int(settings.PODIUM_VERIFY_MAX_RUNS),
         )
-        if problem:
+        which = f"{verdict.run} of {verdict.of}"
+        if verdict.action == rules.REMEASURE:
+            note = f"re-measuring ({verdict.run + 1} of {verdict.of}): {verdict.reason}"
+            Run.objects.filter(pk=run_id).update(
+                verification_note=f"timing miss ({which}), re-measuring: {verdict.reason}"
+            )
+            _event(submission.pk, Submission.VERIFYING, note)
+            _queue_verification(submission)
+            transaction.on_commit(lambda: anomalies.anomaly_scan_after_commit(run_id))
+            return True
+        if verdict.action == rules.REJECT:
+            problem = verdict.reason
+            Run.objects.filter(pk=run_id).update(verification_note=f"rejected ({which}): {problem}")
             submission_transition(
                 submission.pk,
                 frm=[Submission.VERIFYING],
@@ -744,22 +871,34 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
                     "the attempt counts."
                 ),
             )
+            verification_ids = list(
+                _judged_verifications(submission, official).values_list("pk", flat=True)
+            )
             transaction.on_commit(
                 lambda: notify.verification_rejected(
                     submission_id=int(submission.pk),
                     official_run_id=int(official.pk) if official else None,
-                    verification_run_id=run_id,
+                    verification_run_ids=verification_ids,
                     problem=problem,
                 ),
                 robust=True,  # a mail that cannot go is logged; the verdict stands
             )
         else:
-            seconds = (run.wall_time_ns or 0) / 1e9
+            seconds = (verdict.fastest_ns or 0) / 1e9
+            tolerance = f"within {verdict.tolerance_pct:g}% of the official run"
+            Run.objects.filter(pk=run_id).update(
+                verification_note=f"confirmed ({which}): fastest {seconds:.3f} s, {tolerance}"
+            )
+            passed = (
+                f"the verification run passed in {seconds:.3f} s"
+                if verdict.run == 1
+                else f"verification run {which} passed; the fastest took {seconds:.3f} s"
+            )
             submission_transition(
                 submission.pk,
                 frm=[Submission.VERIFYING],
                 to=Submission.PASSED,
-                note=f"verified: the verification run passed in {seconds:.3f} s",
+                note=f"verified: {passed}",
             )
         leaderboard_refresh_entrant(
             benchmark=submission.benchmark, entrant_id=submission.entrant_id

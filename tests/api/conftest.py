@@ -78,8 +78,11 @@ def make_archive(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def ready_environment(db: Any) -> Callable[..., Environment]:
+    """A ready environment of ``owner`` on ``benchmark``, which has both its cohorts."""
+
     def make(owner: Any, benchmark: Any, **fields: Any) -> Environment:
         fields.setdefault("image_digest", "sha256:" + "e" * 64)
+        factories.cohorts(benchmark)
         return factories.EnvironmentFactory(owner=owner, benchmark=benchmark, **fields)
 
     return make
@@ -90,6 +93,7 @@ def accepted(make_archive: Callable[..., Path]) -> Callable[..., Submission]:
     """A submission accepted through the service (charged), as an upload would be."""
 
     def make(entrant: Any, environment: Environment, kind: str = Submission.OFFICIAL) -> Submission:
+        factories.cohorts(environment.benchmark)
         return submission_accept(
             entrant=entrant,
             benchmark=environment.benchmark,

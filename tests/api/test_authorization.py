@@ -34,6 +34,7 @@ from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
+from tests import factories
 
 PUBLIC = "public"
 CALLER = "caller"
@@ -192,7 +193,7 @@ def world(
     make_archive: Callable[..., Any],
 ) -> World:
     environment = ready_environment(alice, benchmark)
-    practice = Cohort.objects.create(benchmark=benchmark, kind=Cohort.PRACTICE)
+    (practice,) = factories.cohorts(benchmark, Cohort.PRACTICE)
     CohortItem.objects.create(
         cohort=practice, position=0, canonical_name="0001.jpg", sha256="0" * 64, reference_class=7
     )
@@ -203,7 +204,7 @@ def world(
     round_ = Round.objects.create(
         campaign=campaign,
         ordinal=1,
-        cohort=Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL),
+        cohort=Cohort.objects.get(benchmark=benchmark, kind=Cohort.OFFICIAL),
         material="0" * 64,
         request_digest="d" * 64,
         slice_count=1,

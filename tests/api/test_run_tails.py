@@ -13,13 +13,14 @@ import secrets
 from portal import storage
 from portal.contests.models import Cohort
 from portal.submissions.models import Run, Submission
+from tests import factories
 
 ANSWERS = secrets.token_hex(4000)  # one line: 1,000 int32 predictions as hex
 
 
 def run_with_log(submission: Submission, text: str) -> Run:
     kind = Cohort.OFFICIAL if submission.kind == Submission.OFFICIAL else Cohort.PRACTICE
-    cohort = Cohort.objects.create(benchmark=submission.benchmark, kind=kind)
+    (cohort,) = factories.cohorts(submission.benchmark, kind)
     run = Run.objects.create(submission=submission, cohort=cohort, try_number=1)
     storage.ensure_dir(storage.run_dir(run.pk)).joinpath("run.log").write_text(text)
     return run

@@ -103,6 +103,7 @@ def world(settings: Any, alice: Any, staff: Any, benchmark: Any, tmp_path: Any) 
     environment = factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, image_digest="sha256:" + "e" * 64
     )
+    official = Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
     submission = submission_accept(
         entrant=alice,
         benchmark=benchmark,
@@ -112,7 +113,6 @@ def world(settings: Any, alice: Any, staff: Any, benchmark: Any, tmp_path: Any) 
         kind=Submission.OFFICIAL,
     )
     storage.submission_build_log(submission.pk).write_text("step 1\nstep 2\n")
-    official = Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
     run = Run.objects.create(submission=submission, cohort=official, try_number=1)
     storage.ensure_dir(storage.run_dir(run.pk))
     storage.run_log(run.pk).write_text("stdout line\nstderr line\n")

@@ -15,6 +15,7 @@ def test_it_exchanges_username_and_password_for_a_working_token(alice, anon):
     )
 
     assert response.status_code == 201
+    assert set(response.json()) == {"token", "id", "label", "device"}
     key = response.json()["token"]
     assert ApiToken.objects.get(key=key).user == alice
     client = APIClient()

@@ -88,6 +88,7 @@ def test_the_quota_after_two_attempts_with_scripts_off(
     live_server, scriptless, alice, benchmark, tmp_path, sent
 ):
     """The upload form works without JavaScript, and states the quota before each upload."""
+    factories.cohorts(benchmark)
     factories.EnvironmentFactory(owner=alice, benchmark=benchmark, name="ready-one")
     sign_in(scriptless, live_server, alice)
     page = scriptless.new_page()

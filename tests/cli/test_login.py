@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core import signing
+from rest_framework.test import APIClient
 
+from podium_cli import config
 from portal.api.models import ApiToken
+from portal.login_limits import DEVICE_SALT
 from tests.cli.conftest import PASSWORD, Podium
 
 
@@ -30,7 +34,8 @@ def test_it_stores_the_token_readable_by_the_owner_only(
     assert stat.S_IMODE(config_dir.stat().st_mode) == 0o700
     stored = json.loads(path.read_text())
     token = ApiToken.objects.get(user=alice)
-    assert stored == {"url": server, "token": token.key}
+    assert stored == {"url": server, "token": token.key, "device": stored["device"]}
+    assert signing.loads(stored["device"], salt=DEVICE_SALT)[0] == alice.pk
     assert "podium command line" in token.label
     assert podium("quota", "no-such-benchmark").err.startswith("podium: Not found")
 
@@ -57,6 +62,50 @@ def test_a_wrong_password_is_refused_in_one_line_and_nothing_is_stored(
     assert result.code == 2
     assert result.err == "podium: Sign-in refused: Wrong username or password.\n"
     assert not (config_dir / "config.json").exists()
+
+
+def wrong_passwords_from_elsewhere(username: str, count: int) -> None:
+    """Someone else's guesses at ``username``, from an address that is not this client's."""
+    for n in range(count):
+        response = APIClient().post(
+            "/api/v1/tokens/",
+            {"username": username, "password": "guess"},
+            REMOTE_ADDR=f"203.0.113.{n}",
+        )
+        assert response.status_code in (401, 429)
+
+
+def test_it_sends_its_device_so_others_guesses_do_not_keep_it_out(
+    server: str, alice: Any, podium: Podium, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PODIUM_PASSWORD", PASSWORD)
+    assert podium("login", server, "--username", "alice").code == 0
+    first = json.loads((config_dir / "config.json").read_text())["device"]
+    wrong_passwords_from_elsewhere("alice", 50)
+
+    again = podium("login", server, "--username", "alice")
+
+    assert again.code == 0, again.err
+    stored = json.loads((config_dir / "config.json").read_text())
+    assert stored["device"] != first  # a fresh one with each sign-in
+    assert ApiToken.objects.filter(user=alice).count() == 2
+    # Without the stored device the same sign-in waits with every other client.
+    (config_dir / "config.json").write_text(json.dumps({"url": server, "token": "x"}))
+    refused = podium("login", server, "--username", "alice")
+    assert refused.code != 0
+    assert "Too many failed sign-ins" in refused.err
+    assert ApiToken.objects.filter(user=alice).count() == 2
+
+
+def test_the_device_is_sent_only_to_the_server_that_issued_it(
+    server: str, config_dir: Path
+) -> None:
+    config.save(config.Settings(url=server, token="t", device="d"))
+
+    assert config.stored_device(server) == "d"
+    assert config.stored_device("https://elsewhere.example.org") is None
+    (config_dir / "config.json").write_text("not json")
+    assert config.stored_device(server) is None  # `podium login` writes the file again
 
 
 def test_an_address_that_is_not_http_is_refused(podium: Podium) -> None:

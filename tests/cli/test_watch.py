@@ -226,6 +226,51 @@ def test_a_run_rejected_by_its_verification_is_followed_through_it_and_exits_1(
     assert "Reason: Verification failed: the verification run did not pass" in result.out
 
 
+def test_a_verification_timing_miss_shows_re_measuring_and_the_re_measure_ranks_it(
+    submission: Submission, podium: Podium, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submission.benchmark.verify_top = 20
+    submission.benchmark.save()
+    pipeline = Pipeline(submission)
+
+    def verification(wall_time_ns: int) -> Step:
+        def record() -> None:
+            run = services.run_claim(pipeline.id, lease_s=60)
+            assert run is not None and run.purpose == Run.VERIFY
+            services.run_mark_running(run_id=run.pk, lease_s=60)
+            services.run_record_verification(
+                run_id=run.pk, status="passed", reason="", wall_time_ns=wall_time_ns
+            )
+
+        return record
+
+    steps(
+        monkeypatch,
+        pipeline.start_build,
+        pipeline.finish_build,
+        pipeline.start_run,
+        lambda: pipeline.verdict("passed", 4),
+        verification(200_000_000),  # 62% slower than the official 123.456789 ms
+        verification(125_000_000),
+    )
+
+    result = podium("watch", str(submission.pk), "--no-logs")
+
+    assert result.code == 0, result.err
+    assert timeline(result.out)[-3:] == ["verifying", "verifying", "passed"]
+    remeasuring = [line for line in result.out.splitlines() if "re-measuring" in line]
+    assert remeasuring[0].endswith(
+        "verifying  (re-measuring (2 of 3): the verification run took 0.200 s against the "
+        "official 0.123 s, more than 10% slower.)"
+    )
+    assert remeasuring[1] == (
+        "  verify | re-measuring (2 of 3): the verification was slower than allowed; "
+        "judged on the fastest run"
+    )
+    assert len(remeasuring) == 2  # shown once
+    assert result.out.splitlines()[-1].startswith("Verdict: passed, 4/4 matches")
+
+
 def test_a_waiting_submission_shows_its_place_in_line_once_per_change(
     submission: Submission, podium: Podium, monkeypatch: pytest.MonkeyPatch
 ) -> None:

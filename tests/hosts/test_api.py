@@ -23,6 +23,8 @@ FIELDS = {
     "last_heartbeat_at",
     "queue_length",
     "calibration",
+    "missing_tools",
+    "cpu_isolation",
 }
 
 
@@ -56,6 +58,8 @@ def test_a_signed_in_user_sees_each_hosts_machine_and_state(alice_client, make_h
         "last_heartbeat_at": beat.astimezone(dt.UTC).isoformat(),
         "queue_length": 0,
         "calibration": None,  # never calibrated
+        "missing_tools": [],
+        "cpu_isolation": None,  # not reported yet
     }
 
 

@@ -64,6 +64,7 @@ def test_machine_facts_describe_this_machine(machine):
         "docker_version",
         "kernel_version",
         "supervisor_sha256",
+        "cpu_isolation",
     }
     assert facts["architecture"] and isinstance(facts["architecture"], str)
     assert isinstance(facts["cpu_model"], str)

@@ -194,12 +194,13 @@ def rejected_by_verification(contest: Any, alice: Any, tmp_path: Path) -> int:
     run = running(contest, alice, tmp_path)
     assert verdict(run)
     assert status_of(run.submission_id) == Submission.VERIFYING
-    check = run_claim(run.submission_id, lease_s=LEASE_S)
-    assert check is not None and check.purpose == Run.VERIFY
-    assert run_mark_running(run_id=check.pk, lease_s=LEASE_S)
-    assert run_record_verification(
-        run_id=check.pk, status=Submission.PASSED, reason="ok", wall_time_ns=3 * WALL_NS
-    )
+    for _ in range(3):  # a timing miss is measured three times before it rejects
+        check = run_claim(run.submission_id, lease_s=LEASE_S)
+        assert check is not None and check.purpose == Run.VERIFY
+        assert run_mark_running(run_id=check.pk, lease_s=LEASE_S)
+        assert run_record_verification(
+            run_id=check.pk, status=Submission.PASSED, reason="ok", wall_time_ns=3 * WALL_NS
+        )
     return int(run.submission_id)
 
 

@@ -104,6 +104,7 @@ def expected(targets: dict[str, str]) -> dict[str, str]:
 
 def accept_on(image: str, owner: Any, benchmark: Any, tmp_path: Path, files: Any) -> Submission:
     """An accepted submission on a ready environment whose image is ``image``."""
+    factories.cohorts(benchmark)
     environment = factories.EnvironmentFactory(owner=owner, benchmark=benchmark, image_tag=image)
     archive = tar_gz(tmp_path / "src.tar.gz", files)
     return submission_accept(

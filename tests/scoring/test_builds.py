@@ -72,6 +72,7 @@ def accept(
     alice: Any, benchmark: Any, tmp_path: Path, files: dict[str, tuple[bytes, int]]
 ) -> Submission:
     """An accepted, charged submission on a ready environment built from the busybox base."""
+    factories.cohorts(benchmark)
     environment = cast(Environment, factories.EnvironmentFactory(owner=alice, benchmark=benchmark))
     archive = tar_gz(tmp_path / f"src-{uuid.uuid4().hex[:6]}.tar.gz", files)
     return submission_accept(

@@ -65,6 +65,8 @@ def archive_file(tmp_path: Path) -> Path:
 
 
 def submit(client: APIClient, benchmark: Any, environment: Environment, tmp_path: Path) -> Any:
+    """A practice upload (the benchmark has its cohorts)."""
+    factories.cohorts(benchmark)
     with archive_file(tmp_path).open("rb") as source:
         return client.post(
             f"/api/v1/benchmarks/{benchmark.slug}/submissions/",
@@ -291,6 +293,7 @@ def test_simultaneous_uploads_take_no_more_than_the_free_build_slots(
     monkeypatch.setattr("portal.jobs.app.send_task", lambda name, args, **kw: sent.append(name))
     alice = factories.UserFactory(username="alice")
     benchmark = factories.BenchmarkFactory(practice_per_day=100)
+    factories.cohorts(benchmark)
     environment = factories.EnvironmentFactory(owner=alice, benchmark=benchmark)
     token = ApiToken.objects.create(user=alice).key
     source = source_archive()

@@ -1,14 +1,18 @@
 """Password guessing: failed sign-ins are limited per account and per client address, in one
 count that the browser form and ``POST /api/v1/tokens/`` share, kept where every process
-sees it. Each test is something an attacker could do before the limits held.
+sees it. Each test is something an attacker could do before the limits held; the known
+device tests are what an attacker could do to the account's owner with those limits alone.
 
-The limits (settings): 5 failures in 5 minutes at one account, 20 a minute from one address.
+The limits (settings): 5 failures in 5 minutes at one account (apart for each known device
+and for all other clients together), 20 a minute from one address.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,6 +22,7 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.core import signing
 from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.test import Client
@@ -26,8 +31,9 @@ from rest_framework.test import APIClient
 
 from portal.api.models import ApiToken
 from portal.file_cache import SharedFileCache
-from portal.login_limits import login_key
+from portal.login_limits import DEVICE_COOKIE, DEVICE_SALT, login_key
 from tests import factories
+from tests.deploy.test_compose import compose_config
 
 TOKENS = "/api/v1/tokens/"
 LOGIN = "/accounts/login/"
@@ -128,6 +134,15 @@ def test_requests_whose_address_cannot_be_read_count_together(db, loose_token_th
 
     assert_throttled(token_request("victim99", REMOTE_ADDR=""))
     assert token_request("victim99", REMOTE_ADDR="203.0.113.1").status_code == 401
+
+
+def test_compose_counts_the_address_its_tls_proxy_saw(tmp_path):
+    """compose.yaml publishes web on loopback for the TLS proxy the README prescribes, so
+    every client reaches gunicorn from one address: the proxy's X-Forwarded-For entry is
+    the one to count."""
+    assert compose_config(tmp_path)["web"]["environment"]["PODIUM_TRUSTED_PROXIES"] == "1"
+    unproxied = compose_config(tmp_path, PODIUM_TRUSTED_PROXIES="0")
+    assert unproxied["web"]["environment"]["PODIUM_TRUSTED_PROXIES"] == "0"
 
 
 def test_the_proxy_count_setting_reaches_both_readers_of_the_address(settings):
@@ -244,6 +259,213 @@ def test_the_right_password_waits_for_the_window_then_works(alice, client):
         assert token_request(password=RIGHT).status_code == 201
         assert form_sign_in(client, password=RIGHT).status_code == 302
         assert client.session["_auth_user_id"] == str(alice.pk)
+
+
+# Known devices ----------------------------------------------------------------------------
+
+OWNER = "192.0.2.10"
+ATTACKER = "203.0.113.66"
+
+
+def sign_in_with_the_form(client: Client, username: str = "alice", **meta: Any) -> str:
+    """Sign in through the form, sign out again; the device cookie it left."""
+    page = form_sign_in(client, username, RIGHT, REMOTE_ADDR=OWNER, **meta)
+    assert page.status_code == 302, page.content
+    client.post("/accounts/logout/", REMOTE_ADDR=OWNER)
+    assert "_auth_user_id" not in client.session
+    return str(client.cookies[DEVICE_COOKIE].value)
+
+
+def device_of_the_token_endpoint(username: str = "alice") -> str:
+    answer = token_request(username, RIGHT, REMOTE_ADDR=OWNER)
+    assert answer.status_code == 201, answer.content
+    return str(answer.json()["device"])
+
+
+def fifty_wrong_passwords(username: str = "alice", address: str = ATTACKER) -> None:
+    """An attacker's guesses, half at the form and half at the token endpoint, from another
+    address: the first five are checked, the rest refused before the password is."""
+    attacker = Client()
+    codes = []
+    for n in range(50):
+        if n % 2:
+            codes.append(token_request(username, REMOTE_ADDR=address).status_code)
+        else:
+            page = form_sign_in(attacker, username, REMOTE_ADDR=address)
+            codes.append(401 if "not correct" in page.content.decode() else 429)
+    assert codes.count(401) == 5
+    assert set(codes[5:]) == {429}
+
+
+def test_the_owner_signs_in_through_the_form_at_once_after_fifty_wrong_passwords(
+    alice, loose_token_throttle
+):
+    owner = Client()
+    sign_in_with_the_form(owner)
+
+    fifty_wrong_passwords()
+
+    page = form_sign_in(owner, password=RIGHT, REMOTE_ADDR=OWNER)
+    assert page.status_code == 302
+    assert owner.session["_auth_user_id"] == str(alice.pk)
+    # Without the device the account is still locked: from the owner's address too.
+    assert REFUSED_IN_THE_FORM in form_sign_in(Client(), password=RIGHT).content.decode()
+    assert_throttled(token_request(password=RIGHT, REMOTE_ADDR=OWNER))
+
+
+def test_the_owner_gets_a_token_at_once_after_fifty_wrong_passwords(alice, loose_token_throttle):
+    device = device_of_the_token_endpoint()  # a command-line client keeps it
+    browser = APIClient()  # a browser keeps the cookie its form sign-in set
+    browser.cookies[DEVICE_COOKIE] = sign_in_with_the_form(Client())
+
+    fifty_wrong_passwords()
+
+    by_header = token_request(password=RIGHT, REMOTE_ADDR=OWNER, HTTP_X_PODIUM_DEVICE=device)
+    assert by_header.status_code == 201, by_header.content
+    assert ApiToken.objects.get(key=by_header.json()["token"]).user == alice
+    by_cookie = token_request(password=RIGHT, client=browser, REMOTE_ADDR=OWNER)
+    assert by_cookie.status_code == 201, by_cookie.content
+    assert_throttled(token_request(password=RIGHT, REMOTE_ADDR=OWNER))
+
+
+def test_the_device_cookie_lasts_a_year_and_scripts_cannot_read_it(alice):
+    client = Client()
+    form_sign_in(client, password=RIGHT, secure=True)
+    cookie = client.cookies[DEVICE_COOKIE]
+    assert cookie["httponly"] is True
+    assert cookie["secure"] is True
+    assert cookie["samesite"] == "Lax"
+    assert int(cookie["max-age"]) == 365 * 24 * 3600
+
+    answer = APIClient().post(TOKENS, {"username": "alice", "password": RIGHT})
+    assert answer.cookies[DEVICE_COOKIE].value == answer.json()["device"]
+    assert not answer.cookies[DEVICE_COOKIE]["secure"]  # plain HTTP: a test server
+
+
+def test_a_client_without_a_device_is_still_limited_after_five_failures(alice):
+    sign_in_with_the_form(Client())  # the owner has a device; this client has none
+    codes = [token_request(REMOTE_ADDR=f"203.0.113.{n}").status_code for n in range(5)]
+    assert codes == [401] * 5
+
+    assert_throttled(token_request(password=RIGHT, REMOTE_ADDR="203.0.113.50"))
+    refused = form_sign_in(Client(), password=RIGHT, REMOTE_ADDR="203.0.113.51")
+    assert REFUSED_IN_THE_FORM in refused.content.decode()
+
+
+def edited_for(account: Any, device: str) -> str:
+    """``device`` with its account changed to ``account``, its signature kept."""
+    payload, timestamp, signature = device.split(":")
+    _, nonce = signing.loads(device, salt=DEVICE_SALT)
+    edited = signing.b64_encode(json.dumps([account.pk, nonce], separators=(",", ":")).encode())
+    assert edited.decode() != payload
+    return f"{edited.decode()}:{timestamp}:{signature}"
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        pytest.param(lambda alice, bob_device: bob_device, id="another-accounts-device"),
+        pytest.param(lambda alice, bob_device: edited_for(alice, bob_device), id="edited"),
+        pytest.param(
+            lambda alice, bob_device: signing.dumps(
+                [alice.pk, "guessed"], key="not the site's secret", salt=DEVICE_SALT
+            ),
+            id="signed-without-the-secret",
+        ),
+        pytest.param(
+            lambda alice, bob_device: signing.dumps([alice.pk, "guessed"], salt="other"),
+            id="signed-for-something-else",
+        ),
+        pytest.param(lambda alice, bob_device: "garbage:::", id="garbage"),
+    ],
+)
+def test_a_forged_or_another_accounts_device_gives_no_pass(alice, bob, loose_token_throttle, forge):
+    bob_device = device_of_the_token_endpoint("bob")
+    device = forge(alice, bob_device)
+    fifty_wrong_passwords()
+
+    assert_throttled(token_request(password=RIGHT, HTTP_X_PODIUM_DEVICE=device))
+    client = Client()
+    client.cookies[DEVICE_COOKIE] = device
+    assert REFUSED_IN_THE_FORM in form_sign_in(client, password=RIGHT).content.decode()
+    assert not ApiToken.objects.filter(user=alice).exists()
+
+
+def test_a_device_unused_for_a_year_is_untrusted_again(alice):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        device = device_of_the_token_endpoint()
+        traveller.shift(dt.timedelta(days=366))
+        for n in range(5):
+            assert token_request(REMOTE_ADDR=f"203.0.113.{n}").status_code == 401
+
+        assert_throttled(token_request(password=RIGHT, HTTP_X_PODIUM_DEVICE=device))
+
+
+def test_failures_with_a_device_lock_that_device_only(alice):
+    stolen = device_of_the_token_endpoint()
+    others_device = device_of_the_token_endpoint()
+    codes = [
+        token_request(REMOTE_ADDR=f"203.0.113.{n}", HTTP_X_PODIUM_DEVICE=stolen).status_code
+        for n in range(5)
+    ]
+    assert codes == [401] * 5
+
+    assert_throttled(token_request(password=RIGHT, HTTP_X_PODIUM_DEVICE=stolen))
+    client = Client()
+    client.cookies[DEVICE_COOKIE] = stolen
+    assert REFUSED_IN_THE_FORM in form_sign_in(client, password=RIGHT).content.decode()
+    # The account's other device, and clients without one, were not charged.
+    assert token_request(password=RIGHT, HTTP_X_PODIUM_DEVICE=others_device).status_code == 201
+    assert token_request(password=RIGHT, REMOTE_ADDR="198.51.100.1").status_code == 201
+
+
+def test_a_known_device_is_still_held_to_its_address_limit(alice, loose_token_throttle):
+    device = device_of_the_token_endpoint()
+    codes = [token_request(f"victim{n}", REMOTE_ADDR=OWNER).status_code for n in range(20)]
+    assert codes == [401] * 20
+
+    refused = token_request(password=RIGHT, REMOTE_ADDR=OWNER, HTTP_X_PODIUM_DEVICE=device)
+    assert_throttled(refused)
+    assert "from this address" in refused.json()["detail"]
+    other_address = token_request(password=RIGHT, REMOTE_ADDR="198.51.100.2")
+    assert other_address.status_code == 201
+
+
+def test_the_admin_sign_in_honours_the_device(staff, loose_token_throttle):
+    owner = Client()
+    page = owner.post("/admin/login/", {"username": "staff", "password": RIGHT})
+    assert page.status_code == 302
+    owner.post("/admin/logout/")
+    fifty_wrong_passwords("staff")
+
+    page = owner.post("/admin/login/", {"username": "staff", "password": RIGHT})
+
+    assert page.status_code == 302, page.content
+    assert owner.session["_auth_user_id"] == str(staff.pk)
+    refused = Client().post("/admin/login/", {"username": "staff", "password": RIGHT})
+    assert "Too many failed sign-ins" in refused.content.decode()
+
+
+def test_a_password_reset_lets_every_client_in_again(alice, client, mailoutbox):
+    """The reset link proves the mailbox: the account's count is cleared, as it was before
+    devices were counted apart, even when the reset ran in a browser with a device."""
+    sign_in_with_the_form(client)
+    for n in range(5):
+        assert token_request(REMOTE_ADDR=f"203.0.113.{n}").status_code == 401
+    assert_throttled(token_request(password=RIGHT, REMOTE_ADDR="203.0.113.50"))
+
+    client.post("/accounts/password/reset/", {"email": "alice@example.com"})
+    link = re.search(r"https?://[^/\s]+(/accounts/password/reset/key/\S+)", mailoutbox[-1].body)
+    assert link is not None, mailoutbox[-1].body
+    form = client.get(link.group(1), follow=True)
+    new_password = "a brand new passphrase"
+    done = client.post(
+        form.redirect_chain[-1][0], {"password1": new_password, "password2": new_password}
+    )
+    assert done.status_code == 302, done.content
+
+    fresh = token_request(password=new_password, REMOTE_ADDR="203.0.113.51")
+    assert fresh.status_code == 201, fresh.content
 
 
 # The shared cache ------------------------------------------------------------------------

@@ -83,6 +83,8 @@ def stored(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
 @pytest.fixture
 def ready(alice: Any, benchmark: Any) -> Environment:
+    """Alice's ready environment on the benchmark, which has both its cohorts."""
+    factories.cohorts(benchmark)
     return factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, name="ready-one", image_digest="sha256:" + "e" * 64
     )

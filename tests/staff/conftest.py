@@ -10,6 +10,7 @@ from django.utils import timezone
 from portal import storage
 from portal.contests.models import Cohort, CohortItem
 from portal.submissions.models import Run, Submission
+from tests import factories
 from tests.api.conftest import accepted, make_archive, ready_environment
 
 __all__ = ["accepted", "make_archive", "ready_environment"]
@@ -22,7 +23,7 @@ def submission(benchmark, alice, ready_environment, accepted) -> Submission:
 
 @pytest.fixture
 def official(benchmark) -> Cohort:
-    cohort = Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
+    (cohort,) = factories.cohorts(benchmark, Cohort.OFFICIAL)
     for position, (name, answer) in enumerate([("cats/a.jpg", 281), ("dogs/b.jpg", 207)]):
         CohortItem.objects.create(
             cohort=cohort,

@@ -43,6 +43,7 @@ def test_fifty_simultaneous_uploads_with_one_attempt_left_charge_once(
     )
     alice = factories.UserFactory(username="alice")
     benchmark = factories.BenchmarkFactory(attempts_per_day=1)
+    factories.cohorts(benchmark)
     environment = factories.EnvironmentFactory(owner=alice, benchmark=benchmark)
     token = ApiToken.objects.create(user=alice).key
     source = source_archive()

@@ -402,6 +402,7 @@ def test_a_submission_image_over_the_cap_fails_its_build_and_counts(tmp_path, mo
     monkeypatch.setattr(engine, "commit", commit_spy)
     alice = factories.UserFactory(username="alice")
     benchmark = factories.BenchmarkFactory(max_image_bytes=1)
+    factories.cohorts(benchmark)
     environment = factories.EnvironmentFactory(owner=alice, benchmark=benchmark)
     archive = tmp_path / "source.tar.gz"
     archive.write_bytes(source_archive())

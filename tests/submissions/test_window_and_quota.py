@@ -54,6 +54,7 @@ class Entrant:
         token = ApiToken.objects.create(user=user, label="tests")
         self.client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
         self.benchmark = benchmark
+        factories.cohorts(benchmark)  # an upload of a kind needs its cohort
         self.environment = factories.EnvironmentFactory(owner=user, benchmark=benchmark)
         self.archive = archive
 

@@ -27,6 +27,8 @@ KST = ZoneInfo("Asia/Seoul")
 
 @pytest.fixture
 def ready_env(alice, benchmark) -> Environment:
+    """Alice's ready environment on the benchmark, which has both its cohorts."""
+    factories.cohorts(benchmark)
     return factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, name="ready-one", image_digest="sha256:" + "e" * 64
     )
@@ -250,7 +252,7 @@ def test_list_shows_my_submissions_with_the_latest_runs_wall_time(
     client, alice, bob, benchmark, ready_env
 ):
     mine = make_submission(alice, ready_env, status=Submission.PASSED)
-    cohort = Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
+    cohort = factories.cohorts(benchmark, Cohort.OFFICIAL)[0]
     Run.objects.create(submission=mine, cohort=cohort, try_number=1, status=Run.INFRA_FAILED)
     Run.objects.create(
         submission=mine,
@@ -285,7 +287,7 @@ def test_detail_shows_timeline_numbers_digests_attempt_and_logs(
         environment_image_digest="sha256:" + "e" * 64,
         failure_reason="9,800 of 10,000 predictions matched; passing needs 9,900.",
     )
-    cohort = Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
+    cohort = factories.cohorts(benchmark, Cohort.OFFICIAL)[0]
     CohortItem.objects.create(
         cohort=cohort,
         position=0,
@@ -572,7 +574,7 @@ def test_a_run_being_verified_shows_its_official_numbers_and_the_verification(
     client, alice, ready_env
 ):
     submission = make_submission(alice, ready_env, status=Submission.VERIFYING)
-    cohort = Cohort.objects.create(benchmark=submission.benchmark, kind=Cohort.OFFICIAL)
+    cohort = factories.cohorts(submission.benchmark, Cohort.OFFICIAL)[0]
     Run.objects.create(
         submission=submission,
         cohort=cohort,
@@ -598,6 +600,8 @@ def test_a_run_being_verified_shows_its_official_numbers_and_the_verification(
         "wall_time_ns": None,
         "matches": None,
         "total": None,
+        "run": 1,
+        "of": 3,
     }
     assert data["resources"]["cpu_per_wall"] == 2.0
     assert "Verifying (one more run off the board, before it ranks)" in html
