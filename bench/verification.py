@@ -7,7 +7,8 @@ losslessly, then the same stages as a score. A correctness failure rejects at on
 timing miss is measured again (up to ``PODIUM_VERIFY_MAX_RUNS``, 3) and judged on the
 fastest run against the larger of ``verify_tolerance_pct`` (10%) and
 ``PODIUM_VERIFY_NOISE_FACTOR`` (3) times the class's noise band (from this host's own
-calibrations, when it made any). This measures, on the demo cohort and the starter kit
+calibrations, when it made any), and at least ``PODIUM_VERIFY_SLACK_MS`` (100 ms). This
+measures, on the demo cohort and the starter kit
 (the same set-up as ``bench/score_overhead.py``, whose helpers it uses), for ``--runs``
 honest submissions, one entrant each:
 

@@ -378,7 +378,11 @@ PODIUM_NOISE_BAND_CALIBRATIONS = env.int("PODIUM_NOISE_BAND_CALIBRATIONS", defau
 # verification may be slower than its official run by the benchmark's verify_tolerance_pct
 # or PODIUM_VERIFY_NOISE_FACTOR times the class's noise band, whichever is larger, and is
 # judged on the fastest of up to PODIUM_VERIFY_MAX_RUNS verification runs (a timing miss
-# is re-measured on a fresh permutation; a correctness failure rejects at once).
+# is re-measured on a fresh permutation; a correctness failure rejects at once). Whatever
+# the percentage, it may be PODIUM_VERIFY_SLACK_MS slower: a fresh sandboxed process
+# tree's start jitters by tens of milliseconds whatever the run's length (measured: an
+# honest 0.42 s starter-kit run verified at 0.47 s three times in a row on a 2-core host).
+PODIUM_VERIFY_SLACK_MS = env.int("PODIUM_VERIFY_SLACK_MS", default=100)
 PODIUM_VERIFY_NOISE_FACTOR = env.float("PODIUM_VERIFY_NOISE_FACTOR", default=3.0)
 PODIUM_VERIFY_MAX_RUNS = env.int("PODIUM_VERIFY_MAX_RUNS", default=3)
 # Tests only (never from the environment): a CPU quota (and the lowest CPU weight) for the

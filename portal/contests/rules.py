@@ -248,8 +248,9 @@ class VerificationVerdict:
     submission ranks with its official time), :data:`REMEASURE` (a timing miss with runs
     left: one more verification run) or :data:`REJECT`; ``reason`` says why (empty for a
     confirmation). ``run`` is how many verification runs were judged, of ``of`` at most;
-    ``fastest_ns`` the fastest of them (None when the last did not pass) and
-    ``tolerance_pct`` the tolerance it was held to."""
+    ``fastest_ns`` the fastest of them (None when the last did not pass),
+    ``tolerance_pct`` the tolerance it was held to and ``slack_ns`` the least slowdown
+    allowed whatever the percentage (0: none)."""
 
     action: str
     reason: str
@@ -257,6 +258,13 @@ class VerificationVerdict:
     of: int
     fastest_ns: int | None
     tolerance_pct: float
+    slack_ns: int = 0
+
+    @property
+    def within(self) -> str:
+        """The tolerance in words: "10%", or "10% (at least 100 ms)"."""
+        shown = f"{_percent(self.tolerance_pct)}%"
+        return f"{shown} (at least {self.slack_ns / 1e6:g} ms)" if self.slack_ns else shown
 
 
 def verification_tolerance_pct(
@@ -284,6 +292,7 @@ def verification_decision(
     noise_band_pct: float | None,
     noise_factor: float,
     max_runs: int,
+    slack_ns: int = 0,
 ) -> VerificationVerdict:
     """The decision after a verification run: confirm, re-measure or reject.
 
@@ -299,6 +308,10 @@ def verification_decision(
       the official time (answers replayed, or work done by something the shuffled,
       rewritten input defeats); a faster one only shows that the official run, which is
       what ranks, was its image's first on a cold host;
+    - whatever the percentage, a verification may be ``slack_ns`` slower: a fresh
+      sandboxed process tree's start (interpreter, imports, workers) jitters by tens of
+      milliseconds whatever the run's length, which on a short run is more than any
+      percentage a cheat could be told from;
     - a timing miss with fewer than ``max_runs`` runs judged asks for one more run (a
       fresh permutation: each verification run is staged anew); only after ``max_runs``
       misses does timing reject, so no single noisy sample rejects.
@@ -311,25 +324,31 @@ def verification_decision(
         tolerance_pct=tolerance_pct, noise_band_pct=noise_band_pct, noise_factor=noise_factor
     )
     latest = walls_ns[-1]
+    slack = max(0, slack_ns)
+
+    def verdict(action: str, why: str, fastest: int | None) -> VerificationVerdict:
+        return VerificationVerdict(action, why, count, limit, fastest, tolerance, slack)
+
     if status != "passed":
-        problem = f"the verification run did not pass ({status}: {reason.rstrip('.')})."
-        return VerificationVerdict(REJECT, problem, count, limit, None, tolerance)
+        return verdict(
+            REJECT, f"the verification run did not pass ({status}: {reason.rstrip('.')}).", None
+        )
     if latest is None or official_ns <= 0:
-        problem = "the verification run has no wall time."
-        return VerificationVerdict(REJECT, problem, count, limit, None, tolerance)
+        return verdict(REJECT, "the verification run has no wall time.", None)
     fastest = min(wall for wall in walls_ns if wall is not None)
-    if (fastest - official_ns) * 100 <= tolerance * official_ns:
-        return VerificationVerdict(CONFIRM, "", count, limit, fastest, tolerance)
+    over_ns = fastest - official_ns
+    if over_ns * 100 <= tolerance * official_ns or over_ns <= slack:
+        return verdict(CONFIRM, "", fastest)
     runs = "the verification run" if count == 1 else f"the fastest of {count} verification runs"
     why = (
         f"{runs} took {fastest / 1e9:.3f} s against the official {official_ns / 1e9:.3f} s, "
         f"more than {_percent(tolerance)}% slower"
     )
+    if slack:
+        why += f" and more than {slack / 1e6:g} ms"
     if tolerance > tolerance_pct:
         why += (
             f" (the tolerance: {_percent(noise_factor)} x the class's noise band of "
             f"{_percent(noise_band_pct or 0.0)}%)"
         )
-    if count < limit:
-        return VerificationVerdict(REMEASURE, why + ".", count, limit, fastest, tolerance)
-    return VerificationVerdict(REJECT, why + ".", count, limit, fastest, tolerance)
+    return verdict(REMEASURE if count < limit else REJECT, why + ".", fastest)

@@ -66,6 +66,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "hardware": class_hardware(benchmark.hardware_class),
         "verify_max_runs": settings.PODIUM_VERIFY_MAX_RUNS,
         "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
+        "verify_slack_ms": settings.PODIUM_VERIFY_SLACK_MS,
     }
     return render(request, "contests/benchmark_detail.html", context)
 

@@ -813,7 +813,8 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
     The decision is ``rules.verification_decision``'s: a run that did not pass the gate
     rejects at once; timing is judged on the fastest verification run so far against
     the larger of the benchmark's ``verify_tolerance_pct`` and
-    ``PODIUM_VERIFY_NOISE_FACTOR`` times the class's noise band. Within it, the
+    ``PODIUM_VERIFY_NOISE_FACTOR`` times the class's noise band (and never less than
+    ``PODIUM_VERIFY_SLACK_MS``). Within it, the
     submission ranks (``verifying`` -> ``passed``, with its official time). A timing miss
     queues one more verification run (staged as a fresh permutation) while fewer than
     ``PODIUM_VERIFY_MAX_RUNS`` were judged; after that it ends ``rejected_verification``:
@@ -847,6 +848,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             noise_band_pct=band.percent if band else None,
             noise_factor=float(settings.PODIUM_VERIFY_NOISE_FACTOR),
             max_runs=int(settings.PODIUM_VERIFY_MAX_RUNS),
+            slack_ns=int(settings.PODIUM_VERIFY_SLACK_MS) * 1_000_000,
         )
         which = f"{verdict.run} of {verdict.of}"
         if verdict.action == rules.REMEASURE:
@@ -885,7 +887,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             )
         else:
             seconds = (verdict.fastest_ns or 0) / 1e9
-            tolerance = f"within {verdict.tolerance_pct:g}% of the official run"
+            tolerance = f"within {verdict.within} of the official run"
             Run.objects.filter(pk=run_id).update(
                 verification_note=f"confirmed ({which}): fastest {seconds:.3f} s, {tolerance}"
             )

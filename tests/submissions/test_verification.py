@@ -196,6 +196,43 @@ def test_a_noisy_class_widens_the_tolerance_and_says_so():
     )
 
 
+@pytest.mark.parametrize(
+    ("official_s", "wall_s", "action"),
+    [
+        (0.42, 0.472, rules.CONFIRM),  # 12% slower, but only 52 ms: start-up jitter
+        (0.42, 0.52, rules.CONFIRM),  # exactly the slack
+        (0.42, 0.521, rules.REMEASURE),  # past both
+        (2.0, 2.15, rules.CONFIRM),  # 150 ms, but within 10%
+        (2.0, 2.3, rules.REMEASURE),  # 300 ms and 15%: past both
+    ],
+)
+def test_a_short_run_may_be_slower_by_the_slack_whatever_the_percentage(official_s, wall_s, action):
+    verdict = rules.verification_decision(
+        official_ns=round(official_s * SECOND),
+        status="passed",
+        reason="",
+        walls_ns=[round(wall_s * SECOND)],
+        tolerance_pct=10,
+        noise_band_pct=None,
+        noise_factor=3,
+        max_runs=3,
+        slack_ns=100_000_000,
+    )
+    assert verdict.action == action
+    assert verdict.within == "10% (at least 100 ms)"
+    if action == rules.REMEASURE:
+        assert verdict.reason.endswith("more than 10% slower and more than 100 ms.")
+
+
+def test_the_slack_is_a_setting(contest, alice, tmp_path, priorities, settings):
+    settings.PODIUM_VERIFY_SLACK_MS = 400
+    submission = queued(contest, alice, tmp_path)
+    passes(submission, 1.0)
+    verifies(submission, 1.35)  # 35% slower, but within 400 ms
+
+    assert status(submission) == Submission.PASSED
+
+
 def test_one_verification_run_at_most_rejects_its_first_miss():
     verdict = decide([1.2], max_runs=1)
     assert (verdict.action, verdict.run, verdict.of) == (rules.REJECT, 1, 1)
@@ -455,7 +492,7 @@ def test_a_timing_miss_is_measured_again_and_a_re_measure_within_the_tolerance_r
     assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.VERIFY_PRIORITY)
     assert submission.events.last().note == (
         "re-measuring (2 of 3): the verification run took 1.300 s against the official "
-        "1.000 s, more than 10% slower."
+        "1.000 s, more than 10% slower and more than 100 ms."
     )
     assert first.verification_note.startswith("timing miss (1 of 3), re-measuring: ")
 
@@ -468,7 +505,7 @@ def test_a_timing_miss_is_measured_again_and_a_re_measure_within_the_tolerance_r
         "verified: verification run 2 of 3 passed; the fastest took 1.050 s"
     )
     assert second.verification_note == (
-        "confirmed (2 of 3): fastest 1.050 s, within 10% of the official run"
+        "confirmed (2 of 3): fastest 1.050 s, within 10% (at least 100 ms) of the official run"
     )
     # Verification charged nothing, however many runs it took.
     assert list(AttemptLedger.objects.filter(submission=submission).values_list("delta")) == [(1,)]
@@ -485,7 +522,8 @@ def test_three_timing_misses_reject_on_the_fastest_and_staff_see_every_run(
     assert status(submission) == Submission.REJECTED_VERIFICATION
     assert submission.failure_reason == (
         "Verification failed: the fastest of 3 verification runs took 1.200 s against the "
-        "official 1.000 s, more than 10% slower. The run stays off the leaderboard; the "
+        "official 1.000 s, more than 10% slower and more than 100 ms. The run stays off the "
+        "leaderboard; the "
         "attempt counts."
     )
     assert board(contest) == []
@@ -555,7 +593,7 @@ def test_a_noisy_class_widens_the_tolerance(contest, alice, bob, tmp_path, prior
 
     assert status(submission) == Submission.PASSED
     assert run.verification_note == (
-        "confirmed (1 of 3): fastest 1.140 s, within 15% of the official run"
+        "confirmed (1 of 3): fastest 1.140 s, within 15% (at least 100 ms) of the official run"
     )
 
 
@@ -761,7 +799,8 @@ def test_the_settings_set_the_runs_and_the_noise_factor(
     assert status(submission) == Submission.REJECTED_VERIFICATION
     assert submission.failure_reason.startswith(
         "Verification failed: the verification run took 1.250 s against the official 1.000 s, "
-        "more than 20% slower (the tolerance: 4 x the class's noise band of 5%)."
+        "more than 20% slower and more than 100 ms (the tolerance: 4 x the class's noise band "
+        "of 5%)."
     )
     page = " ".join(client.get(f"/b/{contest.slug}/").content.decode().split())
     assert "judged on the fastest of up to 1 verification runs" in page
