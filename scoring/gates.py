@@ -13,7 +13,7 @@ the platform waits and retries, it never scores on a machine it could not check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -86,24 +86,35 @@ def at_least(name: str, value: int, minimum: int, unit: str = "bytes") -> Readin
     return Reading(name, ok=ok, value=value, detail=f"{value:,} {relation} {minimum:,} {unit}")
 
 
-def cpu_times(proc_stat: str) -> tuple[int, int]:
-    """(idle, total) jiffies of the aggregate ``cpu`` line of ``/proc/stat``.
+def cpu_times(proc_stat: str, cpus: Collection[int] | None = None) -> tuple[int, int]:
+    """(idle, total) jiffies of the aggregate ``cpu`` line of ``/proc/stat``, or summed
+    over the ``cpuN`` lines of ``cpus`` when given.
 
     Idle counts ``idle`` and ``iowait``; the total leaves out ``guest`` and
     ``guest_nice``, which the kernel already counts in ``user`` and ``nice``.
     """
+    wanted = None if cpus is None else {f"cpu{cpu}" for cpu in cpus}
+    idle = total = found = 0
     for line in proc_stat.splitlines():
         fields = line.split()
-        if fields and fields[0] == "cpu":
-            try:
-                values = [int(v) for v in fields[1:9]]
-            except ValueError:
-                break
-            if len(values) < 4:
-                break
-            idle = values[3] + (values[4] if len(values) > 4 else 0)
-            return idle, sum(values)
-    raise ProbeError("no aggregate cpu line in /proc/stat")
+        if not fields or (fields[0] != "cpu" if wanted is None else fields[0] not in wanted):
+            continue
+        try:
+            values = [int(v) for v in fields[1:9]]
+        except ValueError:
+            break
+        if len(values) < 4:
+            break
+        idle += values[3] + (values[4] if len(values) > 4 else 0)
+        total += sum(values)
+        found += 1
+        if wanted is None:
+            return idle, total
+    if wanted is None:
+        raise ProbeError("no aggregate cpu line in /proc/stat")
+    if found != len(wanted):
+        raise ProbeError(f"/proc/stat lacks a line of CPU {sorted(wanted)}")
+    return idle, total
 
 
 def cpu_count(proc_stat: str) -> int:
@@ -116,19 +127,23 @@ def cpu_count(proc_stat: str) -> int:
     return count
 
 
-def idle_fraction(before: str, after: str) -> float:
-    """The fraction of CPU time idle between two ``/proc/stat`` snapshots."""
-    idle_before, total_before = cpu_times(before)
-    idle_after, total_after = cpu_times(after)
+def idle_fraction(before: str, after: str, cpus: Collection[int] | None = None) -> float:
+    """The fraction of CPU time idle between two ``/proc/stat`` snapshots (of ``cpus``
+    only, when given)."""
+    idle_before, total_before = cpu_times(before, cpus)
+    idle_after, total_after = cpu_times(after, cpus)
     elapsed = total_after - total_before
     if elapsed <= 0:
         raise ProbeError("no CPU time passed between the two samples")
     return max(0.0, min(1.0, (idle_after - idle_before) / elapsed))
 
 
-def busy_cpus(before: str, after: str) -> float:
-    """How many CPUs' worth of time was busy between two ``/proc/stat`` snapshots."""
-    return (1.0 - idle_fraction(before, after)) * cpu_count(after)
+def busy_cpus(before: str, after: str, cpus: Collection[int] | None = None) -> float:
+    """How many CPUs' worth of time was busy between two ``/proc/stat`` snapshots: over
+    every CPU, or over ``cpus`` alone (a host whose scored runs have CPUs of their own
+    judges only those: work on the others cannot slow a run)."""
+    count = cpu_count(after) if cpus is None else len(cpus)
+    return (1.0 - idle_fraction(before, after, cpus)) * count
 
 
 def cpu_idle(samples: Sequence[float], maximum: float) -> Reading:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from portal import cpus
 from portal.hosts.selectors import hardware_class
 from portal.submissions.models import Run
 from scoring import engine, gates, gpus
@@ -101,14 +102,17 @@ def gpu_readings(gate_limits: gates.Limits, host: str) -> list[Reading]:
     return gates.gpu(snapshot, gate_limits, ecc_before(host))
 
 
-def busy_cpu_samples(maximum: float, sample_s: float, tries: int = CPU_SAMPLES) -> list[float]:
-    """Busy CPUs over ``sample_s`` each, until one is at most ``maximum`` (or ``tries``)."""
+def busy_cpu_samples(
+    maximum: float, sample_s: float, tries: int = CPU_SAMPLES, only: frozenset[int] | None = None
+) -> list[float]:
+    """Busy CPUs over ``sample_s`` each, until one is at most ``maximum`` (or ``tries``):
+    of every CPU, or of ``only`` (the scoring CPUs of a host that splits them)."""
     stat = Path("/proc/stat")
     samples: list[float] = []
     for _ in range(tries):
         before = stat.read_text()
         time.sleep(sample_s)
-        samples.append(gates.busy_cpus(before, stat.read_text()))
+        samples.append(gates.busy_cpus(before, stat.read_text(), only))
         if samples[-1] <= maximum:
             break
     return samples
@@ -161,7 +165,11 @@ def measure(gate_limits: gates.Limits, host: str = "") -> list[Reading]:
         "cpu_idle",
         lambda: [
             gates.cpu_idle(
-                busy_cpu_samples(gate_limits.max_busy_cpus, settings.PODIUM_GATE_CPU_SAMPLE_S),
+                busy_cpu_samples(
+                    gate_limits.max_busy_cpus,
+                    settings.PODIUM_GATE_CPU_SAMPLE_S,
+                    only=cpus.configured().scoring or None,
+                ),
                 gate_limits.max_busy_cpus,
             )
         ],

@@ -18,7 +18,7 @@ import pytest
 
 from portal import cpus
 from portal.contests.models import Benchmark
-from scoring import engine, runner
+from scoring import engine, health, runner
 from scoring.staging import StagedRun
 from tests.scoring import images as images_module
 
@@ -293,3 +293,23 @@ def test_a_bad_setting_stops_the_process_with_the_reason(tmp_path):
 
     assert done.returncode != 0
     assert "PODIUM_SCORING_CPUS names CPU" in done.stderr
+
+
+def test_the_cpu_gate_of_a_split_host_ignores_work_on_the_other_cpus():
+    """A loop spinning on a non-scoring CPU holds no run of a host that splits its CPUs;
+    on a host that shares them, it counts."""
+    online = sorted(os.sched_getaffinity(0))
+    if len(online) < 2:
+        pytest.skip("one CPU: nothing to split")
+    other, scoring = online[0], online[-1]
+    spinner = subprocess.Popen(
+        ["taskset", "-c", str(other), sys.executable, "-c", "while True: pass"]
+    )
+    try:
+        busy_all = min(health.busy_cpu_samples(0.0, 0.3, tries=3))
+        busy_scoring = min(health.busy_cpu_samples(0.0, 0.3, tries=3, only=frozenset({scoring})))
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy_all >= 0.8  # the loop's CPU, seen from the whole machine
+    assert busy_scoring < busy_all - 0.5  # not seen from the scoring CPU

@@ -66,6 +66,29 @@ def test_busy_cpus_are_counted_from_two_snapshots():
     assert gates.busy_cpus(before, after) == pytest.approx(0.5)
 
 
+def per_cpu_stat(jiffies: dict[int, tuple[int, int]]) -> str:
+    """A /proc/stat whose ``cpuN`` lines have (busy, idle) jiffies each."""
+    busy = sum(b for b, _ in jiffies.values())
+    idle = sum(i for _, i in jiffies.values())
+    lines = [f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0"]
+    lines += [f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0" for n, (b, i) in sorted(jiffies.items())]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_split_host_counts_only_its_scoring_cpus():
+    before = per_cpu_stat({0: (0, 0), 1: (0, 0), 2: (0, 0), 3: (0, 0)})
+    # 100 jiffies each: CPUs 0 and 1 (the rest: web, builds) flat out, 2 and 3 (scoring) idle
+    # but for a tenth of CPU 3.
+    after = per_cpu_stat({0: (100, 0), 1: (100, 0), 2: (0, 100), 3: (10, 90)})
+
+    assert gates.busy_cpus(before, after) == pytest.approx(2.1)
+    assert gates.busy_cpus(before, after, frozenset({2, 3})) == pytest.approx(0.1)
+    assert gates.cpu_idle([gates.busy_cpus(before, after, frozenset({2, 3}))], 1.5).ok
+    assert not gates.cpu_idle([gates.busy_cpus(before, after)], 1.5).ok
+    with pytest.raises(gates.ProbeError):
+        gates.busy_cpus(before, after, frozenset({7}))
+
+
 def test_iowait_counts_as_idle_and_guest_time_is_not_counted_twice():
     before = "cpu  100 0 0 100 0 0 0 0 0 0\ncpu0 1\n"
     after = "cpu  100 0 0 150 50 0 0 0 900 900\ncpu0 1\n"  # guest is inside user already
