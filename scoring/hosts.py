@@ -16,7 +16,6 @@ import logging
 import os
 import platform
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
@@ -121,7 +120,7 @@ def _cpu_isolation() -> dict[str, Any]:
         return cpus.configured().as_fact()
     except cpus.CpuListError as exc:
         log.warning("the scoring CPUs could not be decided: %s", exc)
-        return {"shared": True, "scoring_cpus": None, "other_cpus": None, "reason": str(exc)}
+        return cpus.CpuIsolation(frozenset(), frozenset(), str(exc)).as_fact()
 
 
 def machine_facts() -> dict[str, Any]:
@@ -150,7 +149,9 @@ def missing_tools() -> dict[str, str]:
     JPEG with it, ``scoring.rewrite``) and the supervisor at ``PODIUM_SUPERVISOR`` (every
     run's trusted timer, ``scoring.runner.create``)."""
     missing: dict[str, str] = {}
-    if shutil.which(rewrite.JPEGTRAN) is None:
+    try:
+        rewrite.find_jpegtran()
+    except rewrite.JpegtranMissing:
         missing[rewrite.JPEGTRAN] = (
             f"the verification runs' JPEG rewriter: apt-get install {rewrite.PACKAGE}"
         )

@@ -18,7 +18,7 @@ from portal.submissions.models import AttemptLedger, Submission
 from portal.submissions.selectors import (
     outcome_sentence,
     scored_run,
-    verification_run,
+    verification_progress,
     verification_text,
 )
 
@@ -51,7 +51,7 @@ def verdict_mail(submission: Submission, status: str) -> VerdictMail:
     the runs and ledger are read as they are now)."""
     benchmark = submission.benchmark
     run = scored_run(submission)
-    verification = verification_run(submission)
+    verification = verification_progress(submission.runs.all())
     ledger = set(
         AttemptLedger.objects.filter(submission=submission).values_list("delta", flat=True)
     )

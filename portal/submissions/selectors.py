@@ -44,14 +44,8 @@ def run_log_tail(*, submission: Submission, run_id: int, lines: int, staff: bool
 
 def scored_run(submission: Submission) -> Run | None:
     """The submission's latest scored run: what its entrant's numbers and log come from (a
-    verification run only confirms it; see :func:`verification_run`)."""
+    verification run only confirms it; see :func:`verification_progress`)."""
     return submission.runs.filter(purpose=Run.SCORE).order_by("-try_number").first()
-
-
-def verification_run(submission: Submission) -> VerificationProgress | None:
-    """The latest verification of the submission's latest scored run, if it had one (see
-    :func:`verification_progress`)."""
-    return verification_progress(submission.runs.all())
 
 
 # The meter's readings an entrant sees (Run.resources, written by the scoring worker
@@ -357,7 +351,7 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
     now = now or timezone.now()
     zone = submission.benchmark.attempt_timezone
     run = scored_run(submission)
-    verification = verification_run(submission)
+    verification = verification_progress(submission.runs.all())
     standing = queue_standing(submission, now)
     ledger = [entry.delta for entry in submission.ledger.all()]
     events = list(submission.events.all())
