@@ -1,155 +1,70 @@
-"""Benchmark: staging a verification run (shuffled, rewritten JPEGs) vs a scored run.
+"""Benchmark: re-encoding demo images for a verification set (``scoring.rewrite``).
 
-A verification run (rules "Verification before ranking") stages the cohort as
-rewritten copies (``scoring.staging.stage(run, verification=True)``: one ``jpegtran``
-per JPEG, on a thread pool) instead of hard links. Both are off the clock, but the
-machine is held meanwhile, so the figure matters.
+A verification set (rules "Verification before ranking") holds every cohort JPEG
+re-encoded with a fresh imperceptible perturbation (``rewrite.rewrite_jpeg_data``),
+prepared ahead of need on a thread pool (``scoring.verifysets``, two threads per CPU
+like ``staging.threads_for``). Off the clock, but it holds a machine meanwhile, and the
+pictures must stay what the entrant's model saw. This measures, on ``--images`` demo
+images (``democohort.encode_class_image``, made in memory: no Django, no database):
 
-What it does, all on this machine and nothing of the developer's own data:
+1. the time: wall milliseconds per image on the thread pool (``--threads``, default
+   two per CPU, at most 32), CPU milliseconds per image in this process and in the
+   jpegtran processes; for scale, one bare ``jpegtran -copy none -optimize`` pass per
+   image (the core of the lossless rewrite this replaced);
+2. the picture: PSNR against the original (``rewrite.psnr_db``), lowest, median and
+   the floor it must keep (``rewrite.PSNR_FLOOR_DB``); the size ratio, lowest and
+   highest;
+3. the model: how many rewrites the starter kit (``examples/starter-kit/predict.py``
+   ``classify``) gives the same class as the original, and the true class;
+4. the keys: how many rewrites still match the original on the SHA-256 of the first
+   8 KiB, the quantization tables, the 1/8-scale (DC-only) picture, or the decoded
+   pixels (each must be 0).
 
-1. A throw-away ``PODIUM_DATA_DIR`` and SQLite database in a temp folder (migrated
-   with ``call_command("migrate")``).
-2. A generated demo cohort (``democohort.generate``, default 10,000 images) imported
-   as the official cohort (``cohorts.cohort_import``), as ``bench/score_overhead.py``
-   does.
-3. ``--repeats`` stagings of each kind (scored first, then verification), each on a
-   fresh Run and unstaged at once; then, after the last verification staging and off
-   the timing, every staged image is decoded and compared with its cohort member
-   (same mode, size and pixels; different bytes).
-4. With ``--threads 1,2,4``, the verification staging again with each thread count
-   (``staging`` uses two threads per CPU).
-
-Needs ``jpegtran`` (Debian package ``libjpeg-turbo-progs``); no Docker. The temp
-folder is removed at the end (``--keep`` keeps it). Exit status: 0 when every staging
-worked and every image kept its pixels, 1 otherwise, 2 when jpegtran is missing.
+``--size`` makes the images that many pixels a side (the demo cohort's 64; ImageNet's
+are about 500x375). Needs ``jpegtran`` (Debian package ``libjpeg-turbo-progs``).
+Exit status: 0 when every rewrite kept the floor, its class and no key; 1 otherwise;
+2 when jpegtran is missing.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import hashlib
 import io
 import os
+import random
 import resource
+import runpy
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-from unittest import mock
-
-from score_overhead import setup_django
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from PIL import Image  # noqa: E402
+
+from portal.contests import democohort  # noqa: E402
+from scoring import rewrite  # noqa: E402
+
+# As staging.threads_for (importing staging needs Django): two per CPU, at most 32.
+THREADS_PER_CPU = 2
+MAX_THREADS = 32
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=10_000, help="cohort size (default 10000)")
-    parser.add_argument("--repeats", type=int, default=3, help="stagings of each kind (3)")
-    parser.add_argument("--seed", type=int, default=20260810, help="demo cohort seed")
-    parser.add_argument(
-        "--threads", default="", help="also time verification with these thread counts: 1,2,4"
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the temp data folder")
+    parser.add_argument("--images", type=int, default=1000, help="demo images (1000)")
+    parser.add_argument("--size", type=int, default=64, help="pixels a side (64, the demo's)")
+    parser.add_argument("--seed", type=int, default=20260810, help="demo image seed")
+    parser.add_argument("--threads", type=int, default=0, help="pool threads (2 per CPU)")
     return parser.parse_args()
-
-
-def make_cohort(images: int, seed: int, work: Path) -> Any:
-    """A benchmark, its official demo cohort and one queued submission to run it for."""
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from portal.contests import cohorts, democohort
-    from portal.contests.models import Benchmark, Cohort
-    from portal.environments.models import Environment
-    from portal.submissions.models import Submission
-
-    now = timezone.now()
-    benchmark = Benchmark.objects.create(
-        slug="bench-rewrite",
-        title="Verification staging",
-        opens_at=now - dt.timedelta(days=1),
-        closes_at=now + dt.timedelta(days=1),
-        cohort_size=images,
-        pass_min_matches=images,
-    )
-    entrant = get_user_model().objects.create(username="bench")
-    environment = Environment.objects.create(
-        owner=entrant,
-        benchmark=benchmark,
-        name="bench",
-        status=Environment.READY,
-        dockerfile="FROM scratch\n",
-        image_tag="localhost/podium/bench:1",
-    )
-    submission = Submission.objects.create(
-        entrant=entrant,
-        benchmark=benchmark,
-        environment=environment,
-        status=Submission.QUEUED,
-        submitted_at=now,
-        source_name="bench.tar",
-        source_format="tar",
-        source_sha256="0" * 64,
-        source_bytes=0,
-        image_tag="localhost/podium/bench:1",
-    )
-    source = work / "generated"
-    started = time.monotonic()
-    members = democohort.generate(source, images, seed)
-    print(f"generated {images} demo images in {time.monotonic() - started:.1f} s")
-    started = time.monotonic()
-    cohort = cohorts.cohort_import(
-        benchmark=benchmark, kind=Cohort.OFFICIAL, images_dir=source, answers=members
-    )
-    print(f"imported the cohort in {time.monotonic() - started:.1f} s")
-    shutil.rmtree(source)
-    return submission, cohort
-
-
-def stage_once(submission: Any, cohort: Any, *, verification: bool, keep: bool = False) -> Any:
-    """One staging on a fresh Run: ``(seconds, staged)``; unstaged unless ``keep``."""
-    from portal.submissions.models import Run
-    from scoring import staging
-
-    # A finished run per staging: stage() does not look at its status or purpose.
-    try_number = Run.objects.filter(submission=submission).count() + 1
-    run = Run.objects.create(
-        submission=submission, cohort=cohort, try_number=try_number, status=Run.FINISHED
-    )
-    started = time.perf_counter()
-    staged = staging.stage(run, verification=verification)
-    seconds = time.perf_counter() - started
-    if not keep:
-        staging.unstage(staged)
-    return seconds, staged
-
-
-def check_pixels(staged: Any, cohort: Any) -> list[str]:
-    """Every staged image against its cohort member (by the private mapping)."""
-    from PIL import Image
-
-    from portal import storage
-
-    def decoded(path: Path) -> tuple[str, tuple[int, int], bytes]:
-        with Image.open(io.BytesIO(path.read_bytes())) as image:
-            return image.mode, image.size, image.tobytes()
-
-    problems = []
-    mapping = storage.run_private_dir(staged.run_id) / storage.RUN_MAPPING
-    root = storage.cohort_dir(cohort.pk)
-    for line in mapping.read_text().splitlines():
-        _position, _request_id, name, canonical_name = line.split("\t")
-        staged_path, member = staged.images_dir / name, root / canonical_name
-        if staged_path.read_bytes() == member.read_bytes():
-            problems.append(f"{canonical_name}: same bytes")
-        elif decoded(staged_path) != decoded(member):
-            problems.append(f"{canonical_name}: different pixels")
-    return problems
 
 
 def cpu_s(who: int) -> float:
@@ -157,89 +72,120 @@ def cpu_s(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def row(label: str, seconds: list[float], images: int) -> str:
-    median = statistics.median(seconds)
-    runs = " ".join(f"{value:.3f}" for value in seconds)
-    return f"{label:<34}{median:>9.3f}{median / images * 1e3:>13.4f}   {runs}"
+def timed(
+    work: Callable[[bytes], bytes], images: list[bytes], threads: int
+) -> tuple[list[bytes], float, float, float]:
+    """``work`` on every image on a pool: results, wall s, CPU s here, CPU s in children."""
+    self_cpu, child_cpu = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bench-rewrite") as pool:
+        results = list(pool.map(work, images))
+    wall = time.perf_counter() - started
+    return (
+        results,
+        wall,
+        cpu_s(resource.RUSAGE_SELF) - self_cpu,
+        cpu_s(resource.RUSAGE_CHILDREN) - child_cpu,
+    )
+
+
+def keys(data: bytes) -> dict[str, str]:
+    """What a lookup table could be keyed on (see tests/scoring/test_rewrite.py)."""
+    segments = rewrite._segments(data)
+    tables = b"".join(data[start + 4 : end] for marker, start, end in segments if marker == 0xDB)
+    with Image.open(io.BytesIO(data)) as image:
+        pixels = image.tobytes()
+    with Image.open(io.BytesIO(data)) as image:
+        width, height = image.size
+        image.draft(image.mode, (max(1, width // 8), max(1, height // 8)))
+        dc_picture = image.tobytes()
+    return {
+        "first 8 KiB": hashlib.sha256(data[:8192]).hexdigest(),
+        "quantization tables": hashlib.sha256(tables).hexdigest(),
+        "1/8-scale picture": hashlib.sha256(dc_picture).hexdigest(),
+        "decoded pixels": hashlib.sha256(pixels).hexdigest(),
+    }
 
 
 def main() -> int:
     args = parse_args()
     print(
-        "reproduce: cd "
-        + shlex.quote(str(REPO))
-        + " && .venv/bin/python bench/rewrite.py "
-        + f"--images {args.images} --repeats {args.repeats} --seed {args.seed}"
+        f"reproduce: cd {shlex.quote(str(REPO))} && .venv/bin/python bench/rewrite.py"
+        f" --images {args.images} --size {args.size} --seed {args.seed}"
         + (f" --threads {args.threads}" if args.threads else "")
         + "\n"
     )
-    jpegtran = shutil.which("jpegtran")
+    jpegtran = shutil.which(rewrite.JPEGTRAN)
     if jpegtran is None:
         print("jpegtran is missing: apt-get install libjpeg-turbo-progs", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="podium-bench-"))
-    work.chmod(0o755)
-    try:
-        setup_django(work / "data")
-        from scoring import staging
+    cpus = len(os.sched_getaffinity(0))
+    threads = args.threads or max(1, min(THREADS_PER_CPU * cpus, args.images, MAX_THREADS))
+    rng = random.Random(args.seed)
+    classes = [rng.randrange(democohort.CLASS_COUNT) for _ in range(args.images)]
+    originals = [democohort.encode_class_image(class_id, rng, args.size) for class_id in classes]
+    sizes = [len(data) for data in originals]
+    print(
+        f"{args.images} demo images of {args.size}x{args.size} ({statistics.median(sizes):.0f}"
+        f" bytes median); {cpus} CPUs, {threads} threads; {jpegtran}\n"
+    )
 
-        submission, cohort = make_cohort(args.images, args.seed, work)
-        threads = staging._rewrite_threads(args.images)
-        print(f"CPUs {os.cpu_count()}, rewriting threads {threads}, {jpegtran}\n")
-        stage_once(submission, cohort, verification=False)  # warm the page cache
+    draws = random.SystemRandom()
+    rewrite.rewrite_jpeg_data(originals[0], draws, jpegtran=jpegtran)  # warm up
+    rewritten, wall, here, children = timed(
+        lambda data: rewrite.rewrite_jpeg_data(data, draws, jpegtran=jpegtran), originals, threads
+    )
 
-        scored = [
-            stage_once(submission, cohort, verification=False)[0] for _ in range(args.repeats)
-        ]
-        verified = []
-        last: Any = None
-        self_cpu, jpegtran_cpu = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
-        for repeat in range(args.repeats):
-            seconds, last = stage_once(
-                submission, cohort, verification=True, keep=repeat == args.repeats - 1
-            )
-            verified.append(seconds)
-        staged_images = args.repeats * args.images
-        self_ms = (cpu_s(resource.RUSAGE_SELF) - self_cpu) / staged_images * 1e3
-        jpegtran_ms = (cpu_s(resource.RUSAGE_CHILDREN) - jpegtran_cpu) / staged_images * 1e3
-        print(f"{'staging (median of runs)':<34}{'seconds':>9}{'ms per image':>13}   runs")
-        print(row("scored (hard links, fixed order)", scored, args.images))
-        print(row(f"verification ({threads} threads)", verified, args.images))
-        ratio = statistics.median(verified) / statistics.median(scored)
-        print(
-            f"\nverification / scored: {ratio:.0f}x;"
-            f" the last verification's rewrite_ms {last.rewrite_ms:.0f}, "
-            f"{last.rewritten} of {last.rows} members rewritten"
-        )
-        print(
-            f"CPU per image in verification: {self_ms:.3f} ms in this process (its Python "
-            f"runs one thread at a time), {jpegtran_ms:.3f} ms in jpegtran processes"
-        )
+    def bare_jpegtran(data: bytes) -> bytes:
+        command = [jpegtran, "-copy", "none", "-optimize"]
+        return subprocess.run(command, input=data, capture_output=True, check=True).stdout
 
-        for count in [int(value) for value in args.threads.split(",") if value.strip()]:
-            with mock.patch.object(staging, "_rewrite_threads", lambda _members, n=count: n):
-                seconds = [
-                    stage_once(submission, cohort, verification=True)[0]
-                    for _ in range(args.repeats)
-                ]
-            print(row(f"verification ({count} threads)", seconds, args.images))
+    _bare, bare_wall, _here, bare_children = timed(bare_jpegtran, originals, threads)
+    per_image = 1e3 / args.images
+    print(f"{'per image':<44}{'wall ms':>9}{'CPU ms here':>13}{'CPU ms jpegtran':>17}")
+    print(
+        f"{'rewrite_jpeg_data (re-encode, check)':<44}{wall * per_image:>9.2f}"
+        f"{here * per_image:>13.2f}{children * per_image:>17.2f}"
+    )
+    print(
+        f"{'bare jpegtran -copy none -optimize':<44}{bare_wall * per_image:>9.2f}"
+        f"{'':>13}{bare_children * per_image:>17.2f}"
+    )
 
-        started = time.monotonic()
-        problems = check_pixels(last, cohort)
-        print(
-            f"\npixel check of the last verification staging ({time.monotonic() - started:.1f} s):"
-            f" {args.images - len(problems)} of {args.images} images keep their pixels under"
-            " new bytes"
-        )
-        for problem in problems[:10]:
-            print(f"  {problem}")
-        staging.unstage(last)
-        return 1 if problems or last.rewritten != args.images else 0
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    psnr = [rewrite.psnr_db(a, b) for a, b in zip(originals, rewritten, strict=True)]
+    ratio = [len(b) / len(a) for a, b in zip(originals, rewritten, strict=True)]
+    below = sum(value < rewrite.PSNR_FLOOR_DB for value in psnr)
+    print(
+        f"\nPSNR dB: lowest {min(psnr):.2f}, median {statistics.median(psnr):.2f}"
+        f" (floor {rewrite.PSNR_FLOOR_DB:.0f}: {below} below)"
+    )
+    print(
+        f"size ratio: lowest {min(ratio):.3f}, median {statistics.median(ratio):.3f},"
+        f" highest {max(ratio):.3f}"
+    )
+
+    classify = runpy.run_path(str(REPO / "examples" / "starter-kit" / "predict.py"))["classify"]
+    before = [classify(io.BytesIO(data)) for data in originals]
+    after = [classify(io.BytesIO(data)) for data in rewritten]
+    agree = sum(a == b for a, b in zip(before, after, strict=True))
+    right = sum(a == c for a, c in zip(after, classes, strict=True))
+    print(
+        f"starter kit: the same class on {agree} of {args.images} rewrites;"
+        f" the true class on {right}"
+    )
+
+    matches = dict.fromkeys(keys(originals[0]), 0)
+    for a, b in zip(originals, rewritten, strict=True):
+        for name, (key_a, key_b) in zip(
+            matches, zip(keys(a).values(), keys(b).values(), strict=True), strict=True
+        ):
+            matches[name] += key_a == key_b
+    print(
+        "rewrites still matching the original on: "
+        + ", ".join(f"{name} {count}" for name, count in matches.items())
+    )
+    failed = below or agree != args.images or right != args.images or any(matches.values())
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

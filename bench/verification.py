@@ -2,19 +2,20 @@
 and how often honest entrants are wrongly rejected by it.
 
 Every passing official run that becomes its entrant's best in the top ``verify_top``
-(20) is run again, off the board: the cohort staged shuffled, every JPEG rewritten
-losslessly, then the same stages as a score. A correctness failure rejects at once; a
-timing miss is measured again (up to ``PODIUM_VERIFY_MAX_RUNS``, 3) and judged on the
-fastest run against the larger of ``verify_tolerance_pct`` (10%) and
-``PODIUM_VERIFY_NOISE_FACTOR`` (3) times the class's noise band (from this host's own
-calibrations, when it made any), and at least ``PODIUM_VERIFY_SLACK_MS`` (100 ms). This
-measures, on the demo cohort and the starter kit
+(20) is run again, off the board: a prepared set of the cohort (every JPEG re-encoded
+with a fresh imperceptible perturbation) staged shuffled, then the same stages as a
+score, its answers judged against the entrant's own official answers. A correctness
+failure rejects at once; a timing miss is measured again (up to
+``PODIUM_VERIFY_MAX_RUNS``, 3) and judged on the fastest run against the larger of
+``verify_tolerance_pct`` (10%) and ``PODIUM_VERIFY_NOISE_FACTOR`` (3) times the class's
+noise band (from this host's own calibrations, when it made any), and at least
+``PODIUM_VERIFY_SLACK_MS`` (100 ms). This measures, on the demo cohort and the starter kit
 (the same set-up as ``bench/score_overhead.py``, whose helpers it uses), for ``--runs``
 honest submissions, one entrant each:
 
 - the official score: the whole ``score_submission`` call (gates, staging, container,
   run, verdict), its staging and its trusted wall time;
-- each of its verification runs: the same, with the rewrite inside staging;
+- each of its verification runs: the same (staging copies the prepared set);
 - the verdict: how many honest entrants were rejected, and how many needed a re-measure.
 
 ``--busy-cpus 1`` keeps CPU 1 busy with an unrelated process for the whole measurement
@@ -24,9 +25,18 @@ cpu_idle health gate's limit is raised by as many CPUs, or it would hold every r
 class), so the verification reads a noise band measured here, under the same load.
 ``--replay`` adds one submission that writes back the cohort's answers in the fixed
 official order: it passes its official run and must be rejected by its verification.
-``--lookup`` adds one that answers every other official image from a table keyed by the
-file's SHA-256 and computes the rest with the kit's own model: correct everywhere, faster
-only on the official bytes, so its verification must reject it on time.
+``--lookup`` adds three entries that answer every official image from a table (learned
+elsewhere) and compute with the kit's own model only on a miss, each keyed on a different
+part of the image: the SHA-256 of its first 8 KiB ("head"), its quantization tables and
+DC coefficients ("coefficients"), and the SHA-256 of its decoded pixels ("pixels"). Each
+must pass its official run (all hits) and be rejected by its verification (no hits: the
+verification cohort is re-encoded), and says how many images its table answered.
+
+Verification runs copy a prepared set (``scoring.verifysets``), made before each one on
+the builds side, off the scoring host's hold; its time is reported apart. The figures:
+each verification call's host time against its official call's (the target is at most
+1.3), and the honest entries' self-agreement (their verification answers against their
+own official answers), lowest and median.
 
 A top-20 board whose 20 rows were each verified costs 20 official runs plus their
 verifications; the share verification adds is the sum of verification calls over the
@@ -102,6 +112,7 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
     """Score each submission, then run each of its verification runs (one call each, as
     the scoring worker takes them) until it leaves ``verifying``."""
     from portal.submissions.models import Run, Submission
+    from scoring import verifysets
 
     rows = []
     for submission_id in submission_ids:
@@ -110,7 +121,13 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
         if status != Submission.VERIFYING:
             raise SystemExit(f"submission {submission_id} is {status}, not verifying")
         verify_ms: list[float] = []
+        prepare_ms: list[float] = []
+        cohort_id = Run.objects.get(submission_id=submission_id, purpose=Run.SCORE).cohort_id
         while status == Submission.VERIFYING and len(verify_ms) < 10:
+            # The builds side's work, off the scoring host's hold: a prepared set.
+            started = time.perf_counter_ns()
+            verifysets.fill(cohort_id)
+            prepare_ms.append((time.perf_counter_ns() - started) / 1e6)
             verify_ms.append(timed_score(submission_id))
             status = Submission.objects.values_list("status", flat=True).get(pk=submission_id)
         official = Run.objects.get(submission_id=submission_id, purpose=Run.SCORE)
@@ -129,6 +146,9 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
                 ],
                 "official_wall_ms": (official.wall_time_ns or 0) / 1e6,
                 "verify_wall_ms": [(run.wall_time_ns or 0) / 1e6 for run in verifications],
+                "prepare_ms": prepare_ms,
+                "agreement": [(run.matches or 0) / (run.total or 1) for run in verifications],
+                "hits": [_lookup_hits(run.pk) for run in (official, *verifications)],
                 "status": status,
                 "entrant": Submission.objects.values_list("entrant__username", flat=True).get(
                     pk=submission_id
@@ -137,6 +157,16 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _lookup_hits(run_id: int) -> str:
+    """A lookup entry's own count of table hits in one run ("" for any other entry)."""
+    from portal import storage
+
+    log_path = storage.run_log(run_id)
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    found = [line for line in text.splitlines() if line.startswith("lookup: ")]
+    return found[-1].removeprefix("lookup: ") if found else ""
 
 
 def report(rows: list[dict[str, Any]], band: Any) -> None:
@@ -157,7 +187,7 @@ def report(rows: list[dict[str, Any]], band: Any) -> None:
     official = statistics.median(row["official_ms"] for row in rows)
     verify = statistics.median(sum(row["verify_ms"]) for row in rows)
     single = statistics.median(ms for row in rows for ms in row["verify_ms"])
-    rewrite = statistics.median(ms for row in rows for ms in row["verify_staging_ms"])
+    staging_ms = statistics.median(ms for row in rows for ms in row["verify_staging_ms"])
     firsts = [row["verify_wall_ms"][0] / row["official_wall_ms"] for row in rows]
     remeasured = sum(len(row["verify_ms"]) > 1 for row in rows)
     rejected = [row for row in rows if row["status"] != "passed"]
@@ -175,7 +205,19 @@ def report(rows: list[dict[str, Any]], band: Any) -> None:
     print(
         f"median per submission: official {official / 1e3:.2f} s, verification "
         f"{verify / 1e3:.2f} s (one verification run {single / 1e3:.2f} s, of which staging "
-        f"with the rewrite {rewrite / 1e3:.2f} s, {rewrite / single:.0%})"
+        f"{staging_ms / 1e3:.2f} s, {staging_ms / single:.0%})"
+    )
+    first_calls = [row["verify_ms"][0] / row["official_ms"] for row in rows]
+    prepare = statistics.median(ms for row in rows for ms in row["prepare_ms"])
+    agreement = [value for row in rows for value in row["agreement"]]
+    print(
+        f"host time of one verification run / its official run: {min(first_calls):.2f} to "
+        f"{max(first_calls):.2f} (median {statistics.median(first_calls):.2f}); preparing "
+        f"the sets took {prepare / 1e3:.2f} s per verification on the builds side, off the hold"
+    )
+    print(
+        f"self-agreement over {len(agreement)} verification run(s) of honest entries: lowest "
+        f"{min(agreement):.4%}, median {statistics.median(agreement):.4%}"
     )
     print(
         f"a top-{TOP} board of {TOP} verified bests: {TOP} x {official / 1e3:.2f} s official "
@@ -230,35 +272,83 @@ def replay_image(sub_image: str, tag_root: str, made: list[str]) -> str:
     return tag
 
 
-# The lookup's entrypoint: the starter kit's own model, except that an image whose file
-# hash is in its table is answered from the table instead of being decoded.
+# The lookups' entrypoint: the starter kit's own model, except that an image whose key
+# is in the table is answered from the table. Keys: "head", the SHA-256 of the file's
+# first 8 KiB; "coefficients", the quantization tables plus the DC coefficients (libjpeg
+# decodes those alone at 1/8 scale); "pixels", the SHA-256 of the decoded RGB pixels.
+# It says on stderr how many images its table answered.
 LOOKUP_RUN = b"""#!/usr/bin/env python3
 import hashlib, json, os, sys
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, HERE)
 import predict
-with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "table.json")) as f:
+KEY = open(os.path.join(HERE, "key.txt")).read().strip()
+with open(os.path.join(HERE, "table.json")) as f:
     TABLE = json.load(f)
+HITS = [0, 0]
 honest = predict.classify
+def key_of(path):
+    if KEY == "head":
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(8192)).hexdigest()
+    from PIL import Image
+    with Image.open(path) as image:
+        if KEY == "coefficients":
+            tables = repr(sorted((k, list(v)) for k, v in image.quantization.items()))
+            image.draft("L", (max(1, image.size[0] // 8), max(1, image.size[1] // 8)))
+            return hashlib.sha256(tables.encode() + image.convert("L").tobytes()).hexdigest()
+        return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
 def classify(path):
-    with open(path, "rb") as image:
-        key = hashlib.sha256(image.read()).hexdigest()
-    return TABLE[key] if key in TABLE else honest(path)
+    key = key_of(path)
+    HITS[1] += 1
+    if key in TABLE:
+        HITS[0] += 1
+        return TABLE[key]
+    return honest(path)
 predict.classify = classify
-sys.exit(predict.main(sys.argv[1:]))
+predict.POOL_THRESHOLD = 10 ** 9  # one process, so that the count is whole
+status = predict.main(sys.argv[1:])
+print(f"lookup: {HITS[0]} of {HITS[1]} from the table", file=sys.stderr)
+sys.exit(status)
 """
 
+LOOKUP_KEYS = ("head", "coefficients", "pixels")
 
-def lookup_image(sub_image: str, tag_root: str, made: list[str]) -> str:
-    """The starter kit's submission image, but answering every other official image from
-    a table keyed by the file's SHA-256 (learned elsewhere) and computing the rest: a
-    correct entry that is faster only on the exact official bytes."""
+
+def lookup_key(key: str, path: Path) -> str:
+    """The lookup entry's key of one file, computed here as the entry computes it."""
+    import hashlib
+
+    from PIL import Image
+
+    if key == "head":
+        return hashlib.sha256(path.read_bytes()[:8192]).hexdigest()
+    with Image.open(path) as image:
+        if key == "coefficients":
+            quantization = getattr(image, "quantization", {})  # a JPEG's tables
+            tables = repr(sorted((k, list(v)) for k, v in quantization.items()))
+            image.draft("L", (max(1, image.size[0] // 8), max(1, image.size[1] // 8)))
+            return hashlib.sha256(tables.encode() + image.convert("L").tobytes()).hexdigest()
+        return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
+
+
+def lookup_image(sub_image: str, tag_root: str, made: list[str], key: str) -> str:
+    """The starter kit's submission image with a table of every official image's answer
+    under ``key`` (learned elsewhere), falling back to the kit's own model on a miss: a
+    correct entry that is faster only where its key still matches."""
     import json
 
+    from portal import storage
     from portal.contests.models import CohortItem
 
     items = CohortItem.objects.filter(cohort__kind="official").order_by("position")
-    table = {item.sha256: item.reference_class for item in items if item.position % 2 == 0}
-    tag = f"{tag_root}-lookup:1"
+    table = {
+        lookup_key(key, storage.cohort_dir(item.cohort_id) / item.canonical_name): (
+            item.reference_class
+        )
+        for item in items
+    }
+    tag = f"{tag_root}-lookup-{key}:1"
     made.append(tag)
     _image_with(
         sub_image,
@@ -266,6 +356,7 @@ def lookup_image(sub_image: str, tag_root: str, made: list[str]) -> str:
         {
             "submission/run": (LOOKUP_RUN, 0o755),
             "submission/table.json": (json.dumps(table).encode(), 0o644),
+            "submission/key.txt": (key.encode(), 0o644),
         },
     )
     return tag
@@ -369,16 +460,18 @@ def main() -> int:
             Submission.objects.filter(pk=submission_id).update(entrant=entrant)
         kit.import_cohort(args.images, args.seed, work)
         cheats: list[int] = []
-        for wanted, name, make_image in (
-            (args.replay, "replay", replay_image),
-            (args.lookup, "lookup", lookup_image),
-        ):
-            if not wanted:
-                continue
+        wanted = (["replay"] if args.replay else []) + (
+            [f"lookup-{key}" for key in LOOKUP_KEYS] if args.lookup else []
+        )
+        for name in wanted:
             cheat = Submission.objects.get(pk=ids[0])
             cheat.pk = None
             cheat.entrant = get_user_model().objects.create(username=name)
-            cheat.image_tag = make_image(sub_image, tag_root, made)
+            cheat.image_tag = (
+                replay_image(sub_image, tag_root, made)
+                if name == "replay"
+                else lookup_image(sub_image, tag_root, made, name.removeprefix("lookup-"))
+            )
             cheat.save()
             cheats.append(int(cheat.pk))
         if args.busy_cpus:
@@ -394,7 +487,12 @@ def main() -> int:
             cheated = measure(cheats) if cheats else []
         report(rows, noise_band(settings.PODIUM_HARDWARE_CLASS))
         for row in cheated:
-            print(f"\n{row['entrant']}: {row['status']}: {row['note']}")
+            hits = " / ".join(hit for hit in row["hits"] if hit)
+            print(
+                f"\n{row['entrant']}: official {row['official_wall_ms'] / 1e3:.3f} s, "
+                f"{row['status']}: {row['note']}"
+                + (f" (table hits, official run first: {hits})" if hits else "")
+            )
         honest = all(row["status"] == "passed" for row in rows)
         return 0 if honest and all(r["status"] != "passed" for r in cheated) else 1
     finally:

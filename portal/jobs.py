@@ -14,6 +14,7 @@ BUILD_ENVIRONMENT = "scoring.build_environment"
 BUILD_SUBMISSION = "scoring.build_submission"
 SCORE_NEXT = "scoring.score_next"
 REMOVE_IMAGE = "scoring.remove_image"
+VERIFICATION_POOL_FILL = "scoring.verification_pool_fill"  # on the builds side
 RUN_ROUND = "scoring.run_round"  # a campaign round, on a host of its class
 SEND_VERDICT_MAIL = "portal.notifications.send_verdict_mail"
 

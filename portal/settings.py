@@ -248,6 +248,9 @@ CELERY_TASK_ROUTES = {
     "scoring.remove_image": {"queue": "builds"},
     "scoring.reap": {"queue": "builds"},
     "scoring.score_sweep": {"queue": "builds"},
+    # Verification cohorts are prepared on the builds side, never on a scoring host.
+    "scoring.verification_pool_fill": {"queue": "builds"},
+    "scoring.verification_pool_sweep": {"queue": "builds"},
     "portal.campaigns.sweep": {"queue": "builds"},
     # Verdict mail: never sent by a scoring host, which holds its machine while it records.
     "portal.notifications.send_verdict_mail": {"queue": "builds"},
@@ -258,6 +261,8 @@ CELERY_BEAT_SCHEDULE = {
     "score-sweep": {"task": "scoring.score_sweep", "schedule": 60.0},
     # Campaign rounds: stale ones void, unclaimed ones wait for capacity, triggers fire.
     "campaigns": {"task": "portal.campaigns.sweep", "schedule": 60.0},
+    # Each cohort verification may need keeps its pool of prepared sets full.
+    "verification-pool": {"task": "scoring.verification_pool_sweep", "schedule": 60.0},
 }
 CELERY_TASK_ALWAYS_EAGER = False
 
@@ -430,6 +435,12 @@ PODIUM_GPU_QUERY_COMMAND = env.str("PODIUM_GPU_QUERY_COMMAND", default="nvidia-s
 PODIUM_GPU_MAX_UTIL_PERCENT = env.int("PODIUM_GPU_MAX_UTIL_PERCENT", default=5)
 PODIUM_GPU_MAX_MEMORY_MIB = env.int("PODIUM_GPU_MAX_MEMORY_MIB", default=1024)
 PODIUM_GPU_MAX_TEMP_C = env.int("PODIUM_GPU_MAX_TEMP_C", default=60)
+# The GPU meter (scoring/gpumeter.py): on a host whose scored container gets GPUs, the
+# worker samples each of them through NVML (utilization, memory, power, energy counter)
+# every PODIUM_GPU_SAMPLE_MS milliseconds (at least 10) from just before the container
+# starts until it exited; the run's energy per image and mean GPU utilization are
+# published with it. 100 ms resolves a run's phases and costs the run nothing measurable.
+PODIUM_GPU_SAMPLE_MS = env.int("PODIUM_GPU_SAMPLE_MS", default=100)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Redis redelivers a message not acknowledged within this time; a gate retry waits
     # up to PODIUM_GATE_RETRY_MAX_S, so this must be longer or the retry is duplicated.
@@ -448,3 +459,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
+
+# Prepared verification cohorts (portal.submissions.pool, scoring.verifysets): each
+# official cohort that verification may need keeps this many sets ready, made on the
+# builds side; a set preparing for longer than PODIUM_VERIFY_PREPARE_STALE_S is dropped
+# (its worker died) and made again.
+PODIUM_VERIFY_POOL = env.int("PODIUM_VERIFY_POOL", default=2)
+PODIUM_VERIFY_PREPARE_STALE_S = env.int("PODIUM_VERIFY_PREPARE_STALE_S", default=3600)

@@ -41,6 +41,17 @@ def run_dir(run_id: int) -> Path:
     return data_dir() / "runs" / str(run_id)
 
 
+def verification_sets_dir() -> Path:
+    """Prepared verification cohorts, one folder per set (never mounted anywhere)."""
+    return data_dir() / "verification-sets"
+
+
+def verification_set_dir(set_id: int) -> Path:
+    """One prepared verification cohort: a file per member, named by its position, and
+    ``members.tsv`` (position, sha256 of the prepared file)."""
+    return verification_sets_dir() / str(set_id)
+
+
 BUILD_LOG = "build.log"
 RUN_LOG = "run.log"
 

@@ -8,7 +8,9 @@ Pure of Django and Docker, so ``scripts/gpu-check`` uses it on a bare GPU machin
   temperature, persistence mode, volatile uncorrected ECC count and compute processes,
   plus the XID events NVML delivered since the previous snapshot of this process.
   ``scoring.gates.gpu`` decides on a snapshot; snapshots round-trip through JSON
-  (:func:`snapshot_from_json`), so recorded readings test the decisions.
+  (:func:`snapshot_from_json`), so recorded readings test the decisions. The GPU meter
+  (``scoring.gpumeter``, a scored run's energy and utilization) samples through the same
+  session (:func:`session`).
 - :func:`container_gpus` is the part of a scored container's spec that gives it exactly
   the host's configured GPUs and nothing more: an NVIDIA ``DeviceRequest`` naming the
   devices with the ``gpu`` capability (or CDI device names, on engines that take them),
@@ -188,14 +190,20 @@ class Nvml:
 _sessions: dict[tuple[str, ...], Nvml] = {}
 
 
-def read(devices: Sequence[str], samples: int = 5, interval_s: float = 0.1) -> Snapshot:
-    """A snapshot of ``devices`` (indices or UUIDs) through this process's NVML session."""
+def session(devices: Sequence[str]) -> Nvml:
+    """This process's NVML session over ``devices`` (indices or UUIDs), opened once: the
+    gates' snapshots and the GPU meter (``scoring.gpumeter``) share it."""
     if not devices:
         raise GpuReadError("no GPU is configured (PODIUM_GPU_DEVICES)")
     key = tuple(devices)
     if key not in _sessions:
         _sessions[key] = Nvml(devices)
-    return _sessions[key].snapshot(samples, interval_s)
+    return _sessions[key]
+
+
+def read(devices: Sequence[str], samples: int = 5, interval_s: float = 0.1) -> Snapshot:
+    """A snapshot of ``devices`` (indices or UUIDs) through this process's NVML session."""
+    return session(devices).snapshot(samples, interval_s)
 
 
 # The scored container ------------------------------------------------------------------

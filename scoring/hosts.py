@@ -7,6 +7,11 @@ main process every ``PODIUM_HOST_HEARTBEAT_S``. Registration and heartbeats happ
 that thread, never in the signal handler, so a slow engine, a missing ``nvidia-smi`` or
 a database outage never holds up or crashes the worker: failures are logged and tried
 again at the next beat.
+
+A worker that consumes ``builds`` prepares the verification sets (``scoring.verifysets``)
+and so needs ``jpegtran``; it says so in one line when it starts without it
+(:func:`on_builds_worker_ready`). A scoring host only copies a prepared set and never
+looks for ``jpegtran``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from scoring.platforms import platform_problem
 log = logging.getLogger(__name__)
 
 SCORING_QUEUE = "scoring"
+BUILDS_QUEUE = "builds"
 GPU_LIST_TIMEOUT_S = 10
 # nvidia-smi -L: "GPU 0: NVIDIA H200 (UUID: GPU-5d0e...)"; its MIG device lines are skipped.
 GPU_LINE = re.compile(r"GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)")
@@ -145,16 +151,12 @@ def machine_facts() -> dict[str, Any]:
 def missing_tools() -> dict[str, str]:
     """The host tools a scored run or its verification needs that this machine lacks:
     each one's name, with what it is for and how to install it ({} when none). Looked up
-    as the run looks them up: ``jpegtran`` on ``PATH`` (a verification run rewrites every
-    JPEG with it, ``scoring.rewrite``) and the supervisor at ``PODIUM_SUPERVISOR`` (every
-    run's trusted timer, ``scoring.runner.create``)."""
+    as the run looks it up: the supervisor at ``PODIUM_SUPERVISOR`` (every run's trusted
+    timer, ``scoring.runner.create``). Not ``jpegtran``: verification sets are re-encoded
+    on the builds side (``scoring.verifysets``, checked by :func:`on_builds_worker_ready`)
+    and a scoring host only copies one, so refusing a host without it would take an
+    honest host out of its class."""
     missing: dict[str, str] = {}
-    try:
-        rewrite.find_jpegtran()
-    except rewrite.JpegtranMissing:
-        missing[rewrite.JPEGTRAN] = (
-            f"the verification runs' JPEG rewriter: apt-get install {rewrite.PACKAGE}"
-        )
     supervisor = Path(settings.PODIUM_SUPERVISOR)
     if not supervisor.is_file():
         missing["supervisor"] = f"every run's timer, {supervisor}: make supervisor"
@@ -323,13 +325,37 @@ def consumes_scoring(queue_names: Iterable[str]) -> bool:
 _heartbeat: HostHeartbeat | None = None
 
 
+def _consumed_queues(sender: Any) -> list[str]:
+    """The queues of the worker that sent ``worker_ready`` (its consumer's app knows them)."""
+    return list(sender.app.amqp.queues.consume_from) if sender is not None else []
+
+
+def on_builds_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    """``celery.signals.worker_ready``: a worker that consumes ``builds`` prepares the
+    verification sets (``scoring.verifysets``), which needs ``jpegtran``; without it,
+    one error line says so and how to install it. The worker still starts: its builds
+    and sweeps need no ``jpegtran``, and a fill that runs without it fails and is
+    retried by the next one. Other workers (scoring only) do nothing."""
+    if BUILDS_QUEUE not in _consumed_queues(sender):
+        return
+    try:
+        rewrite.find_jpegtran()
+    except rewrite.JpegtranMissing:
+        log.error(
+            "this builds worker has no %s on PATH: verification sets cannot be prepared, "
+            "so verifications wait; install it with apt-get install %s",
+            rewrite.JPEGTRAN,
+            rewrite.PACKAGE,
+        )
+
+
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     """``celery.signals.worker_ready``: a worker that consumes a scoring queue starts the
     heartbeat thread (once per process), which registers the host and then has it
     calibrated (``scoring.calibration.start_at_registration``). Other workers (builds)
     do nothing."""
     global _heartbeat
-    queue_names = list(sender.app.amqp.queues.consume_from) if sender is not None else []
+    queue_names = _consumed_queues(sender)
     if not consumes_scoring(queue_names):
         return
     for name in queue_names:

@@ -38,7 +38,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from portal.submissions.dispatch import next_waiting_id, wake_taken
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     WAITING_FOR_SCORE,
+    official_run,
     run_claim,
     run_claim_next,
     run_mark_running,
@@ -64,6 +65,7 @@ from portal.submissions.services import (
 from scoring import (
     calibration,
     engine,
+    gpumeter,
     gpus,
     health,
     hosts,
@@ -579,6 +581,7 @@ class Measured:
     container_id: str = ""
     host_start_ns: int | None = None
     host_end_ns: int | None = None
+    gpu: dict[str, Any] | None = None  # the GPU meter's readings, on a GPU class only
 
     def fields(self) -> dict[str, Any]:
         known = {
@@ -644,12 +647,51 @@ def pull(submission: Submission, measured: Measured) -> Image:
 
 
 def stage(run: Run, measured: Measured) -> StagedRun:
-    """Step 3: the cohort, in the cohort's order, or shuffled and rewritten to verify."""
+    """Step 3: the cohort, in the cohort's order, or a prepared set shuffled to verify.
+
+    A verification's yardstick is the entrant's own official answers for the same
+    members (its images are re-encoded, so the reference answers are not): they replace
+    the references, read from the official run's kept evidence before anything is staged.
+    """
     started = time.perf_counter_ns()
-    staged = staging.stage(run, verification=run.purpose == Run.VERIFY)
+    verification = run.purpose == Run.VERIFY
+    own = _official_answers(run) if verification else None
+    staged = staging.stage(run, verification=verification)
+    if own is not None:
+        staged = replace(staged, references=[own[position] for position in staged.positions])
     measured.overhead_ms["staging"] = _elapsed_ms(started)
     measured.total = staged.rows
     return staged
+
+
+def _official_answers(run: Run) -> dict[int, int]:
+    """The answers of the official run that ``run`` verifies, by cohort position, from its
+    evidence (``mapping.tsv`` and ``output.bin``). Missing or inconsistent evidence is a
+    :class:`staging.StagingError`: the platform's fault, never the entrant's."""
+    official = official_run(run.submission)
+    if official is None or official.cohort_id != run.cohort_id:
+        raise staging.StagingError("The official run this verification checks is not there.")
+    private = storage.run_private_dir(int(official.pk))
+    try:
+        mapping = (private / storage.RUN_MAPPING).read_text(encoding="utf-8").splitlines()
+        output = (private / storage.RUN_OUTPUT).read_bytes()
+        positions = [int(line.split("\t", 1)[0]) for line in mapping]
+    except (OSError, ValueError) as exc:
+        log.error("run %s: the official run %s's evidence: %s", run.pk, official.pk, exc)
+        raise staging.StagingError("The official run's answers could not be read.") from exc
+    if len(output) != 4 * len(positions):
+        log.error(
+            "run %s: official run %s: %d output bytes for %d rows",
+            run.pk,
+            official.pk,
+            len(output),
+            len(positions),
+        )
+        raise staging.StagingError("The official run's answers could not be read.")
+    return {
+        position: int.from_bytes(output[4 * row : 4 * row + 4], "little", signed=True)
+        for row, position in enumerate(positions)
+    }
 
 
 def create(
@@ -690,15 +732,30 @@ def create(
 
 
 def supervise(container: Container, benchmark: Benchmark, measured: Measured) -> Supervised:
-    """Step 5: start it under the host's outer timer, which must contain the trusted one."""
-    host_start = time.monotonic_ns()
-    engine.start(container.id)
-    left_s = benchmark.score_timeout_s - (time.monotonic_ns() - host_start) / 1e9
-    status_code = engine.wait(container.id, timeout_s=max(left_s, 1.0))
-    host_end = time.monotonic_ns()
-    measured.host_start_ns, measured.host_end_ns = host_start, host_end
-    if status_code is None:
-        engine.kill(container.id)
+    """Step 5: start it under the host's outer timer, which must contain the trusted one.
+
+    On a GPU class the GPU meter (``scoring.gpumeter``, a thread of this worker) samples
+    the run's GPUs from just before the start until the container has exited; its
+    readings go to ``measured.gpu`` whatever happens (they never fail the run).
+    """
+    devices = health.gpu_devices()
+    gpu_meter = (
+        gpumeter.GpuMeter(devices, interval_ms=settings.PODIUM_GPU_SAMPLE_MS) if devices else None
+    )
+    if gpu_meter is not None:
+        gpu_meter.start()
+    try:
+        host_start = time.monotonic_ns()
+        engine.start(container.id)
+        left_s = benchmark.score_timeout_s - (time.monotonic_ns() - host_start) / 1e9
+        status_code = engine.wait(container.id, timeout_s=max(left_s, 1.0))
+        host_end = time.monotonic_ns()
+        measured.host_start_ns, measured.host_end_ns = host_start, host_end
+        if status_code is None:
+            engine.kill(container.id)
+    finally:
+        if gpu_meter is not None:
+            measured.gpu = gpu_meter.stop(images=measured.total)
     return Supervised(status_code=status_code, host_start_ns=host_start, host_end_ns=host_end)
 
 
@@ -757,7 +814,12 @@ def judge(
 ) -> Outcome:
     """Step 7, off the clock: validate the output, compare it, decide."""
     started = time.perf_counter_ns()
-    needed = rules.pass_threshold(staged.rows, benchmark.pass_min_matches, benchmark.cohort_size)
+    if staged.verification:  # agreement with its own official answers (see stage)
+        needed = rules.pass_threshold(staged.rows, benchmark.verify_self_agreement_pct, 100)
+    else:
+        needed = rules.pass_threshold(
+            staged.rows, benchmark.pass_min_matches, benchmark.cohort_size
+        )
     expected_bytes = 4 * staged.rows
     output_error = result.output_error
     if not output_error and result.output_bytes > expected_bytes:
@@ -774,6 +836,7 @@ def judge(
         killed=result.killed,
         references=staged.references,
         needed=needed,
+        yardstick="its official answers" if staged.verification else "the reference",
     )
     output_sha256 = "" if result.output is None else hashlib.sha256(result.output).hexdigest()
     measured.overhead_ms["compare"] = _elapsed_ms(started)
@@ -800,11 +863,14 @@ def publish(run: Run, outcome: Outcome, measured: Measured) -> None:
     """The verdict, once: a score's ranks (or goes to verification), a verification's
     confirms or rejects the official run."""
     record = run_record_verification if run.purpose == Run.VERIFY else run_record_verdict
+    fields = outcome.fields
+    if measured.gpu is not None:  # the GPU meter's readings join the cgroup's
+        fields = fields | {"resources": {**fields.get("resources", {}), "gpu": measured.gpu}}
     record(
         run_id=int(run.pk),
         status=outcome.status,
         reason=outcome.reason,
-        **outcome.fields,
+        **fields,
         **measured.fields(),
     )
 

@@ -5,34 +5,39 @@ Contract (architecture "The scored run", step 3; rules "The runtime ABI" and
 
 - One fixed order per cohort: ``CohortItem.position``. Every scored run (official or
   practice) on a cohort sees its images in that order, so timings are comparable
-  between runs.
+  between runs. A *verification* run (``stage(run, verification=True)``, a
+  ``Run.VERIFY`` run) sees the same members in a fresh random order
+  (``secrets.SystemRandom``).
 - Every run gets fresh random file names and fresh random request ids, so nothing an
   entrant learns in one run (which name held which image) carries over to the next.
-- A scored run's files are hard links of the frozen cohort files (no copies: staging
-  10,000 images must take well under a second); the cohort and the run folders are on
-  the same filesystem under ``PODIUM_DATA_DIR``.
-- A *verification* run (``stage(run, verification=True)``) sees the same members in a
-  fresh random order (``secrets.SystemRandom``), and every JPEG member (known by its
-  bytes, not its name) is rewritten losslessly by :mod:`scoring.rewrite`: new bytes
-  and hash each time, the same decoded pixels. A member that is not a JPEG is copied
-  unchanged (we know no lossless rewrite for every other format, and a platform fault
-  for a cohort we accepted would block every verification); it still gets a fresh name
-  and a place in the fresh order. Nothing is hard-linked, so no staged file shares an
-  inode with the cohort. The members are processed on a thread pool, one ``jpegtran``
-  process per JPEG, all of it off the clock.
-- Each member is hashed and compared with the frozen ``CohortItem.sha256`` (in a scored
-  run the link, in a verification run the very bytes that are then rewritten); a
-  mismatch, a missing file or anything but a regular file is a :class:`StagingError`
-  (a platform fault: the run is requeued or refunded, never charged to the entrant),
-  and so is a JPEG that cannot be rewritten or a host without ``jpegtran``. Reading
-  every file to hash it also pulls it into the page cache before the clock starts.
+- **Runs cannot tell themselves apart.** Every kind of run (official, practice,
+  verification, and a campaign round's slices through :func:`stage_items`) gets its
+  inputs the same way: each file is a fresh copy written at staging (one link, a new
+  inode, mode 0644), and every file, the images folder and the manifest carry one
+  timestamp, the moment staging began (atime and mtime; the kernel sets ctime to the
+  same moment, give or take the staging's length). Nothing a run can ``stat`` says
+  whether its files are the frozen cohort's bytes or a verification's re-encodes.
+- The bytes: a scored run's files are the frozen cohort files. A verification run's
+  are one *prepared set* (``portal.submissions.pool``, written ahead of need on the
+  builds side by ``scoring.verifysets``): every JPEG member re-encoded with a fresh
+  imperceptible perturbation (``scoring.rewrite``), other members as they are. The set
+  was taken for this run in its claim; staging copies it and deletes it, whether or not
+  staging succeeded, so a set serves exactly one run.
+- Each file is read once, hashed and compared with its expected SHA-256 (the frozen
+  ``CohortItem.sha256``, or the hash the set recorded when it was written), then
+  written. A mismatch, a missing file, anything but a regular file, a missing set or a
+  file that cannot be written is a :class:`StagingError` (a platform fault: the run is
+  requeued or refunded, never charged to the entrant). Reading every file also pulls
+  it into the page cache before the clock starts. Copies run on a thread pool; the
+  cost is the same for every kind of run (``bench/verification.py`` measures it).
 - Only ``input_dir`` is mounted into the container, and it holds nothing that names a
   canonical file: the private mapping (staged name -> canonical member) lives in
   ``root/private``, which is never mounted, and the reference classes stay in memory.
   The mapping's rows follow the manifest; its first column is the member's cohort
   position, so a verification run's shuffle can be reviewed like any other run.
 
-Called only by the scoring worker while it holds the machine (see ``scoring.runner``).
+Called only by the scoring worker while it holds the machine (see ``scoring.runner``);
+:func:`read_member` also by the builds side preparing a set.
 """
 
 from __future__ import annotations
@@ -40,18 +45,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import random
 import re
 import secrets
 import shutil
 import stat
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from portal import storage
 from portal.contests.models import CohortItem
+from portal.submissions import pool
 from portal.submissions.models import Run
 from scoring import rewrite
 
@@ -60,17 +67,21 @@ log = logging.getLogger(__name__)
 INPUT = "input"
 IMAGES = "images"
 MANIFEST = storage.RUN_MANIFEST
+# A prepared set's record of its files: one line per member, "position<TAB>sha256".
+SET_MEMBERS = "members.tsv"
 
 # Staged names keep the member's extension (decoders may look at it) but only a plain
 # one: anything else could smuggle part of the canonical name into the container.
 _PLAIN_SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
-_READ_CHUNK = 1024 * 1024
-# Rewriting threads: two per CPU. Each member costs some CPU in this process (spawning,
-# hashing, writing; part of it under the GIL) and about 1 ms in its jpegtran process;
-# with two threads per CPU one thread's share overlaps another's jpegtran. On 2 CPUs,
-# 2 and 4 threads are within noise of each other; 1 is much slower (bench/rewrite.py).
-REWRITE_THREADS_PER_CPU = 2
-MAX_REWRITE_THREADS = 32
+# Worker threads: two per CPU. Each member costs some CPU in this process (reading,
+# hashing, writing; part of it under the GIL) and waits on the kernel or, preparing a
+# set, on a jpegtran process; with two threads per CPU one thread's share overlaps
+# another's wait. On 2 CPUs, 2 and 4 threads are within noise of each other; 1 is much
+# slower (bench/rewrite.py).
+THREADS_PER_CPU = 2
+MAX_THREADS = 32
+
+T = TypeVar("T")
 
 
 class StagingError(Exception):
@@ -84,7 +95,7 @@ class StagingError(Exception):
 @dataclass(frozen=True)
 class StagedRun:
     run_id: int
-    root: Path  # storage.run_dir(run.id)
+    root: Path  # storage.run_dir(run.id), or a round slice's folder
     input_dir: Path  # root/"input": bind-mounted read-only at /contest/input
     manifest: Path  # input_dir/"manifest.tsv"
     rows: int
@@ -94,12 +105,22 @@ class StagedRun:
     # Each row's CohortItem.position, in manifest order (ascending unless verification).
     positions: list[int] = field(default_factory=list)
     verification: bool = False
-    rewritten: int = 0  # JPEG members rewritten (verification); the rest were copied
-    rewrite_ms: float = 0.0  # hashing, rewriting and writing the members (verification)
+    rewritten: int = 0  # members re-encoded (a verification's set); the rest are as frozen
+    copy_ms: float = 0.0  # reading, checking and writing the files
 
     @property
     def images_dir(self) -> Path:
         return self.input_dir / IMAGES
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file to stage: where it is, the SHA-256 it must have, and (for the logs
+    only, never the entrant) which member it is."""
+
+    path: Path
+    sha256: str
+    where: str
 
 
 def _staged_name(canonical_name: str) -> str:
@@ -109,238 +130,256 @@ def _staged_name(canonical_name: str) -> str:
     return secrets.token_hex(16) + suffix
 
 
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    # O_NOFOLLOW: we just made this link ourselves, but a symlink must never be hashed
-    # as if it were the member it points to.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_READ_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _where(item: CohortItem) -> str:
     return f"cohort {item.cohort_id} position {item.position} ({item.canonical_name})"
 
 
-def _checked_source(cohort_root: Path, item: CohortItem) -> tuple[Path, os.stat_result]:
-    """The member's path and ``lstat``, once it is known to be a regular file in the cohort."""
-    source = cohort_root / item.canonical_name
-    where = _where(item)
+def member_source(item: CohortItem) -> Source:
+    """The frozen file of one cohort member, refused (:class:`StagingError`) when its
+    recorded name would leave the cohort's folder."""
+    cohort_root = storage.cohort_dir(item.cohort_id)
+    path = cohort_root / item.canonical_name
     # The name comes from the database, but a path that leaves the cohort folder must
-    # not be staged whatever put it there. (The last component is checked by lstat.)
-    if not source.parent.resolve().is_relative_to(cohort_root.resolve()):
-        log.error("staging: %s lies outside the cohort folder", where)
+    # not be staged whatever put it there. (The last component is checked on opening.)
+    if not path.parent.resolve().is_relative_to(cohort_root.resolve()):
+        log.error("staging: %s lies outside the cohort folder", _where(item))
         raise StagingError("A cohort member's path is invalid.")
-    try:
-        info = source.lstat()
-    except FileNotFoundError:
-        log.error("staging: %s is missing", where)
-        raise StagingError("A cohort file is missing.") from None
-    if not stat.S_ISREG(info.st_mode):
-        log.error("staging: %s is not a regular file", where)
-        raise StagingError("A cohort file is not a regular file.")
-    return source, info
+    return Source(path=path, sha256=item.sha256, where=_where(item))
 
 
-def _link_member(cohort_root: Path, item: CohortItem, dest: Path) -> None:
-    """Hard-link one frozen member at ``dest`` and check it against its frozen hash."""
-    source, info = _checked_source(cohort_root, item)
-    where = _where(item)
-    try:
-        os.link(source, dest, follow_symlinks=False)
-    except OSError as exc:
-        log.error("staging: cannot hard-link %s to %s: %s", where, dest, exc)
-        raise StagingError(
-            "Could not link a cohort file into the run folder (the cohort and the runs "
-            "must share one filesystem)."
-        ) from exc
-    if _sha256_of(dest) != item.sha256:
-        log.error("staging: %s no longer matches its frozen sha256", where)
-        raise StagingError("A cohort file no longer matches its frozen sha256.")
-    # The container runs as a non-root uid that owns nothing here. The mode belongs to
-    # the shared inode, so the cohort file becomes 0644 too; the cohort folder itself
-    # (never mounted) is what keeps other host users out.
-    if stat.S_IMODE(info.st_mode) != 0o644:
-        os.chmod(dest, 0o644)
+def read_member(source: Source) -> bytes:
+    """The bytes of ``source``, read once and checked against its SHA-256.
 
-
-def _rewrite_member(
-    cohort_root: Path, item: CohortItem, dest: Path, rng: random.Random, jpegtran: str
-) -> bool:
-    """Write a fresh copy of one frozen member at ``dest``; whether it was a rewritten JPEG.
-
-    The member is read once: those bytes are checked against the frozen hash, then
-    rewritten (a JPEG) or written as they are (anything else). Runs on a pool thread.
+    :class:`StagingError` when it is missing, not a regular file (a symlink is never
+    followed), unreadable or changed.
     """
-    source, _info = _checked_source(cohort_root, item)
-    where = _where(item)
     try:
-        # O_NOFOLLOW: the name may have become a symlink since the lstat.
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(source.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        log.error("staging: %s is missing", source.where)
+        raise StagingError("A cohort file is missing.") from None
+    except OSError as exc:  # ELOOP: a symlink
+        log.error("staging: cannot open %s: %s", source.where, exc)
+        raise StagingError("A cohort file is not a regular file.") from exc
+    try:
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                log.error("staging: %s is not a regular file", where)
+                log.error("staging: %s is not a regular file", source.where)
                 raise StagingError("A cohort file is not a regular file.")
             data = handle.read()
     except OSError as exc:
-        log.error("staging: cannot read %s: %s", where, exc)
+        log.error("staging: cannot read %s: %s", source.where, exc)
         raise StagingError("A cohort file could not be read.") from exc
-    if hashlib.sha256(data).hexdigest() != item.sha256:
-        log.error("staging: %s no longer matches its frozen sha256", where)
+    if hashlib.sha256(data).hexdigest() != source.sha256:
+        log.error("staging: %s no longer matches its recorded sha256", source.where)
         raise StagingError("A cohort file no longer matches its frozen sha256.")
-    is_jpeg = rewrite.is_jpeg(data)
-    if is_jpeg:
-        try:
-            data = rewrite.rewrite_jpeg_data(data, rng, jpegtran=jpegtran)
-        except rewrite.JpegtranMissing as exc:
-            log.error("staging: %s", exc)
-            raise StagingError(
-                "The JPEG rewriter (jpegtran) is not installed on the scoring host."
-            ) from exc
-        except rewrite.RewriteError as exc:
-            log.error("staging: cannot rewrite %s: %s", where, exc)
-            raise StagingError("A cohort image could not be rewritten for verification.") from exc
+    return data
+
+
+def _copy(source: Source, dest: Path) -> None:
+    data = read_member(source)
     try:
         rewrite.write_file(dest, data)
     except OSError as exc:
-        log.error("staging: cannot write %s to %s: %s", where, dest, exc)
+        log.error("staging: cannot write %s to %s: %s", source.where, dest, exc)
         raise StagingError("Could not write a cohort file into the run folder.") from exc
-    return is_jpeg
 
 
-def _rewrite_threads(members: int) -> int:
+def threads_for(members: int) -> int:
+    """Worker threads for ``members`` files on this process's CPUs (see THREADS_PER_CPU)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
-    return max(1, min(REWRITE_THREADS_PER_CPU * cpus, members, MAX_REWRITE_THREADS))
+    return max(1, min(THREADS_PER_CPU * cpus, members, MAX_THREADS))
 
 
-def _rewrite_members(
-    cohort_root: Path, items: list[CohortItem], images_dir: Path, names: list[str]
-) -> int:
-    """Check and write every member (see :func:`_rewrite_member`); how many were JPEGs.
+def in_parallel(
+    work: Callable[..., T], calls: Sequence[tuple[object, ...]], *, name: str
+) -> list[T]:
+    """``work(*call)`` for every call on a thread pool, results in call order.
 
-    Stops at the first failure: members not yet started are cancelled and those
-    running are waited for, so nothing writes into the folder once this returns.
+    Stops at the first failure (raised, the first in call order among those that ran):
+    calls not yet started are cancelled and those running are waited for, so nothing
+    writes once this returns.
     """
-    try:
-        jpegtran = rewrite.find_jpegtran()
-    except rewrite.JpegtranMissing as exc:
-        log.error("staging: %s", exc)
-        raise StagingError(
-            "The JPEG rewriter (jpegtran) is not installed on the scoring host."
-        ) from exc
-    rng = secrets.SystemRandom()
-    with ThreadPoolExecutor(
-        max_workers=_rewrite_threads(len(items)), thread_name_prefix="podium-rewrite"
-    ) as pool:
-        futures: list[Future[bool]] = []
+    if not calls:
+        return []
+    with ThreadPoolExecutor(max_workers=threads_for(len(calls)), thread_name_prefix=name) as ex:
+        futures: list[Future[T]] = []
         try:
-            for item, name in zip(items, names, strict=True):
-                futures.append(
-                    pool.submit(
-                        _rewrite_member, cohort_root, item, images_dir / name, rng, jpegtran
-                    )
-                )
+            futures = [ex.submit(work, *call) for call in calls]
             wait(futures, return_when=FIRST_EXCEPTION)
-            for future in futures:  # the first failure in manifest order, if any
+            for future in futures:
                 if future.done() and future.exception() is not None:
                     future.result()
-            return sum(future.result() for future in futures)
+            return [future.result() for future in futures]
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+            ex.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _copy_all(sources: list[Source], images_dir: Path, names: list[str]) -> float:
+    """Copy every source to its staged name; the milliseconds it took."""
+    started = time.perf_counter_ns()
+    calls = [(source, images_dir / name) for source, name in zip(sources, names, strict=True)]
+    in_parallel(_copy, calls, name="podium-stage")
+    return (time.perf_counter_ns() - started) / 1e6
+
+
+def _set_sources(run: Run, items: list[CohortItem]) -> tuple[int, list[Source]]:
+    """The files of the prepared set ``run`` took in its claim, in the order of ``items``,
+    with how many of them were re-encoded."""
+    taken = pool.set_of_run(int(run.pk))
+    if taken is None:
+        log.error("staging: verification run %s has no prepared set", run.pk)
+        raise StagingError("The prepared verification cohort for this run is missing.")
+    folder = storage.verification_set_dir(int(taken.pk))
+    try:
+        lines = (folder / SET_MEMBERS).read_text(encoding="utf-8").splitlines()
+        recorded = {int(position): sha for position, sha in (line.split("\t") for line in lines)}
+    except (OSError, ValueError) as exc:
+        log.error("staging: set %s of run %s cannot be read: %s", taken.pk, run.pk, exc)
+        raise StagingError("The prepared verification cohort could not be read.") from exc
+    if set(recorded) != {item.position for item in items}:
+        log.error("staging: set %s does not hold cohort %s's members", taken.pk, run.cohort_id)
+        raise StagingError("The prepared verification cohort does not match its cohort.")
+    sources = [
+        Source(
+            path=folder / str(item.position),
+            sha256=recorded[item.position],
+            where=f"set {taken.pk} position {item.position}",
+        )
+        for item in items
+    ]
+    return int(taken.perturbed), sources
+
+
+def _discard_set(run: Run) -> None:
+    """Delete the set ``run`` took, files and row: each set serves one run only."""
+    taken = pool.set_of_run(int(run.pk))
+    if taken is not None:
+        shutil.rmtree(storage.verification_set_dir(int(taken.pk)), ignore_errors=True)
+        pool.set_drop(int(taken.pk))
+
+
+def _stamp(input_dir: Path, names: list[str], stamp_ns: int) -> None:
+    """One timestamp for everything in the input (see the module doc)."""
+    images_dir = input_dir / IMAGES
+    for name in names:
+        os.utime(images_dir / name, ns=(stamp_ns, stamp_ns), follow_symlinks=False)
+    for path in (input_dir / MANIFEST, images_dir, input_dir):
+        os.utime(path, ns=(stamp_ns, stamp_ns), follow_symlinks=False)
+
+
+def _fresh_ids(count: int) -> list[str]:
+    ids: list[str] = []
+    seen: set[str] = set()
+    while len(ids) < count:
+        request_id = secrets.token_hex(12)
+        if request_id not in seen:  # 96 random bits: a repeat never happens, but is cheap
+            seen.add(request_id)
+            ids.append(request_id)
+    return ids
+
+
+def _fresh_input(root: Path) -> Path:
+    """An empty ``root/input/images`` (a leftover one replaced); the input folder."""
+    input_dir = root / INPUT
+    images_dir = input_dir / IMAGES
+    if input_dir.exists():
+        shutil.rmtree(input_dir)
+    images_dir.mkdir(parents=True)
+    # Explicit modes: the worker's umask must not decide what the container can read.
+    for folder in (input_dir, images_dir):
+        folder.chmod(0o755)
+    return input_dir
+
+
+def _manifest_text(request_ids: list[str], names: list[str]) -> str:
+    return "".join(f"{rid}\t{name}\n" for rid, name in zip(request_ids, names, strict=True))
+
+
+def _write_manifest(input_dir: Path, request_ids: list[str], names: list[str]) -> Path:
+    manifest = input_dir / MANIFEST
+    manifest.write_text(_manifest_text(request_ids, names), encoding="utf-8")
+    manifest.chmod(0o644)
+    return manifest
+
+
+def _stage_files(
+    root: Path, items: list[CohortItem], sources: list[Source], stamp_ns: int
+) -> tuple[Path, list[str], list[str], float]:
+    """Copy ``sources`` (one per item, in manifest order) under fresh names into a fresh
+    ``root/input`` with a manifest of fresh request ids, all stamped ``stamp_ns``:
+    ``(input_dir, request_ids, names, copy_ms)``. Leaves no input folder on failure."""
+    input_dir = _fresh_input(root)
+    names = [_staged_name(item.canonical_name) for item in items]
+    request_ids = _fresh_ids(len(items))
+    try:
+        copy_ms = _copy_all(sources, input_dir / IMAGES, names)
+        _write_manifest(input_dir, request_ids, names)
+        _stamp(input_dir, names, stamp_ns)
+    except BaseException:
+        _remove_input(input_dir)
+        raise
+    return input_dir, request_ids, names, copy_ms
 
 
 def stage(run: Run, *, verification: bool = False) -> StagedRun:
     """Stage ``run``'s cohort under ``storage.run_dir(run.id)/input``; return what was staged.
 
-    ``verification=False`` (official and practice scores): the cohort's fixed order,
-    hard links. ``verification=True`` (a ``Run.VERIFY`` run): a fresh random order and
-    rewritten copies (see the module doc); slower: one jpegtran process per JPEG (1.5 to
-    2 ms per image on a busy 2-CPU machine, see bench/rewrite.py).
+    ``verification=False`` (official and practice scores): the cohort's fixed order and
+    its frozen files. ``verification=True`` (a ``Run.VERIFY`` run): a fresh random order
+    and the files of the prepared set the run took in its claim, which is deleted here
+    whatever happens. Either way fresh copies, names and ids (see the module doc).
 
     Raises :class:`StagingError` (and leaves no input folder behind) when a member is
-    missing, is not a regular file, cannot be linked, read, rewritten or written, or
-    no longer matches its hash, or when verification finds no ``jpegtran``.
+    missing, is not a regular file, cannot be read or written, or no longer matches its
+    hash, or when a verification run's set is missing or does not match its cohort.
     A leftover input folder of the same run (a crashed earlier attempt) is replaced.
     """
+    stamp_ns = time.time_ns()
     root = storage.run_dir(run.pk)
-    input_dir = root / INPUT
-    images_dir = input_dir / IMAGES
     private_dir = storage.run_private_dir(run.pk)
-    if input_dir.exists():
-        shutil.rmtree(input_dir)
-    images_dir.mkdir(parents=True)
-    private_dir.mkdir(parents=True, exist_ok=True)
-    # Explicit modes: the worker's umask must not decide what the container can read.
-    for folder in (input_dir, images_dir):
-        folder.chmod(0o755)
-    private_dir.chmod(0o700)
-
-    items = list(CohortItem.objects.filter(cohort_id=run.cohort_id).order_by("position"))
-    if not items:
-        _remove_input(input_dir)
-        log.error("staging: cohort %s has no members", run.cohort_id)
-        raise StagingError("The cohort has no members.")
-    if verification:
-        secrets.SystemRandom().shuffle(items)
-
-    cohort_root = storage.cohort_dir(run.cohort_id)
-    staged_names: list[str] = []
-    request_ids: list[str] = []
-    seen_ids: set[str] = set()
-    rewritten = 0
-    rewrite_ms = 0.0
     try:
-        for item in items:
-            name = _staged_name(item.canonical_name)
-            if not verification:
-                _link_member(cohort_root, item, images_dir / name)
-            request_id = secrets.token_hex(12)
-            while request_id in seen_ids:  # 96 random bits: never in practice, but cheap
-                request_id = secrets.token_hex(12)
-            seen_ids.add(request_id)
-            staged_names.append(name)
-            request_ids.append(request_id)
+        items = list(CohortItem.objects.filter(cohort_id=run.cohort_id).order_by("position"))
+        if not items:
+            log.error("staging: cohort %s has no members", run.cohort_id)
+            raise StagingError("The cohort has no members.")
+        rewritten = 0
         if verification:
-            started = time.perf_counter_ns()
-            rewritten = _rewrite_members(cohort_root, items, images_dir, staged_names)
-            rewrite_ms = (time.perf_counter_ns() - started) / 1e6
-            copied = len(items) - rewritten
-            # Members that are not JPEGs keep their bytes, so their hashes are known.
-            log.log(
-                logging.WARNING if copied else logging.INFO,
-                "staging: run %s (verification): %d JPEG members rewritten, %d other members "
-                "copied unchanged, in %.0f ms",
-                run.pk,
-                rewritten,
-                copied,
-                rewrite_ms,
-            )
-    except BaseException:
-        _remove_input(input_dir)
-        raise
-
-    manifest = input_dir / MANIFEST
-    manifest.write_text(
-        "".join(f"{rid}\t{name}\n" for rid, name in zip(request_ids, staged_names, strict=True)),
-        encoding="utf-8",
-    )
-    manifest.chmod(0o644)
+            secrets.SystemRandom().shuffle(items)
+            rewritten, sources = _set_sources(run, items)
+        else:
+            sources = [member_source(item) for item in items]
+        input_dir, request_ids, names, copy_ms = _stage_files(root, items, sources, stamp_ns)
+    finally:
+        if verification:
+            _discard_set(run)
+    if verification:
+        log.log(
+            logging.WARNING if rewritten < len(items) else logging.INFO,
+            "staging: run %s (verification): %d members re-encoded, %d as frozen, in %.0f ms",
+            run.pk,
+            rewritten,
+            len(items) - rewritten,
+            copy_ms,
+        )
     # Staff-only records for review, never mounted: the manifest as staged (the input
-    # folder goes after the run) and this run's shuffle.
+    # folder goes after the run) and this run's order.
+    private_dir.mkdir(parents=True, exist_ok=True)
+    private_dir.chmod(0o700)
+    # Written from memory: reading the staged manifest would move its atime (relatime)
+    # off the one timestamp of the input.
     kept = private_dir / storage.RUN_MANIFEST
-    shutil.copyfile(manifest, kept)
+    kept.write_text(_manifest_text(request_ids, names), encoding="utf-8")
     kept.chmod(0o600)
     mapping = private_dir / storage.RUN_MAPPING
     mapping.write_text(
         "".join(
             f"{item.position}\t{rid}\t{name}\t{item.canonical_name}\n"
-            for item, rid, name in zip(items, request_ids, staged_names, strict=True)
+            for item, rid, name in zip(items, request_ids, names, strict=True)
         ),
         encoding="utf-8",
     )
@@ -349,21 +388,20 @@ def stage(run: Run, *, verification: bool = False) -> StagedRun:
         run_id=run.pk,
         root=root,
         input_dir=input_dir,
-        manifest=manifest,
+        manifest=input_dir / MANIFEST,
         rows=len(items),
         references=[item.reference_class for item in items],
         request_ids=request_ids,
-        staged_names=staged_names,
+        staged_names=names,
         positions=[item.position for item in items],
         verification=verification,
         rewritten=rewritten,
-        rewrite_ms=rewrite_ms,
+        copy_ms=copy_ms,
     )
 
 
 def _remove_input(input_dir: Path) -> None:
-    # Removing hard links (or a verification run's copies) never touches the cohort's
-    # own names or data.
+    # The staged files are copies: removing them never touches the cohort's own files.
     shutil.rmtree(input_dir, ignore_errors=True)
 
 
@@ -374,48 +412,25 @@ def unstage(staged: StagedRun) -> None:
 
 def stage_items(items: list[CohortItem], root: Path) -> StagedRun:
     """Stage ``items``, in the order given, under ``root/input`` as a scored run's cohort
-    is staged: hard links checked against their frozen hashes, fresh random names and
-    request ids, a manifest. For the slices of a campaign round (``scoring.rounds``):
-    each slice is one such folder, mounted by itself.
+    is staged: fresh copies checked against their frozen hashes, fresh random names and
+    request ids, one timestamp, a manifest. For the slices of a campaign round
+    (``scoring.rounds``): each slice is one such folder, mounted by itself, and a round
+    sees inputs of the same kind as any other run.
 
     Raises :class:`StagingError` (and leaves no input folder behind) as :func:`stage`
     does; a leftover input folder under ``root`` is replaced.
     """
-    input_dir = root / INPUT
-    images_dir = input_dir / IMAGES
-    if input_dir.exists():
-        shutil.rmtree(input_dir)
-    images_dir.mkdir(parents=True)
-    for folder in (input_dir, images_dir):
-        folder.chmod(0o755)
-    staged_names: list[str] = []
-    request_ids: list[str] = []
-    try:
-        for item in items:
-            name = _staged_name(item.canonical_name)
-            _link_member(storage.cohort_dir(item.cohort_id), item, images_dir / name)
-            request_id = secrets.token_hex(12)
-            while request_id in request_ids:  # 96 random bits: never in practice
-                request_id = secrets.token_hex(12)
-            staged_names.append(name)
-            request_ids.append(request_id)
-    except BaseException:
-        _remove_input(input_dir)
-        raise
-    manifest = input_dir / MANIFEST
-    manifest.write_text(
-        "".join(f"{rid}\t{name}\n" for rid, name in zip(request_ids, staged_names, strict=True)),
-        encoding="utf-8",
-    )
-    manifest.chmod(0o644)
+    sources = [member_source(item) for item in items]
+    input_dir, request_ids, names, copy_ms = _stage_files(root, items, sources, time.time_ns())
     return StagedRun(
         run_id=0,
         root=root,
         input_dir=input_dir,
-        manifest=manifest,
+        manifest=input_dir / MANIFEST,
         rows=len(items),
         references=[item.reference_class for item in items],
         request_ids=request_ids,
-        staged_names=staged_names,
+        staged_names=names,
         positions=[item.position for item in items],
+        copy_ms=copy_ms,
     )

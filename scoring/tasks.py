@@ -10,13 +10,14 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from portal.submissions import services
-from scoring import builds, engine, reaper, rounds, runner
-from scoring.hosts import on_worker_ready
+from scoring import builds, engine, reaper, rounds, runner, verifysets
+from scoring.hosts import on_builds_worker_ready, on_worker_ready
 
 # Connected here rather than in apps.py: every worker imports this module when it starts
 # (autodiscovery, before it is ready), and the web never does, so the web process keeps
 # clear of the worker side. A worker that consumes a scoring queue registers its host.
 worker_ready.connect(on_worker_ready, dispatch_uid="scoring.hosts.on_worker_ready")
+worker_ready.connect(on_builds_worker_ready, dispatch_uid="scoring.hosts.on_builds_worker_ready")
 
 
 @shared_task(name="scoring.build_environment")
@@ -41,6 +42,18 @@ def score_sweep() -> None:
     """Celery beat, every minute (on ``builds``): wake each class again whose runs wait
     with no wake-up in flight (``services.score_sweep``)."""
     services.score_sweep()
+
+
+@shared_task(name="scoring.verification_pool_fill")
+def verification_pool_fill(cohort_id: int) -> None:
+    """On ``builds``: prepare verification sets of the cohort until its pool is full."""
+    verifysets.fill(cohort_id)
+
+
+@shared_task(name="scoring.verification_pool_sweep")
+def verification_pool_sweep() -> None:
+    """Celery beat, every minute (on ``builds``): stale sets out, every pool topped up."""
+    verifysets.sweep()
 
 
 @shared_task(name="scoring.run_round")

@@ -106,6 +106,7 @@ def decide(
     killed: bool,
     references: Sequence[int],
     needed: int,
+    yardstick: str = "the reference",
 ) -> Verdict:
     """The verdict of one run, from what the supervisor and the runner observed.
 
@@ -120,6 +121,8 @@ def decide(
        with that sentence (or a generic one).
     4. Output breaking the ABI: errored, with the :class:`InvalidOutput` sentence.
     5. Otherwise the matches are counted: passed when ``matches >= needed``, else failed.
+       ``yardstick`` names what ``references`` are in the reason: "the reference", or,
+       for a verification, "its official answers".
 
     ``needed`` must lie within ``[0, len(references)]`` (``ValueError`` otherwise: that is
     a configuration fault, not the entrant's).
@@ -154,7 +157,7 @@ def decide(
         return errored(str(exc))
 
     matches = count_matches(predictions, references)
-    summary = f"{matches} of {total} predictions match the reference"
+    summary = f"{matches} of {total} predictions match {yardstick}"
     if matches >= needed:
         return Verdict(
             status="passed",

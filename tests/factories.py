@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from portal.contests.models import Benchmark, Cohort
 from portal.environments.models import Environment
+from portal.submissions.models import VerificationSet
 
 
 class UserFactory(factory.django.DjangoModelFactory[User]):
@@ -63,6 +64,18 @@ class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):
     status = Environment.READY
     dockerfile = "FROM localhost/podium/busybox:1\n"
     image_tag = "localhost/podium/busybox:1"
+
+
+def ready_sets(cohort: Cohort, count: int = 1) -> list[VerificationSet]:
+    """``count`` prepared verification sets of ``cohort`` marked ready, rows only (no
+    files): enough for a verification run to be claimed. A test that stages the run
+    prepares a real set instead (``scoring.verifysets.prepare``)."""
+    return [
+        VerificationSet.objects.create(
+            cohort=cohort, status=VerificationSet.READY, ready_at=timezone.now()
+        )
+        for _ in range(count)
+    ]
 
 
 def cohorts(benchmark: Benchmark, *kinds: str) -> list[Cohort]:

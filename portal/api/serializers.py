@@ -235,6 +235,14 @@ class LeaderboardRowSerializer(serializers.Serializer):
     cpu_per_wall = serializers.FloatField(
         allow_null=True, help_text="The run's CPU seconds (user + system) per wall second."
     )
+    energy_per_image_j = serializers.FloatField(
+        allow_null=True,
+        help_text="The run's GPU energy per image, joules (null on a class without GPUs).",
+    )
+    gpu_util_mean_pct = serializers.FloatField(
+        allow_null=True,
+        help_text="The run's mean GPU utilization, percent (null on a class without GPUs).",
+    )
 
 
 class VerifyingRowSerializer(serializers.Serializer):
@@ -374,7 +382,8 @@ def latest_run(submission: Submission, purpose: str = Run.SCORE) -> Run | None:
 
 
 class ResourcesSerializer(serializers.Serializer):
-    """The meter: the scored container's cgroup, read after its process tree was reaped."""
+    """The meter: the scored container's cgroup, read after its process tree was reaped,
+    and on a GPU class the GPU meter's figures."""
 
     cpu_user_s = serializers.FloatField(allow_null=True)
     cpu_system_s = serializers.FloatField(allow_null=True)
@@ -386,6 +395,22 @@ class ResourcesSerializer(serializers.Serializer):
     io_read_bytes = serializers.IntegerField(allow_null=True)
     io_write_bytes = serializers.IntegerField(allow_null=True)
     oom_events = serializers.IntegerField(allow_null=True)
+    energy_per_image_j = serializers.FloatField(
+        allow_null=True,
+        help_text=(
+            "The GPUs' energy over the run (NVML's energy counter, else power integrated "
+            "over time), joules, per image of the run; null on a class without GPUs or when "
+            "NVML gave no reading."
+        ),
+    )
+    gpu_util_mean_pct = serializers.FloatField(
+        allow_null=True,
+        help_text=(
+            "The GPUs' mean utilization over the run, percent (NVML, sampled from just before "
+            "the start until the exit); null on a class without GPUs or when NVML gave no "
+            "reading."
+        ),
+    )
 
 
 class VerificationSerializer(serializers.Serializer):
@@ -643,7 +668,7 @@ class HostSerializer(serializers.Serializer):
     missing_tools = serializers.ListField(
         child=serializers.CharField(),
         help_text="The host tools a scored run or its verification needs that it lacks "
-        "(jpegtran, say): it refused to register and takes no run until they are "
+        "(the supervisor, say): it refused to register and takes no run until they are "
         "installed. Empty when none.",
     )
     cpu_isolation = HostCpuIsolationSerializer(

@@ -75,6 +75,10 @@ class BenchmarkAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        (
+            "GPU energy (the low_energy anomaly)",
+            {"fields": ["reference_energy_per_image_j", "energy_floor_pct"]},
+        ),
         ("Verification before ranking", {"fields": ["verify_top", "verify_tolerance_pct"]}),
         ("Retention", {"fields": ["retention_days", "artifacts_purged_at"]}),
     ]

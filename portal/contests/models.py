@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from portal.environments import dockerfile_policy
@@ -95,7 +95,7 @@ class Benchmark(models.Model):
         help_text=(
             "A passing official run that would become its entrant's best and place in this "
             "many top rows is re-run once off the board (shuffled order, fresh names and "
-            "rewritten JPEGs) before it ranks; 0 verifies none."
+            "re-encoded images) before it ranks; 0 verifies none."
         ),
     )
     verify_tolerance_pct = models.PositiveSmallIntegerField(
@@ -104,6 +104,15 @@ class Benchmark(models.Model):
         help_text=(
             "How much slower (in percent of the official wall time) the verification run "
             "may be for the run to rank; a faster one always confirms it."
+        ),
+    )
+    verify_self_agreement_pct = models.PositiveSmallIntegerField(
+        default=98,
+        validators=[POSITIVE, MaxValueValidator(100)],
+        help_text=(
+            "A verification run is correct when its answers agree with the entrant's own "
+            "official answers for the same images on at least this percentage of them (its "
+            "images are re-encoded, so the reference answers are not the yardstick)."
         ),
     )
     retention_days = models.PositiveIntegerField(
@@ -121,6 +130,24 @@ class Benchmark(models.Model):
             "The scoring hosts' hardware class its runs are scored on (a host's "
             "PODIUM_HARDWARE_CLASS: cpu-x86_64, cpu-aarch64, gpu-h200...); no run is scored "
             "on a host of another class."
+        ),
+    )
+    reference_energy_per_image_j = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text=(
+            "The benchmark's reference kit's GPU energy per image, in joules, on its hardware "
+            "class, as a run of that kit reports it (its resources' energy_per_image_j; "
+            "manage.py set_reference_energy copies it from a run). Empty: no energy floor."
+        ),
+    )
+    energy_floor_pct = models.PositiveSmallIntegerField(
+        default=25,
+        validators=[MaxValueValidator(100)],
+        help_text=(
+            "A passing official run on a GPU class whose energy per image is under this "
+            "percentage of the reference's is flagged for staff (low_energy); 0 flags none."
         ),
     )
     artifacts_purged_at = models.DateTimeField(

@@ -237,6 +237,11 @@ def needs_verification(
     return ahead < verify_top
 
 
+# The visual bound of a verification cohort: every re-encoded image decodes to within
+# this PSNR (dB) of the original's pixels (``scoring.rewrite`` holds it; its tests check
+# it on every JPEG shape they cover).
+VERIFY_PSNR_FLOOR_DB = 45.0
+
 CONFIRM = "confirm"
 REMEASURE = "re-measure"
 REJECT = "reject"
@@ -306,7 +311,7 @@ def verification_decision(
       tolerance and ``noise_factor`` times the class's noise band
       (:func:`verification_tolerance_pct`). Only a slower verification tells against
       the official time (answers replayed, or work done by something the shuffled,
-      rewritten input defeats); a faster one only shows that the official run, which is
+      re-encoded input defeats); a faster one only shows that the official run, which is
       what ranks, was its image's first on a cold host;
     - whatever the percentage, a verification may be ``slack_ns`` slower: a fresh
       sandboxed process tree's start (interpreter, imports, workers) jitters by tens of

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, Sum
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.fields.json import KeyTransform
 
 from portal.contests import rules
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
@@ -23,6 +24,19 @@ class LeaderboardRow:
     submission_id: int
     submitted_at: dt.datetime
     cpu_per_wall: float | None = None  # the meter: CPU seconds per wall second of the run
+    # The GPU meter (on a GPU class; None elsewhere): joules per image, mean utilization %.
+    energy_per_image_j: float | None = None
+    gpu_util_mean_pct: float | None = None
+
+
+def _run_figure(*path: str) -> KeyTransform:
+    """One figure of the run's stored ``resources`` (``path``: keys into it), read by the
+    database: a row never loads the GPU meter's samples."""
+    first, *rest = path
+    expression = KeyTransform(first, "run__resources")
+    for key in rest:
+        expression = KeyTransform(key, expression)
+    return expression
 
 
 def _entries(benchmark: Benchmark) -> Any:
@@ -30,7 +44,11 @@ def _entries(benchmark: Benchmark) -> Any:
     return (
         LeaderboardEntry.objects.filter(benchmark=benchmark)
         .select_related("entrant")
-        .annotate(run_resources=F("run__resources"))
+        .annotate(
+            run_cpu_per_wall=_run_figure("cpu_per_wall"),
+            run_energy_per_image_j=_run_figure("gpu", "energy_per_image_j"),
+            run_gpu_util_mean_pct=_run_figure("gpu", "gpu_util_mean_pct"),
+        )
         .order_by(*RANK_ORDER)
     )
 
@@ -198,6 +216,15 @@ class LeaderboardPage:
         entries = _entries(self.benchmark)[offset : offset + self.per_page]
         return [_row(entry, rank) for rank, entry in enumerate(entries, start=offset + 1)]
 
+    @cached_property
+    def gpu_columns(self) -> bool:
+        """Whether the board shows the GPU meter's columns: some row of this page has its
+        figures (only runs on a GPU class do), so a CPU benchmark's board stays as it was."""
+        return any(
+            row.energy_per_image_j is not None or row.gpu_util_mean_pct is not None
+            for row in self.rows
+        )
+
 
 def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
     return LeaderboardRow(
@@ -208,8 +235,17 @@ def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
         total=entry.total,
         submission_id=entry.submission_id,
         submitted_at=entry.submitted_at,
-        cpu_per_wall=(getattr(entry, "run_resources", None) or {}).get("cpu_per_wall"),
+        cpu_per_wall=_float(getattr(entry, "run_cpu_per_wall", None)),
+        energy_per_image_j=_float(getattr(entry, "run_energy_per_image_j", None)),
+        gpu_util_mean_pct=_float(getattr(entry, "run_gpu_util_mean_pct", None)),
     )
+
+
+def _float(value: Any) -> float | None:
+    """A stored figure as a number (None for a missing or odd one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def leaderboard_page(

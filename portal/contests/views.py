@@ -67,6 +67,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "verify_max_runs": settings.PODIUM_VERIFY_MAX_RUNS,
         "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
         "verify_slack_ms": settings.PODIUM_VERIFY_SLACK_MS,
+        "psnr_floor_db": rules.VERIFY_PSNR_FLOOR_DB,
     }
     return render(request, "contests/benchmark_detail.html", context)
 

@@ -52,8 +52,8 @@ class ScoringHost(models.Model):
         default=list,
         blank=True,
         help_text="The host tools a scored run or its verification needs that this host "
-        "lacked when it last tried to register (jpegtran, say): it refused to register and "
-        "takes no run until they are installed. Empty when none.",
+        "lacked when it last tried to register (the supervisor, say): it refused to register "
+        "and takes no run until they are installed. Empty when none.",
     )
     status = models.CharField(max_length=16, choices=STATUSES, default=ACTIVE)
     registered_at = models.DateTimeField()

@@ -1,4 +1,5 @@
-"""Submissions, runs, the attempt ledger and timelines in the admin (read-only records).
+"""Submissions, runs, the attempt ledger, timelines and the verification pool in the admin
+(read-only records).
 
 Staff act through actions that ask for a reason and write an audit event: cancel
 (refunds), requeue, rescore, disqualify; a submission's source and a run's evidence
@@ -34,7 +35,14 @@ from portal.environments.admin import (
     preformatted,
 )
 from portal.submissions import anomalies, evidence, staff
-from portal.submissions.models import Anomaly, AttemptLedger, Run, Submission, SubmissionEvent
+from portal.submissions.models import (
+    Anomaly,
+    AttemptLedger,
+    Run,
+    Submission,
+    SubmissionEvent,
+    VerificationSet,
+)
 from portal.submissions.selectors import resources_text
 
 StaffService = Callable[..., Submission]
@@ -378,6 +386,36 @@ class SubmissionEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["submission", "status", "at", "note"]
     list_filter = ["status"]
     search_fields = ["submission__id", "submission__entrant__username", "note"]
+
+
+@admin.register(VerificationSet)
+class VerificationSetAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """The verification pool (``portal.submissions.pool``): each set the builds side
+    prepared ahead of need, how long it took, and the run that took it. Read-only: sets
+    come and go with the pool's fill and sweep, never by hand. A pool that stays empty
+    while verifications wait points at the build worker (``jpegtran`` missing, say)."""
+
+    list_display = [
+        "id",
+        "cohort",
+        "status",
+        "members",
+        "perturbed",
+        "prepare_ms",
+        "created_at",
+        "ready_at",
+        "taken_at",
+        "run_link",
+    ]
+    list_filter = ["status"]
+    list_select_related = ["cohort__benchmark"]
+
+    @admin.display(description="Run", ordering="run_id")
+    def run_link(self, verification_set: VerificationSet) -> str:
+        if verification_set.run_id is None:
+            return "-"
+        url = reverse("admin:submissions_run_change", args=[verification_set.run_id])
+        return format_html('<a href="{}">run {}</a>', url, verification_set.run_id)
 
 
 # Anomalies (anomalies.py): what looked wrong about a finished official run -------------

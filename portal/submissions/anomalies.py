@@ -28,9 +28,17 @@ The rules (pure functions below, plain values in and out, no database):
 - ``failed_verification``: the run is the last verification run of a submission that
   ended ``rejected_verification`` (the one that decided; earlier timing misses were
   measured again); the finding names the official run it re-ran.
+- ``low_energy``: a passing run on a GPU class whose GPU energy per image (the GPU
+  meter's ``resources["gpu"]["energy_per_image_j"]``, ``scoring.gpumeter``) is under the
+  benchmark's ``energy_floor_pct`` percent of its ``reference_energy_per_image_j`` (the
+  reference kit's, as a run of it reported it). Classifying an image on the GPU costs
+  energy a faster kernel trims but cannot remove; a run far under the reference kit's
+  did its work elsewhere or replayed answers. Nothing when no reference is set, the floor
+  is 0, or the meter has no figure (a CPU class, NVML failing).
 
-Thresholds are module constants, so a change is a reviewed code change and the tests
-pin the boundaries: each rule fires strictly below its threshold, not at it.
+Thresholds are module constants (``low_energy``'s are the benchmark's, audited like its
+other rules), so a change is a reviewed code change and the tests pin the boundaries:
+each rule fires strictly below its threshold, not at it.
 
 Who may call: :func:`anomaly_scan` is called by the submission services after a
 verdict commits (through :func:`anomaly_scan_after_commit`, which never lets a failure
@@ -52,7 +60,8 @@ from django.utils import timezone
 
 from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
-from portal.contests.models import LeaderboardEntry
+from portal.contests import review
+from portal.contests.models import Benchmark, LeaderboardEntry
 from portal.submissions.models import Anomaly, Run, Submission
 
 log = logging.getLogger(__name__)
@@ -207,6 +216,41 @@ def idle_cpu(
     )
 
 
+def low_energy(
+    *,
+    passed: bool,
+    resources: Mapping[str, Any],
+    reference_j: float | None,
+    floor_pct: int,
+) -> Finding | None:
+    """A passing run whose GPU energy per image is under ``floor_pct`` percent of the
+    reference's ``reference_j``; None without a reference, a floor or the meter's figure."""
+    gpu = resources.get("gpu")
+    figures: Mapping[str, Any] = gpu if isinstance(gpu, Mapping) else {}
+    energy_j = _number(figures.get("energy_per_image_j"))
+    reference = _number(reference_j)
+    if not passed or energy_j is None or reference is None or reference <= 0 or floor_pct <= 0:
+        return None
+    if _exact(energy_j) * 100 >= _exact(reference) * floor_pct:
+        return None
+    share = energy_j / reference
+    return Finding(
+        kind=Anomaly.LOW_ENERGY,
+        reason=(
+            f"Passed using {energy_j:.4g} J of GPU energy per image, {share:.1%} of the "
+            f"reference kit's {reference:.4g} J; under {floor_pct}% suggests work done "
+            "outside the metered GPUs or replayed answers."
+        ),
+        details={
+            "energy_per_image_j": energy_j,
+            "reference_energy_per_image_j": reference,
+            "energy_floor_pct": floor_pct,
+            "energy_share": round(share, 4),
+            "gpu_util_mean_pct": _number(figures.get("gpu_util_mean_pct")),
+        },
+    )
+
+
 def failed_verification(
     *, purpose: str, submission_status: str, official_run_id: int | None, problem: str = ""
 ) -> Finding | None:
@@ -313,20 +357,24 @@ def anomaly_scan(run_id: int) -> list[Anomaly]:
     fires (the board moved) leaves its earlier row in place. A run that is not finished,
     or not of an official submission, finds nothing. Call after the verdict commits.
     """
-    run = Run.objects.select_related("submission").filter(pk=run_id).first()
+    run = Run.objects.select_related("submission__benchmark").filter(pk=run_id).first()
     if run is None or not _scannable(run):
         return []
+    resources = run.resources if isinstance(run.resources, dict) else {}
+    benchmark = run.submission.benchmark
     findings = [
         finding
         for finding in (
             _much_faster(run),
             _identical_output(run),
-            idle_cpu(
-                passed=bool(run.passed),
-                wall_time_ns=run.wall_time_ns,
-                resources=run.resources if isinstance(run.resources, dict) else {},
-            ),
+            idle_cpu(passed=bool(run.passed), wall_time_ns=run.wall_time_ns, resources=resources),
             _failed_verification(run),
+            low_energy(
+                passed=bool(run.passed),
+                resources=resources,
+                reference_j=benchmark.reference_energy_per_image_j,
+                floor_pct=benchmark.energy_floor_pct,
+            ),
         )
         if finding is not None
     ]
@@ -357,6 +405,38 @@ def anomaly_scan_after_commit(run_id: int) -> None:
         anomaly_scan(run_id)
     except Exception:
         log.exception("anomaly scan of run %s failed; its verdict stands", run_id)
+
+
+# The energy reference (staff) ----------------------------------------------------------
+
+
+def benchmark_reference_energy_set(
+    *, benchmark: Benchmark, run_id: int, actor: Any, origin: Origin = NOWHERE
+) -> float:
+    """Set ``low_energy``'s yardstick from a run of the benchmark's reference kit: its
+    ``reference_energy_per_image_j`` becomes that run's GPU energy per image.
+
+    The run must be a finished, passing run of this benchmark (any kind: a practice run
+    of the kit does) with the GPU meter's figure. Saved as a change of the benchmark's
+    rules, so it is audited (``benchmark.rules.change``). Returns the figure.
+    """
+    run = Run.objects.filter(pk=run_id, submission__benchmark=benchmark).first()
+    if run is None:
+        raise errors.InvalidParameter(f"Run {run_id} is not a run of {benchmark.slug}.")
+    if run.status != Run.FINISHED or not run.passed:
+        raise errors.InvalidParameter(f"Run {run_id} did not pass: it is no reference.")
+    resources = run.resources if isinstance(run.resources, dict) else {}
+    gpu = resources.get("gpu")
+    figure = _number(gpu.get("energy_per_image_j")) if isinstance(gpu, dict) else None
+    if figure is None or figure <= 0:
+        raise errors.InvalidParameter(
+            f"Run {run_id} has no GPU energy per image (not run on a GPU class, or its GPU "
+            "meter had no reading)."
+        )
+    before = {"reference_energy_per_image_j": benchmark.reference_energy_per_image_j}
+    benchmark.reference_energy_per_image_j = figure
+    review.benchmark_save(benchmark=benchmark, before=before, actor=actor, origin=origin)
+    return figure
 
 
 # Review (staff) ------------------------------------------------------------------------

@@ -239,6 +239,7 @@ def lock_next_waiting(
     over without one. Each candidate is tried once per call. On SQLite the lock is a
     no-op: its IMMEDIATE transactions already run one writer at a time.
     """
+    from portal.submissions import pool
     from portal.submissions.models import Run, Submission
 
     still_waiting = Submission.objects.filter(
@@ -257,11 +258,18 @@ def lock_next_waiting(
                 continue  # held by another host, or claimed since
             if submission.status == Submission.QUEUED:
                 return submission
-            queued = Run.objects.filter(
-                submission=submission, purpose=Run.VERIFY, status=Run.QUEUED
+            cohort_id = (
+                Run.objects.filter(submission=submission, purpose=Run.VERIFY, status=Run.QUEUED)
+                .values_list("cohort_id", flat=True)
+                .first()
             )
-            if queued.exists():
+            if cohort_id is None:
+                continue
+            if pool.ready_exists(cohort_id):
                 return submission
+            # No prepared set is ready: this host goes on with the next waiting one and the
+            # verification keeps its place; a set that becomes ready wakes the class.
+            pool.request_fill(cohort_id)
         if len(ranked) < limit:
             return None  # every waiting one is held by another host
         limit *= 4

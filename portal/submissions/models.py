@@ -168,7 +168,7 @@ class Run(models.Model):
     """One scored run of a submission on a cohort. A platform failure retries as try 2.
 
     A *verification* run re-runs a passing official submission off the board, on the
-    same cohort members shuffled and rewritten, before that submission ranks; it is
+    same cohort members shuffled and re-encoded, before that submission ranks; it is
     created ``queued`` when the official run passes (and again after a timing miss, up to
     ``PODIUM_VERIFY_MAX_RUNS``) and is claimed like a score. Its ``verification_note``
     says what it decided: confirmed, re-measure or rejected, and why.
@@ -287,6 +287,45 @@ class MachineLease(models.Model):
         return f"machine lock of {self.host} ({self.holder or 'free'})"
 
 
+class VerificationSet(models.Model):
+    """One prepared verification cohort: every member of ``cohort`` re-encoded with a fresh
+    imperceptible perturbation, in ``storage.verification_set_dir(id)``, made ahead of
+    need on the builds side (``scoring.verifysets``) and used by exactly one verification
+    run.
+
+    ``preparing`` (its files being written) -> ``ready`` -> ``taken`` (claimed, with its
+    run, in the run's claim; the scoring host copies its files into the run's input and
+    deletes the set). A set whose preparation failed or stalled is deleted by the pool's
+    sweep, files and row.
+    """
+
+    PREPARING = "preparing"
+    READY = "ready"
+    TAKEN = "taken"
+    STATUSES = [(s, s) for s in (PREPARING, READY, TAKEN)]
+
+    cohort = models.ForeignKey(
+        "contests.Cohort", on_delete=models.CASCADE, related_name="verification_sets"
+    )
+    status = models.CharField(max_length=16, choices=STATUSES, default=PREPARING)
+    run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="verification_set"
+    )
+    members = models.PositiveIntegerField(default=0)  # files written (all of them once ready)
+    perturbed = models.PositiveIntegerField(default=0)  # of which re-encoded JPEGs
+    prepare_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    taken_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["cohort", "status"], name="verification_set_pool_idx")]
+
+    def __str__(self) -> str:
+        return f"verification set {self.pk} of cohort {self.cohort_id} ({self.status})"
+
+
 class Anomaly(models.Model):
     """Something about a finished official run that staff should look at (``anomalies.py``).
 
@@ -299,11 +338,13 @@ class Anomaly(models.Model):
     IDENTICAL_OUTPUT = "identical_output"
     IDLE_CPU = "idle_cpu"
     FAILED_VERIFICATION = "failed_verification"
+    LOW_ENERGY = "low_energy"
     KINDS = [
         (MUCH_FASTER, "much faster than every other entrant"),
         (IDENTICAL_OUTPUT, "output identical to another entrant's"),
         (IDLE_CPU, "passed with the CPU nearly idle"),
         (FAILED_VERIFICATION, "failed its verification"),
+        (LOW_ENERGY, "passed using implausibly little GPU energy"),
     ]
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="anomalies")

@@ -60,13 +60,23 @@ RESOURCE_KEYS = (
     "io_write_bytes",
     "oom_events",
 )
+# The GPU meter's figures published with them (Run.resources["gpu"], scoring.gpumeter:
+# a run on a GPU class); null on a CPU class or when NVML gave no reading.
+GPU_RESOURCE_KEYS = ("energy_per_image_j", "gpu_util_mean_pct")
+
+
+def gpu_figures(stored: dict[str, Any]) -> dict[str, Any]:
+    """The GPU meter's published figures of a run's resources (each None without one)."""
+    gpu = stored.get("gpu") if isinstance(stored, dict) else None
+    readings = gpu if isinstance(gpu, dict) else {}
+    return {key: readings.get(key) for key in GPU_RESOURCE_KEYS}
 
 
 def resources_of(stored: dict[str, Any]) -> dict[str, Any] | None:
     """A run's published readings (null before the meter read anything)."""
     if not stored:
         return None
-    return {key: stored.get(key) for key in RESOURCE_KEYS}
+    return {key: stored.get(key) for key in RESOURCE_KEYS} | gpu_figures(stored)
 
 
 def _bytes(value: int | None) -> str:
@@ -99,6 +109,13 @@ def resources_text(stored: dict[str, Any]) -> str:
         f"read {_bytes(readings['io_read_bytes'])}, written {_bytes(readings['io_write_bytes'])}",
         f"OOM events {'?' if readings['oom_events'] is None else readings['oom_events']}",
     ]
+    if "gpu" in stored:  # a GPU class: what the GPU meter read
+        energy, util = readings["energy_per_image_j"], readings["gpu_util_mean_pct"]
+        parts.append(
+            "GPU energy and utilization not measured"
+            if energy is None or util is None
+            else f"GPU {energy:.4g} J per image, {util:.1f}% mean utilization"
+        )
     return " · ".join(parts)
 
 
@@ -233,12 +250,16 @@ def verification_text(progress: VerificationProgress | None) -> str:
     if progress.remeasuring:
         return (
             f"re-measuring ({progress.number} of {progress.of}): {run.status} (a timing "
-            "miss is measured again, on a fresh shuffle and rewrite of the cohort)"
+            "miss is measured again, on a fresh shuffle and re-encode of the cohort)"
         )
     if run.status != Run.FINISHED:
-        return f"{run.status} (re-runs the image on the cohort shuffled and rewritten)"
+        return f"{run.status} (re-runs the image on the cohort shuffled and re-encoded)"
     wall = f"{ns(run.wall_time_ns)}, " if run.wall_time_ns is not None else ""
-    agreement = f"{run.matches:,} / {run.total:,} matches" if run.matches is not None else ""
+    agreement = (
+        f"{run.matches:,} / {run.total:,} agree with the official answers"
+        if run.matches is not None
+        else ""
+    )
     which = f" (run {progress.number} of {progress.of})" if progress.number > 1 else ""
     return f"{run.verdict}{which}: {wall}{agreement}".rstrip(", ")
 

@@ -35,7 +35,7 @@ from portal.environments.services import (
 )
 from portal.hosts.selectors import noise_band
 from portal.notifications.services import verdict_mail_on_commit
-from portal.submissions import anomalies, archives, dispatch, notify
+from portal.submissions import anomalies, archives, dispatch, notify, pool
 from portal.submissions.models import (
     AttemptLedger,
     Run,
@@ -476,8 +476,8 @@ def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None
             return None
         if submission.status == Submission.VERIFYING:
             pending = submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).first()
-            if pending is None:
-                return None
+            if pending is None or pool.set_take(pending) is None:
+                return None  # no prepared set ready: the claim steps over it (dispatch)
             now = timezone.now()
             Run.objects.filter(pk=pending.pk).update(
                 status=Run.STAGING,
@@ -789,7 +789,7 @@ def _scored_cohort_id(submission: Submission) -> int:
     return int(cohort_id)
 
 
-def _official_run(submission: Submission) -> Run | None:
+def official_run(submission: Submission) -> Run | None:
     """The passing scored run that a verification checks (the latest one)."""
     return (
         submission.runs.filter(purpose=Run.SCORE, status=Run.FINISHED, passed=True)
@@ -835,7 +835,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
         if run is None:
             return False
         submission = run.submission
-        official = _official_run(submission)
+        official = official_run(submission)
         band = noise_band(submission.benchmark.hardware_class)
         verdict = rules.verification_decision(
             official_ns=(official.wall_time_ns or 0) if official else 0,
@@ -911,18 +911,21 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
 
 def verification_requeue(submission: Submission) -> None:
     """Staff requeue of a ``verifying`` submission: a queued verification run exists
-    afterwards (a new one unless one is still queued). Refuses one under way."""
+    afterwards (a new one unless one is still queued), and its cohort's pool of
+    prepared sets is topped up (``pool``). Refuses one under way."""
     runs = submission.runs.filter(purpose=Run.VERIFY)
     if runs.filter(status__in=[Run.STAGING, Run.RUNNING]).exists():
         raise errors.InvalidParameter("Its verification run is under way; cancel it instead.")
+    cohort_id = _scored_cohort_id(submission)
     if not runs.filter(status=Run.QUEUED).exists():
         Run.objects.create(
             submission=submission,
-            cohort_id=_scored_cohort_id(submission),
+            cohort_id=cohort_id,
             try_number=submission.runs.count() + 1,
             purpose=Run.VERIFY,
             status=Run.QUEUED,
         )
+    pool.request_fill(cohort_id)
 
 
 def _verification_infra_failure(run: Run, reason: str) -> None:

@@ -105,6 +105,27 @@ def test_the_leaderboard_is_public_and_ranked(
     assert dt.datetime.fromisoformat(rows[0]["submitted_at"]) == fast.submitted_at
 
 
+def test_leaderboard_rows_carry_the_gpu_meters_figures_null_without_a_gpu(
+    benchmark, alice, bob, anon, accepted, ready_environment
+):
+    gpu = _passing_run(accepted(alice, ready_environment(alice, benchmark)), 1_000_000_000)
+    cpu = _passing_run(accepted(bob, ready_environment(bob, benchmark)), 2_000_000_000)
+    Run.objects.filter(pk=gpu.pk).update(
+        resources={
+            "cpu_per_wall": 0.8,
+            "gpu": {"energy_per_image_j": 0.0421, "gpu_util_mean_pct": 93.4, "samples": [[]]},
+        }
+    )
+    Run.objects.filter(pk=cpu.pk).update(resources={"cpu_per_wall": 3.5})
+
+    rows = anon.get(f"/api/v1/benchmarks/{benchmark.slug}/leaderboard/").json()["rows"]
+
+    assert [
+        (row["entrant"], row["cpu_per_wall"], row["energy_per_image_j"], row["gpu_util_mean_pct"])
+        for row in rows
+    ] == [("alice", 0.8, 0.0421, 93.4), ("bob", 3.5, None, None)]
+
+
 def test_the_quota_counts_my_accepted_uploads(
     benchmark, alice, bob, client_for, accepted, ready_environment
 ):

@@ -45,3 +45,14 @@ def test_the_schema_says_when_no_attempt_comes_next(db, anon):
 
     quota = schema["components"]["schemas"]["QuotaKind"]["properties"]
     assert quota["next_available_at"]["nullable"] is True  # null once the window closed
+
+
+def test_the_schema_gives_the_gpu_meters_figures_as_nullable_numbers(db, anon):
+    schemas = anon.get("/api/schema/", {"format": "json"}).json()["components"]["schemas"]
+
+    for component in ("Resources", "LeaderboardRow"):
+        properties = schemas[component]["properties"]
+        for name in ("energy_per_image_j", "gpu_util_mean_pct"):
+            assert properties[name]["type"] == "number", (component, name)
+            assert properties[name]["nullable"] is True  # null on a class without GPUs
+            assert name in schemas[component]["required"]

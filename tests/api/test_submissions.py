@@ -352,6 +352,55 @@ def test_it_shows_the_latest_run_but_never_per_image_data(
         assert secret not in body
 
 
+def _finished_run(submission: Submission, resources: dict) -> Run:
+    cohort = Cohort.objects.get(benchmark=submission.benchmark, kind=Cohort.OFFICIAL)
+    Submission.objects.filter(pk=submission.pk).update(status=Submission.PASSED)
+    return Run.objects.create(
+        submission=submission,
+        cohort=cohort,
+        status=Run.FINISHED,
+        passed=True,
+        wall_time_ns=2_000_000_000,
+        matches=9950,
+        total=10000,
+        resources=resources,
+    )
+
+
+CGROUP = {"cpu_user_s": 1.5, "cpu_system_s": 0.5, "cpu_per_wall": 1.0, "oom_events": 0}
+
+
+def test_a_run_on_a_gpu_class_publishes_its_energy_per_image_and_gpu_utilization(
+    benchmark, alice, client_for, ready_environment, accepted
+):
+    gpu = accepted(alice, ready_environment(alice, benchmark))
+    cpu = accepted(alice, ready_environment(alice, benchmark))
+    samples = [[[0, 0, 615, 117.3, 8_000_000], [100, 98, 5812, 480.0, 8_030_000]]]
+    _finished_run(
+        gpu,
+        CGROUP
+        | {
+            "gpu": {
+                "energy_j": 30.0,
+                "energy_per_image_j": 0.003,
+                "gpu_util_mean_pct": 49.0,
+                "samples": samples,
+                "error": "",
+            }
+        },
+    )
+    _finished_run(cpu, CGROUP)
+    client = client_for(alice)
+
+    gpu_data = client.get(f"/api/v1/submissions/{gpu.pk}/").json()["resources"]
+    cpu_data = client.get(f"/api/v1/submissions/{cpu.pk}/").json()["resources"]
+
+    assert (gpu_data["energy_per_image_j"], gpu_data["gpu_util_mean_pct"]) == (0.003, 49.0)
+    assert gpu_data["cpu_per_wall"] == 1.0
+    assert "samples" not in gpu_data and "energy_j" not in gpu_data  # the figures only
+    assert (cpu_data["energy_per_image_j"], cpu_data["gpu_util_mean_pct"]) == (None, None)
+
+
 def test_someone_elses_submission_is_not_found(
     benchmark, alice, bob, client_for, ready_environment, accepted
 ):

@@ -19,6 +19,7 @@ from portal import storage
 from portal.contests.models import Cohort
 from portal.submissions import services
 from portal.submissions.models import Run, Submission
+from tests import factories
 from tests.cli.conftest import Podium
 
 Step = Callable[[], None]
@@ -200,6 +201,7 @@ def test_a_run_rejected_by_its_verification_is_followed_through_it_and_exits_1(
     pipeline = Pipeline(submission)
 
     def verification_fails() -> None:
+        factories.ready_sets(Run.objects.get(submission_id=pipeline.id, purpose=Run.SCORE).cohort)
         run = services.run_claim(pipeline.id, lease_s=60)
         assert run is not None and run.purpose == Run.VERIFY
         services.run_mark_running(run_id=run.pk, lease_s=60)
@@ -235,6 +237,9 @@ def test_a_verification_timing_miss_shows_re_measuring_and_the_re_measure_ranks_
 
     def verification(wall_time_ns: int) -> Step:
         def record() -> None:
+            factories.ready_sets(
+                Run.objects.get(submission_id=pipeline.id, purpose=Run.SCORE).cohort
+            )
             run = services.run_claim(pipeline.id, lease_s=60)
             assert run is not None and run.purpose == Run.VERIFY
             services.run_mark_running(run_id=run.pk, lease_s=60)

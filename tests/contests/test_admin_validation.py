@@ -42,18 +42,22 @@ RULE_SETTINGS = {
     "run_output_tmpfs_bytes",
     "runtime_tail_bytes",
     "hardware_class",
+    "reference_energy_per_image_j",
+    "energy_floor_pct",
     "verify_top",
     "verify_tolerance_pct",
     "retention_days",
 }
 # A retention of 0 days is allowed: the artifacts may go as soon as the benchmark closes;
-# verify_top 0 verifies none.
+# verify_top 0 verifies none; an energy floor of 0 flags none, and no reference is none.
 NOT_LIMITS = {
     "opens_at",
     "closes_at",
     "attempt_timezone",
     "allowed_registries",
     "hardware_class",
+    "reference_energy_per_image_j",
+    "energy_floor_pct",
     "verify_top",
     "retention_days",
 }
@@ -100,7 +104,7 @@ def form_data(benchmark: Benchmark, **changes: Any) -> dict[str, Any]:
             data[f"{name}_0"] = value.strftime("%Y-%m-%d")
             data[f"{name}_1"] = value.strftime("%H:%M:%S")
         else:
-            data[name] = value
+            data[name] = "" if value is None else value
     return data
 
 
@@ -212,6 +216,16 @@ def test_shared_memory_cannot_exceed_the_runs_memory(admin_client, flagship):
     assert saved.status_code == 302
     flagship.refresh_from_db()
     assert flagship.run_shm_bytes == 2 << 30
+
+
+def test_the_energy_floor_is_a_percentage_of_a_non_negative_reference(admin_client, flagship):
+    refused = post(admin_client, flagship, energy_floor_pct=101, reference_energy_per_image_j=-1)
+    saved = post(admin_client, flagship, energy_floor_pct=0, reference_energy_per_image_j=0.05)
+
+    assert sorted(errors_of(refused)) == ["energy_floor_pct", "reference_energy_per_image_j"]
+    assert saved.status_code == 302, errors_of(saved)
+    flagship.refresh_from_db()
+    assert (flagship.energy_floor_pct, flagship.reference_energy_per_image_j) == (0, 0.05)
 
 
 def test_the_allowed_registries_cannot_be_left_empty(admin_client, flagship):

@@ -195,6 +195,7 @@ def rejected_by_verification(contest: Any, alice: Any, tmp_path: Path) -> int:
     assert verdict(run)
     assert status_of(run.submission_id) == Submission.VERIFYING
     for _ in range(3):  # a timing miss is measured three times before it rejects
+        factories.ready_sets(run.cohort)  # each verification run's claim takes one
         check = run_claim(run.submission_id, lease_s=LEASE_S)
         assert check is not None and check.purpose == Run.VERIFY
         assert run_mark_running(run_id=check.pk, lease_s=LEASE_S)

@@ -19,8 +19,8 @@ from django.utils import timezone
 from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.submissions import evidence
-from portal.submissions.models import AttemptLedger, Run, Submission
-from scoring import engine, runner
+from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
+from scoring import engine, runner, verifysets
 from scoring.staging import StagedRun
 from tests.scoring import images as images_module
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -563,8 +563,20 @@ touch /planted 2>/dev/null && echo "root writable" || echo "root read-only"
 echo "uid=$(id -u)"
 """
 
+# Answers class 8 for the images whose file starts "image 0 " or "image 1 " and 7 for
+# the rest: wrong on two of the ten, the same two whichever run it is.
+TWO_WRONG = r"""#!/bin/sh
+while read -r request_id path; do
+  case "$(head -c 8 "$2/$path")" in
+    "image 0 "|"image 1 ") printf '\010\000\000\000' ;;
+    *) printf '\007\000\000\000' ;;
+  esac
+done < "$1" > "$3"
+"""
+
 SCRIPTS = {
     "right": RIGHT,
+    "two_wrong": TWO_WRONG,
     "short": SHORT,
     "wrong": RIGHT.replace(r"\007", r"\010"),
     # The entrypoint exits at once; its double-forked grandchild works on for 2 s.
@@ -649,9 +661,14 @@ def test_a_verification_reruns_the_image_through_the_same_stages(score, queued):
     assert queued.status == Submission.VERIFYING
     assert not LeaderboardEntry.objects.filter(benchmark=benchmark).exists()
 
+    # No prepared set is ready yet: the verification is not claimed, and waits.
+    runner.score_submission(queued.pk)
+    verification = Run.objects.get(submission=queued, purpose=Run.VERIFY)
+    assert verification.status == Run.QUEUED
+    assert verifysets.prepare(official.cohort_id) is not None
     runner.score_submission(queued.pk)  # the verification message
 
-    verification = Run.objects.get(submission=queued, purpose=Run.VERIFY)
+    verification.refresh_from_db()
     assert (verification.status, verification.verdict) == (Run.FINISHED, "passed")
     assert verification.matches == 10 and (verification.wall_time_ns or 0) > 0
     assert verification.resources["cpu_user_s"] is not None
@@ -665,6 +682,54 @@ def test_a_verification_reruns_the_image_through_the_same_stages(score, queued):
     assert (entry.run_id, entry.wall_time_ns) == (official.pk, official.wall_time_ns)
     assert not engine.list_containers(label=f"podium.run={verification.pk}")
     assert not (storage.run_dir(verification.pk) / "input").exists()
+    # The set it copied served this run only: gone, files and row.
+    assert not VerificationSet.objects.exists()
+    assert not any(storage.verification_sets_dir().iterdir())
+
+
+@pytest.mark.docker
+def test_a_verification_is_judged_against_the_entrants_own_official_answers(score, queued):
+    benchmark = queued.benchmark
+    benchmark.verify_top = 20
+    benchmark.verify_tolerance_pct = 1000
+    benchmark.pass_min_matches = 8  # 8 of 10 pass officially
+    benchmark.verify_self_agreement_pct = 100
+    benchmark.save()
+    official = score("two_wrong")
+    assert (official.verdict, official.matches) == ("passed", 8)
+    assert verifysets.prepare(official.cohort_id) is not None
+
+    runner.score_submission(queued.pk)
+
+    # The same two wrong answers, on the same two images: it agrees with itself on all
+    # ten, where against the references (8 of 10) it would miss the 100% asked of it.
+    verification = Run.objects.get(submission=queued, purpose=Run.VERIFY)
+    assert (verification.verdict, verification.matches, verification.total) == ("passed", 10, 10)
+    assert "10 of 10 predictions match its official answers" in verification.verdict_reason
+    queued.refresh_from_db()
+    assert queued.status == Submission.PASSED, queued.failure_reason
+
+
+@pytest.mark.docker
+def test_a_verification_whose_answers_change_is_rejected(score, queued, images):
+    benchmark = queued.benchmark
+    benchmark.verify_top = 20
+    benchmark.verify_tolerance_pct = 1000
+    benchmark.pass_min_matches = 8
+    benchmark.save()
+    official = score("two_wrong")
+    assert verifysets.prepare(official.cohort_id) is not None
+    # The same image, but it answers everything right this time: it disagrees with its
+    # own official answers on two of ten (80%, under the 98% asked).
+    Submission.objects.filter(pk=queued.pk).update(image_tag=images["right"])
+
+    runner.score_submission(queued.pk)
+
+    verification = Run.objects.get(submission=queued, purpose=Run.VERIFY)
+    assert (verification.verdict, verification.matches) == ("failed", 8)
+    queued.refresh_from_db()
+    assert queued.status == Submission.REJECTED_VERIFICATION
+    assert "8 of 10 predictions match its official answers" in queued.failure_reason
 
 
 def mapping(run: Run) -> list[str]:

@@ -1,6 +1,9 @@
-"""Cohort staging: one fixed order, fresh names and ids per run, hard links, frozen hashes.
+"""Cohort staging: one fixed order, fresh names and ids per run, fresh copies checked
+against their hashes, one timestamp, and inputs that no run can tell apart by kind.
 
-Verification runs: the same members in a fresh order, as rewritten (pixel-identical) copies.
+Verification runs: the same members in a fresh order, copied from the prepared set the
+run took in its claim (``scoring.verifysets``, ``portal.submissions.pool``), which is
+deleted once staged, whether or not staging succeeded.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ import io
 import os
 import random
 import stat
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from PIL import Image
 
@@ -21,8 +28,9 @@ from portal import storage
 from portal.contests import democohort
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.environments.models import Environment
-from portal.submissions.models import AttemptLedger, Run, Submission
-from scoring import staging
+from portal.submissions import pool
+from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
+from scoring import staging, verifysets
 
 
 def make_cohort(
@@ -63,6 +71,7 @@ def make_submission(
     *,
     image_tag: str = "localhost/podium/busybox:1",
     status: str = Submission.QUEUED,
+    kind: str = Submission.OFFICIAL,
 ) -> Submission:
     """A submission that passed its build (queued for scoring), with its attempt charged."""
     environment = Environment.objects.create(
@@ -78,7 +87,7 @@ def make_submission(
         entrant=entrant,
         benchmark=benchmark,
         environment=environment,
-        kind=Submission.OFFICIAL,
+        kind=kind,
         status=status,
         submitted_at=now,
         source_name="src.tar.gz",
@@ -100,22 +109,27 @@ def make_submission(
     return submission
 
 
-def make_run(submission: Submission, cohort: Cohort, try_number: int = 1) -> Run:
+def make_run(
+    submission: Submission, cohort: Cohort, try_number: int = 1, *, purpose: str = Run.SCORE
+) -> Run:
     return Run.objects.create(
-        submission=submission, cohort=cohort, try_number=try_number, status=Run.STAGING
+        submission=submission,
+        cohort=cohort,
+        try_number=try_number,
+        purpose=purpose,
+        status=Run.STAGING,
     )
 
 
-def canonical_order(staged: staging.StagedRun, cohort: Cohort) -> list[str]:
-    """Which cohort member each staged name hard-links to (same inode), in manifest order."""
-    root = storage.cohort_dir(cohort.pk)
-    by_inode = {
-        (root / item.canonical_name).stat().st_ino: item.canonical_name
-        for item in cohort.items.all()
-    }
-    return [
-        by_inode[(staged.input_dir / "images" / name).stat().st_ino] for name in staged.staged_names
-    ]
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def shown_members(staged: staging.StagedRun, cohort: Cohort) -> list[CohortItem]:
+    """Which cohort member each staged file is (by its SHA-256), in manifest order."""
+    by_sha = {item.sha256: item for item in cohort.items.all()}
+    assert len(by_sha) == cohort.items.count()  # every member tells itself apart
+    return [by_sha[sha((staged.images_dir / name).read_bytes())] for name in staged.staged_names]
 
 
 CLASSES = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 383, 279, 502, 884, 197, 169, 399]
@@ -126,24 +140,186 @@ def cohort(benchmark: Benchmark) -> Cohort:
     return make_cohort(benchmark, CLASSES)
 
 
+@pytest.fixture
+def jpeg_cohort(benchmark: Benchmark) -> Cohort:
+    return make_cohort(benchmark, CLASSES, jpeg=True)
+
+
+# What no run can tell apart -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a run's container can ``stat`` in its input, read before anything opens it
+    (reading a file may move its atime)."""
+
+    files: set[tuple[int, int, int, int, int]]  # images and manifest: type, mode, links, uid, gid
+    folders: list[tuple[int, int, int, int, int]]  # the input folder, then its images folder
+    times: dict[str, tuple[int, int]]  # (atime, mtime) of every file and folder, by name
+    inodes: set[tuple[int, int]]
+    entries: tuple[set[str], set[str]]  # what the input folder and images folder list
+
+
+def signature(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (
+        stat.S_IFMT(info.st_mode),
+        stat.S_IMODE(info.st_mode),
+        info.st_nlink,
+        info.st_uid,
+        info.st_gid,
+    )
+
+
+def look(staged: staging.StagedRun) -> Seen:
+    files = [staged.images_dir / name for name in staged.staged_names] + [staged.manifest]
+    folders = [staged.input_dir, staged.images_dir]
+    infos = {path: path.lstat() for path in [*files, *folders]}
+    entries = (
+        {path.name for path in staged.input_dir.iterdir()},
+        {path.name for path in staged.images_dir.iterdir()},
+    )
+    return Seen(
+        files={signature(infos[path]) for path in files},
+        folders=[signature(infos[path]) for path in folders],
+        times={
+            str(path.relative_to(staged.root)): (info.st_atime_ns, info.st_mtime_ns)
+            for path, info in infos.items()
+        },
+        inodes={(info.st_dev, info.st_ino) for info in infos.values()},
+        entries=entries,
+    )
+
+
+def inodes_under(*roots: Path) -> set[tuple[int, int]]:
+    found = set()
+    for root in roots:
+        for path in [root, *root.rglob("*")]:
+            info = path.lstat()
+            found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def take_prepared_set(run: Run) -> dict[int, str]:
+    """Prepare a set of ``run``'s cohort and take it for ``run`` as its claim does; the
+    SHA-256 of each of the set's files by position, read from the files themselves."""
+    set_id = verifysets.prepare(int(run.cohort_id))
+    assert set_id is not None
+    with transaction.atomic():
+        taken = pool.set_take(run)
+    assert taken is not None
+    folder = storage.verification_set_dir(int(taken.pk))
+    return {
+        int(path.name): sha(path.read_bytes())
+        for path in folder.iterdir()
+        if path.name != staging.SET_MEMBERS
+    }
+
+
+def staged_timed(
+    stage: Callable[[], staging.StagedRun],
+) -> tuple[staging.StagedRun, Seen, int, int]:
+    before = time.time_ns()
+    staged = stage()
+    after = time.time_ns()
+    return staged, look(staged), before, after
+
+
+def test_no_kind_of_run_can_tell_its_inputs_from_another_kinds_by_stat(
+    alice, bob, benchmark, jpeg_cohort, tmp_path
+):
+    practice_cohort = make_cohort(benchmark, CLASSES[:9], kind=Cohort.PRACTICE, jpeg=True)
+    verification = make_run(
+        make_submission(bob, benchmark, status=Submission.VERIFYING),
+        jpeg_cohort,
+        purpose=Run.VERIFY,
+    )
+    take_prepared_set(verification)
+    # Everything a staged file must not share an inode with, taken while it all exists
+    # (the set is deleted once the verification is staged, so that is staged last).
+    originals = inodes_under(
+        storage.cohort_dir(jpeg_cohort.pk),
+        storage.cohort_dir(practice_cohort.pk),
+        storage.verification_sets_dir(),
+    )
+    practice_submission = make_submission(alice, benchmark, kind=Submission.PRACTICE)
+    slice_items = list(jpeg_cohort.items.order_by("-position")[:7])
+
+    kinds = {
+        "official": staged_timed(
+            lambda: staging.stage(make_run(make_submission(alice, benchmark), jpeg_cohort))
+        ),
+        "practice": staged_timed(
+            lambda: staging.stage(make_run(practice_submission, practice_cohort))
+        ),
+        "round slice": staged_timed(lambda: staging.stage_items(slice_items, tmp_path / "slice0")),
+        "verification": staged_timed(lambda: staging.stage(verification, verification=True)),
+    }
+
+    uid, gid = os.getuid(), os.getgid()
+    seen_all = [seen for _staged, seen, _before, _after in kinds.values()]
+    for name, (staged, seen, before, after) in kinds.items():
+        assert seen.files == {(stat.S_IFREG, 0o644, 1, uid, gid)}, name
+        assert seen.folders == seen_all[0].folders, name
+        assert [folder[:2] for folder in seen.folders] == [(stat.S_IFDIR, 0o755)] * 2, name
+        # One timestamp, atime and mtime alike, of the moment its staging began.
+        stamps = {mtime for _atime, mtime in seen.times.values()}
+        assert len(stamps) == 1, name
+        (stamp,) = stamps
+        assert before <= stamp <= after, name
+        assert [path for path, (atime, _m) in seen.times.items() if atime != stamp] == [], name
+        assert not seen.inodes & originals, name
+        assert seen.entries == ({"images", "manifest.tsv"}, set(staged.staged_names)), name
+    for name, (_staged, seen, _before, _after) in kinds.items():
+        for other, (_other_staged, other_seen, _b, _a) in kinds.items():
+            if other != name:
+                assert not seen.inodes & other_seen.inodes, (name, other)
+    official, verified = kinds["official"][0], kinds["verification"][0]
+    assert verified.rows == official.rows == len(CLASSES)
+    assert verified.rewritten == len(CLASSES)
+
+
+def test_a_staged_file_is_a_copy_of_its_own_with_the_frozen_bytes(alice, benchmark, cohort):
+    staged = staging.stage(make_run(make_submission(alice, benchmark), cohort))
+
+    cohort_root = storage.cohort_dir(cohort.pk)
+    for item, name in zip(shown_members(staged, cohort), staged.staged_names, strict=True):
+        mine = (staged.images_dir / name).lstat()
+        frozen = (cohort_root / item.canonical_name).lstat()
+        assert stat.S_ISREG(mine.st_mode)
+        assert (mine.st_nlink, stat.S_IMODE(mine.st_mode)) == (1, 0o644)
+        assert (mine.st_dev, mine.st_ino) != (frozen.st_dev, frozen.st_ino)
+        assert frozen.st_nlink == 1  # nothing links to the cohort's file
+    assert stat.S_IMODE(staged.manifest.stat().st_mode) == 0o644
+
+
+# Scored runs (official and practice) -----------------------------------------------------
+
+
 def test_every_run_sees_the_cohort_in_its_fixed_order_under_fresh_names(
     alice, bob, benchmark, cohort
 ):
     first = staging.stage(make_run(make_submission(alice, benchmark), cohort))
     second = staging.stage(make_run(make_submission(bob, benchmark), cohort))
 
-    by_position = list(cohort.items.order_by("position").values_list("canonical_name", flat=True))
-    assert canonical_order(first, cohort) == by_position
-    assert canonical_order(second, cohort) == by_position
-    assert (
-        first.references
-        == second.references
-        == [item.reference_class for item in cohort.items.order_by("position")]
-    )
+    by_position = list(cohort.items.order_by("position"))
+    assert shown_members(first, cohort) == by_position
+    assert shown_members(second, cohort) == by_position
+    assert first.references == second.references == [item.reference_class for item in by_position]
     assert first.rows == second.rows == len(CLASSES)
     assert not set(first.staged_names) & set(second.staged_names)
     assert not set(first.request_ids) & set(second.request_ids)
     assert len(set(first.request_ids)) == len(CLASSES)
+
+
+def test_round_slices_see_their_items_in_the_order_given(benchmark, cohort, tmp_path):
+    items = list(cohort.items.order_by("?")[:8])
+
+    staged = staging.stage_items(items, tmp_path / "slice3")
+
+    assert shown_members(staged, cohort) == items
+    assert staged.positions == [item.position for item in items]
+    assert staged.references == [item.reference_class for item in items]
+    assert staged.input_dir == tmp_path / "slice3" / "input"
 
 
 def test_the_manifest_lists_request_id_and_path_relative_to_the_image_root(
@@ -158,20 +334,6 @@ def test_the_manifest_lists_request_id_and_path_relative_to_the_image_root(
     ]
     assert all((staged.input_dir / "images" / name).is_file() for _rid, name in rows)
     assert all(name.endswith(".jpg") for name in staged.staged_names)
-
-
-def test_staged_files_are_world_readable_hard_links_not_copies(alice, benchmark, cohort):
-    staged = staging.stage(make_run(make_submission(alice, benchmark), cohort))
-
-    images = staged.input_dir / "images"
-    for name in staged.staged_names:
-        info = (images / name).lstat()
-        assert stat.S_ISREG(info.st_mode)
-        assert info.st_nlink == 2  # the cohort's name and this run's
-        assert stat.S_IMODE(info.st_mode) == 0o644
-    for folder in (staged.input_dir, images):
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
-    assert stat.S_IMODE(staged.manifest.stat().st_mode) == 0o644
 
 
 def test_nothing_under_the_mounted_input_names_a_cohort_member(alice, benchmark, cohort):
@@ -221,25 +383,45 @@ def test_a_symlinked_cohort_file_is_refused_even_with_the_right_hash(
     outside.write_bytes(path.read_bytes())
     path.unlink()
     path.symlink_to(outside)
+    run = make_run(make_submission(alice, benchmark), cohort)
 
     with pytest.raises(staging.StagingError, match="not a regular file"):
-        staging.stage(make_run(make_submission(alice, benchmark), cohort))
+        staging.stage(run)
+    assert not (storage.run_dir(run.pk) / "input").exists()
 
 
-def test_unstage_removes_the_links_and_keeps_the_cohort_and_the_run_folder(
+def test_a_leftover_input_of_a_crashed_attempt_is_replaced(alice, benchmark, cohort):
+    run = make_run(make_submission(alice, benchmark), cohort)
+    leftover = storage.run_dir(run.pk) / "input" / "images"
+    leftover.mkdir(parents=True)
+    (leftover / "stale.jpg").write_bytes(b"from the attempt before")
+
+    staged = staging.stage(run)
+
+    assert {path.name for path in staged.images_dir.iterdir()} == set(staged.staged_names)
+
+
+def test_unstage_removes_the_copies_and_keeps_the_cohort_and_the_run_folder(
     alice, benchmark, cohort
 ):
+    cohort_root = storage.cohort_dir(cohort.pk)
+    before = {
+        item.canonical_name: (cohort_root / item.canonical_name).stat().st_ino
+        for item in cohort.items.all()
+    }
     staged = staging.stage(make_run(make_submission(alice, benchmark), cohort))
 
     staging.unstage(staged)
 
     assert not staged.input_dir.exists()
     assert staged.root.is_dir()
+    assert (staged.root / "private" / "mapping.tsv").is_file()
     for item in cohort.items.all():
-        info = (storage.cohort_dir(cohort.pk) / item.canonical_name).stat()
-        assert info.st_nlink == 1
+        path = cohort_root / item.canonical_name
+        assert (path.stat().st_ino, path.stat().st_nlink) == (before[item.canonical_name], 1)
+        assert sha(path.read_bytes()) == item.sha256
     # The cohort stays intact and stageable.
-    again = staging.stage(make_run(make_submission(alice, benchmark), cohort, try_number=1))
+    again = staging.stage(make_run(make_submission(alice, benchmark), cohort))
     assert again.rows == len(CLASSES)
 
 
@@ -254,92 +436,80 @@ def test_a_scored_run_records_its_positions_and_is_no_verification(alice, benchm
 # Verification runs ------------------------------------------------------------------
 
 
-def pixels(data: bytes) -> tuple[str, tuple[int, int], bytes]:
+def size(data: bytes) -> tuple[int, int]:
     with Image.open(io.BytesIO(data)) as image:
-        return image.mode, image.size, image.tobytes()
+        image.load()
+        return image.size
 
 
-def members_by_content(staged: staging.StagedRun, cohort: Cohort) -> list[CohortItem]:
-    """Which cohort member each staged file shows (same pixels, or same bytes for files
-    that are not JPEGs), in manifest order."""
-    root = storage.cohort_dir(cohort.pk)
-
-    def key(data: bytes) -> object:
-        return pixels(data) if data.startswith(b"\xff\xd8\xff") else data
-
-    by_content = {
-        key((root / item.canonical_name).read_bytes()): item for item in cohort.items.all()
-    }
-    assert len(by_content) == cohort.items.count()  # every member tells itself apart
-    return [
-        by_content[key((staged.images_dir / name).read_bytes())] for name in staged.staged_names
-    ]
-
-
-@pytest.fixture
-def jpeg_cohort(benchmark: Benchmark) -> Cohort:
-    return make_cohort(benchmark, CLASSES, jpeg=True)
-
-
-def test_a_verification_run_sees_the_members_in_a_fresh_order_under_new_bytes(
-    alice, benchmark, jpeg_cohort
-):
-    staged = staging.stage(
-        make_run(make_submission(alice, benchmark), jpeg_cohort), verification=True
+def verification_run(entrant, benchmark: Benchmark, cohort: Cohort) -> Run:
+    return make_run(
+        make_submission(entrant, benchmark, status=Submission.VERIFYING),
+        cohort,
+        purpose=Run.VERIFY,
     )
 
-    shown = members_by_content(staged, jpeg_cohort)
-    by_position = list(jpeg_cohort.items.order_by("position"))
+
+def test_a_verification_run_sees_its_set_in_a_fresh_order_under_new_bytes(
+    alice, benchmark, jpeg_cohort
+):
+    run = verification_run(alice, benchmark, jpeg_cohort)
+    set_files = take_prepared_set(run)
+
+    staged = staging.stage(run, verification=True)
+
+    by_position = {item.position: item for item in jpeg_cohort.items.all()}
     # 20 members: the fresh order is the cohort's with probability 1/20!, about 4e-19.
-    assert shown != by_position
-    assert sorted(shown, key=lambda item: item.position) == by_position
-    assert staged.references == [item.reference_class for item in shown]
-    assert staged.positions == [item.position for item in shown]
+    assert staged.positions != sorted(staged.positions)
+    assert sorted(staged.positions) == sorted(by_position)
+    assert staged.references == [by_position[p].reference_class for p in staged.positions]
     assert staged.verification is True
     assert staged.rows == staged.rewritten == len(CLASSES)
-    root = storage.cohort_dir(jpeg_cohort.pk)
-    for item, name, reference in zip(shown, staged.staged_names, staged.references, strict=True):
-        staged_data = (staged.images_dir / name).read_bytes()
-        cohort_data = (root / item.canonical_name).read_bytes()
-        assert staged_data != cohort_data
-        assert hashlib.sha256(staged_data).hexdigest() != item.sha256
-        assert pixels(staged_data) == pixels(cohort_data)
-        assert democohort.decode_class_image(staged_data) == reference
-        info = (staged.images_dir / name).lstat()
-        assert info.st_nlink == 1  # a copy of its own, not a link to the cohort's file
-        assert stat.S_IMODE(info.st_mode) == 0o644
+    cohort_root = storage.cohort_dir(jpeg_cohort.pk)
+    for position, name in zip(staged.positions, staged.staged_names, strict=True):
+        data = (staged.images_dir / name).read_bytes()
+        frozen = (cohort_root / by_position[position].canonical_name).read_bytes()
+        assert sha(data) == set_files[position]  # this member's file of the set
+        assert data != frozen
+        assert size(data) == size(frozen)
 
 
 def test_a_verification_runs_manifest_and_mapping_follow_its_order(alice, benchmark, jpeg_cohort):
-    staged = staging.stage(
-        make_run(make_submission(alice, benchmark), jpeg_cohort), verification=True
-    )
+    run = verification_run(alice, benchmark, jpeg_cohort)
+    set_files = take_prepared_set(run)
 
-    shown = members_by_content(staged, jpeg_cohort)
+    staged = staging.stage(run, verification=True)
+
     rows = [line.split("\t") for line in staged.manifest.read_text().splitlines()]
     assert rows == [
         [rid, name] for rid, name in zip(staged.request_ids, staged.staged_names, strict=True)
     ]
+    by_position = {item.position: item for item in jpeg_cohort.items.all()}
     mapping = (staged.root / "private" / "mapping.tsv").read_text().splitlines()
     assert mapping == [
-        f"{item.position}\t{rid}\t{name}\t{item.canonical_name}"
-        for item, rid, name in zip(shown, staged.request_ids, staged.staged_names, strict=True)
+        f"{position}\t{rid}\t{name}\t{by_position[position].canonical_name}"
+        for position, rid, name in zip(
+            staged.positions, staged.request_ids, staged.staged_names, strict=True
+        )
     ]
+    shown = [sha((staged.images_dir / name).read_bytes()) for name in staged.staged_names]
+    assert shown == [set_files[position] for position in staged.positions]
     mounted_text = "\n".join(
         [str(path.relative_to(staged.input_dir)) for path in staged.input_dir.rglob("*")]
         + [staged.manifest.read_text()]
     )
-    for item in shown:
+    for item in by_position.values():
         assert Path(item.canonical_name).stem not in mounted_text
 
 
 def test_two_verification_runs_differ_in_order_names_and_bytes(alice, bob, benchmark, jpeg_cohort):
-    first = staging.stage(
-        make_run(make_submission(alice, benchmark), jpeg_cohort), verification=True
-    )
-    second = staging.stage(
-        make_run(make_submission(bob, benchmark), jpeg_cohort), verification=True
-    )
+    first_run = verification_run(alice, benchmark, jpeg_cohort)
+    second_run = verification_run(bob, benchmark, jpeg_cohort)
+    take_prepared_set(first_run)
+    take_prepared_set(second_run)
+
+    first = staging.stage(first_run, verification=True)
+    second = staging.stage(second_run, verification=True)
 
     assert first.positions != second.positions
     assert not set(first.staged_names) & set(second.staged_names)
@@ -351,25 +521,36 @@ def test_two_verification_runs_differ_in_order_names_and_bytes(alice, bob, bench
     for position, name in zip(second.positions, second.staged_names, strict=True):
         again = (second.images_dir / name).read_bytes()
         assert again != first_bytes[position]
-        assert pixels(again) == pixels(first_bytes[position])
+        assert size(again) == size(first_bytes[position])
 
 
 def test_verification_leaves_the_cohort_files_as_they_were(alice, benchmark, jpeg_cohort):
     root = storage.cohort_dir(jpeg_cohort.pk)
     guarded = root / jpeg_cohort.items.get(position=4).canonical_name
     guarded.chmod(0o640)
-    before = {path: (path.read_bytes(), path.stat()) for path in root.rglob("*.jpg")}
 
-    staged = staging.stage(
-        make_run(make_submission(alice, benchmark), jpeg_cohort), verification=True
-    )
+    def frozen() -> dict[Path, tuple[bytes, int, int, int, int]]:
+        state = {}
+        for path in sorted(root.rglob("*.jpg")):
+            info = path.stat()
+            state[path] = (
+                path.read_bytes(),
+                info.st_ino,
+                info.st_nlink,
+                info.st_mode,
+                info.st_mtime_ns,
+            )
+        return state
+
+    before = frozen()
+    run = verification_run(alice, benchmark, jpeg_cohort)
+    take_prepared_set(run)
+    staged = staging.stage(run, verification=True)
     staging.unstage(staged)
 
     assert not staged.input_dir.exists()
-    for path, (data, info) in before.items():
-        now = path.stat()
-        assert path.read_bytes() == data
-        assert (now.st_ino, now.st_nlink, now.st_mode) == (info.st_ino, 1, info.st_mode)
+    assert frozen() == before
+    assert all(nlink == 1 for _data, _ino, nlink, _mode, _mtime in before.values())
     assert stat.S_IMODE(guarded.stat().st_mode) == 0o640
 
 
@@ -377,79 +558,128 @@ def test_members_that_are_not_jpegs_are_copied_unchanged_under_fresh_names(
     alice, benchmark, cohort
 ):
     # The fixture's members are short texts named .jpg: their bytes, not names, decide.
-    staged = staging.stage(make_run(make_submission(alice, benchmark), cohort), verification=True)
+    run = verification_run(alice, benchmark, cohort)
+    take_prepared_set(run)
 
-    shown = members_by_content(staged, cohort)
+    staged = staging.stage(run, verification=True)
+
+    shown = shown_members(staged, cohort)
     assert shown != list(cohort.items.order_by("position"))
+    assert staged.positions == [item.position for item in shown]
     assert staged.rewritten == 0
     assert staged.references == [item.reference_class for item in shown]
     for item, name in zip(shown, staged.staged_names, strict=True):
-        path = staged.images_dir / name
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == item.sha256
-        assert path.lstat().st_nlink == 1
-        assert stat.S_IMODE(path.lstat().st_mode) == 0o644
         assert name.endswith(".jpg")
         assert Path(item.canonical_name).stem not in name
 
 
-def test_verification_still_refuses_a_tampered_member(alice, benchmark, jpeg_cohort):
-    item = jpeg_cohort.items.get(position=11)
-    path = storage.cohort_dir(jpeg_cohort.pk) / item.canonical_name
-    # Still a valid JPEG that jpegtran would rewrite happily: only the hash can tell.
-    path.write_bytes(democohort.encode_class_image(item.reference_class, random.Random(1)))
-    run = make_run(make_submission(alice, benchmark), jpeg_cohort)
+def set_gone(set_id: int) -> bool:
+    return (
+        not storage.verification_set_dir(set_id).exists()
+        and not VerificationSet.objects.filter(pk=set_id).exists()
+    )
 
-    with pytest.raises(staging.StagingError, match="no longer matches its frozen sha256") as err:
+
+def test_a_staged_set_is_deleted_and_the_rest_of_the_pool_is_left(alice, benchmark, jpeg_cohort):
+    run = verification_run(alice, benchmark, jpeg_cohort)
+    take_prepared_set(run)
+    taken = pool.set_of_run(run.pk)
+    assert taken is not None
+    spare = verifysets.prepare(jpeg_cohort.pk)
+    assert spare is not None
+
+    staged = staging.stage(run, verification=True)
+
+    assert staged.rows == len(CLASSES)
+    assert set_gone(taken.pk)
+    assert VerificationSet.objects.get(pk=spare).status == VerificationSet.READY
+    assert (storage.verification_set_dir(spare) / staging.SET_MEMBERS).is_file()
+
+
+def test_a_verification_run_without_a_set_of_its_own_stops(alice, bob, benchmark, jpeg_cohort):
+    # Sets ready in the pool, and one taken by another run: none is this run's.
+    other = verification_run(bob, benchmark, jpeg_cohort)
+    take_prepared_set(other)
+    ready = verifysets.prepare(jpeg_cohort.pk)
+    assert ready is not None
+    run = verification_run(alice, benchmark, jpeg_cohort)
+
+    with pytest.raises(staging.StagingError, match="missing"):
         staging.stage(run, verification=True)
 
-    assert item.canonical_name not in str(err.value)
     assert not (storage.run_dir(run.pk) / "input").exists()
+    assert VerificationSet.objects.get(pk=ready).status == VerificationSet.READY
+    others = pool.set_of_run(other.pk)
+    assert others is not None
+    assert (storage.verification_set_dir(others.pk) / staging.SET_MEMBERS).is_file()
+    # A scored run on the same cohort needs no set and leaves the pool alone.
+    assert staging.stage(make_run(make_submission(alice, benchmark), jpeg_cohort)).rows == 20
+    assert VerificationSet.objects.filter(status=VerificationSet.READY).count() == 1
 
 
-def test_verification_refuses_a_symlinked_member(alice, benchmark, jpeg_cohort, tmp_path):
-    item = jpeg_cohort.items.get(position=2)
-    path = storage.cohort_dir(jpeg_cohort.pk) / item.canonical_name
-    outside = tmp_path / "elsewhere.jpg"
+def _tamper(folder: Path) -> None:
+    # Still a valid JPEG: only the hash the set recorded can tell.
+    (folder / "11").write_bytes(democohort.encode_class_image(7, random.Random(1)))
+
+
+def _unlink(folder: Path) -> None:
+    (folder / "0").unlink()
+
+
+def _symlink(folder: Path) -> None:
+    path = folder / "2"
+    outside = folder.parent / "elsewhere"
     outside.write_bytes(path.read_bytes())
     path.unlink()
     path.symlink_to(outside)
-    run = make_run(make_submission(alice, benchmark), jpeg_cohort)
-
-    with pytest.raises(staging.StagingError, match="not a regular file"):
-        staging.stage(run, verification=True)
-    assert not (storage.run_dir(run.pk) / "input").exists()
 
 
-def test_a_member_jpegtran_cannot_rewrite_stops_the_verification(alice, benchmark, jpeg_cohort):
-    # Damaged before import, so its frozen hash matches: the rewrite is what fails.
-    item = jpeg_cohort.items.get(position=5)
-    path = storage.cohort_dir(jpeg_cohort.pk) / item.canonical_name
-    data = path.read_bytes()
-    damaged = data[: len(data) * 2 // 3]
-    path.write_bytes(damaged)
-    CohortItem.objects.filter(pk=item.pk).update(sha256=hashlib.sha256(damaged).hexdigest())
-    run = make_run(make_submission(alice, benchmark), jpeg_cohort)
-
-    with pytest.raises(staging.StagingError, match="could not be rewritten") as err:
-        staging.stage(run, verification=True)
-
-    assert item.canonical_name not in str(err.value)
-    assert not (storage.run_dir(run.pk) / "input").exists()
+def _members_short(folder: Path) -> None:
+    lines = (folder / staging.SET_MEMBERS).read_text().splitlines()
+    (folder / staging.SET_MEMBERS).write_text("".join(f"{line}\n" for line in lines[:-1]))
 
 
-def test_a_scoring_host_without_jpegtran_cannot_verify(
-    alice, benchmark, jpeg_cohort, monkeypatch, tmp_path
+def _members_foreign(folder: Path) -> None:
+    with (folder / staging.SET_MEMBERS).open("a") as members:
+        members.write(f"{len(CLASSES)}\t{'0' * 64}\n")
+
+
+def _members_garbled(folder: Path) -> None:
+    (folder / staging.SET_MEMBERS).write_text("0 1 2\n")
+
+
+def _members_missing(folder: Path) -> None:
+    (folder / staging.SET_MEMBERS).unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_tamper, "no longer matches"),
+        (_unlink, "missing"),
+        (_symlink, "not a regular file"),
+        (_members_short, "does not match its cohort"),
+        (_members_foreign, "does not match its cohort"),
+        (_members_garbled, "could not be read"),
+        (_members_missing, "could not be read"),
+    ],
+)
+def test_a_damaged_set_stops_the_verification_and_is_deleted(
+    alice, benchmark, jpeg_cohort, damage, reason
 ):
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    run = make_run(make_submission(alice, benchmark), jpeg_cohort)
-    leftover = storage.run_dir(run.pk) / "input" / "images"
-    leftover.mkdir(parents=True)  # from a crashed earlier attempt
+    run = verification_run(alice, benchmark, jpeg_cohort)
+    take_prepared_set(run)
+    taken = pool.set_of_run(run.pk)
+    assert taken is not None
+    damage(storage.verification_set_dir(taken.pk))
 
-    with pytest.raises(staging.StagingError, match=r"jpegtran\) is not installed"):
+    with pytest.raises(staging.StagingError, match=reason) as err:
         staging.stage(run, verification=True)
 
+    for item in jpeg_cohort.items.all():
+        assert Path(item.canonical_name).stem not in str(err.value)
     assert not (storage.run_dir(run.pk) / "input").exists()
-    # A scored run needs no jpegtran.
-    assert staging.stage(run).rows == len(CLASSES)
+    assert set_gone(taken.pk)
+    # A retry of the run takes a fresh set; the one it had is not there to reuse.
+    with pytest.raises(staging.StagingError, match="missing"):
+        staging.stage(run, verification=True)

@@ -31,6 +31,7 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.disqualify_submission",
     "submissions.review_anomaly",
     "submissions.view_anomaly",
+    "submissions.view_verificationset",
     "hosts.manage_host",
     "hosts.view_scoringhost",
     "hosts.view_hostcalibration",

@@ -7,6 +7,7 @@ the hook that runs it after the verdict commits is exercised too.
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from django.contrib import admin as django_admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import PermissionDenied
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from portal import errors
@@ -137,6 +139,58 @@ def test_idle_cpu_fires_strictly_under_five_percent_of_the_wall_time(user_s, sys
 )
 def test_idle_cpu_needs_a_passing_run_and_both_readings(passed, resources):
     assert anomalies.idle_cpu(passed=passed, wall_time_ns=10 * SECOND, resources=resources) is None
+
+
+def gpu_run(energy_per_image_j: Any, util: Any = 91.5) -> dict[str, Any]:
+    """A GPU class's resources: a busy CPU, and the GPU meter's figures."""
+    return {
+        **meter(9.0, 0.5),
+        "gpu": {"energy_per_image_j": energy_per_image_j, "gpu_util_mean_pct": util},
+    }
+
+
+@pytest.mark.parametrize(
+    ("energy_j", "fires"),
+    [
+        (0.4999, True),  # just under 25% of the reference's 2 J
+        (0.5, False),  # exactly 25%: not flagged
+        (1.9, False),
+        (0.0, True),
+    ],
+)
+def test_low_energy_fires_strictly_under_the_floor_of_the_reference(energy_j, fires):
+    found = anomalies.low_energy(
+        passed=True, resources=gpu_run(energy_j), reference_j=2.0, floor_pct=25
+    )
+
+    assert (found is not None) is fires
+    if found:
+        assert found.kind == Anomaly.LOW_ENERGY
+        assert "of the reference kit's 2 J; under 25%" in found.reason
+        assert found.details["reference_energy_per_image_j"] == 2.0
+        assert found.details["gpu_util_mean_pct"] == 91.5
+
+
+@pytest.mark.parametrize(
+    ("passed", "resources", "reference_j", "floor_pct"),
+    [
+        (False, gpu_run(0.01), 2.0, 25),  # failed: nothing to explain
+        (True, gpu_run(0.01), None, 25),  # no reference set
+        (True, gpu_run(0.01), 0.0, 25),
+        (True, gpu_run(0.01), 2.0, 0),  # the floor is off
+        (True, meter(9.0, 0.5), 2.0, 25),  # a CPU class: no GPU meter
+        (True, gpu_run(None, None), 2.0, 25),  # NVML gave no reading
+        (True, gpu_run("0.01"), 2.0, 25),  # an odd value decides nothing
+    ],
+)
+def test_low_energy_needs_a_pass_a_reference_a_floor_and_the_meters_figure(
+    passed, resources, reference_j, floor_pct
+):
+    found = anomalies.low_energy(
+        passed=passed, resources=resources, reference_j=reference_j, floor_pct=floor_pct
+    )
+
+    assert found is None
 
 
 def test_failed_verification_is_recorded_on_a_rejected_verification_run_only():
@@ -378,6 +432,76 @@ def test_a_failing_scan_never_breaks_the_verdict(
     assert run.submission.status == Submission.PASSED
     assert f"anomaly scan of run {run.pk} failed" in caplog.text
     assert not Anomaly.objects.exists()
+
+
+def test_a_pass_on_implausibly_little_gpu_energy_is_flagged(
+    contest, alice, tmp_path, sent, django_capture_on_commit_callbacks
+):
+    contest.reference_energy_per_image_j = 2.0
+    contest.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        low = scored(contest, alice, tmp_path, wall_s=4.0, resources=gpu_run(0.3))
+        fair = scored(contest, alice, tmp_path, wall_s=4.0, resources=gpu_run(0.5))
+        failed = scored(
+            contest,
+            alice,
+            tmp_path,
+            wall_s=4.0,
+            status=Submission.FAILED,
+            resources=gpu_run(0.01),
+        )
+        unmetered = scored(contest, alice, tmp_path, wall_s=4.0, resources=gpu_run(None))
+
+    anomaly = Anomaly.objects.get(run=low)
+    assert anomaly.kind == Anomaly.LOW_ENERGY
+    assert "0.3 J of GPU energy per image, 15.0% of the reference kit's 2 J" in anomaly.reason
+    assert kinds(fair) == kinds(failed) == kinds(unmetered) == []  # fair: exactly 25%
+
+
+def test_no_reference_no_low_energy_finding(contest, alice, tmp_path, sent):
+    run = scored(contest, alice, tmp_path, wall_s=4.0, resources=gpu_run(0.0001))
+
+    assert contest.reference_energy_per_image_j is None
+    assert anomalies.anomaly_scan(run.pk) == []
+
+
+def test_the_reference_is_set_from_a_run_of_the_reference_kit_audited(
+    contest, alice, staff, tmp_path, sent
+):
+    kit = scored(
+        contest, staff, tmp_path, wall_s=4.0, kind=Submission.PRACTICE, resources=gpu_run(1.625)
+    )
+    out = io.StringIO()
+
+    call_command("set_reference_energy", contest.slug, str(kit.pk), stdout=out)
+
+    contest.refresh_from_db()
+    assert contest.reference_energy_per_image_j == 1.625
+    assert "1.625 J per image" in out.getvalue() and "under 25%" in out.getvalue()
+    event = AuditEvent.objects.get(action="benchmark.rules.change")
+    assert event.target == f"benchmark:{contest.slug}"
+    assert event.details == {"changes": {"reference_energy_per_image_j": [None, 1.625]}}
+
+
+def test_the_reference_needs_a_passing_metered_run_of_the_benchmark(contest, alice, tmp_path, sent):
+    cpu = scored(contest, alice, tmp_path, wall_s=4.0)
+    failed = scored(
+        contest, alice, tmp_path, wall_s=4.0, status=Submission.FAILED, resources=gpu_run(1.0)
+    )
+    elsewhere = factories.BenchmarkFactory(attempts_per_day=10)
+    Cohort.objects.create(benchmark=elsewhere, kind=Cohort.OFFICIAL)
+    other = scored(elsewhere, alice, tmp_path, wall_s=4.0, resources=gpu_run(1.0))
+
+    for run, problem in [
+        (cpu, "has no GPU energy per image"),
+        (failed, "did not pass"),
+        (other, f"is not a run of {contest.slug}"),
+    ]:
+        with pytest.raises(CommandError, match=problem):
+            call_command("set_reference_energy", contest.slug, str(run.pk))
+    contest.refresh_from_db()
+    assert contest.reference_energy_per_image_j is None
+    assert not AuditEvent.objects.filter(action="benchmark.rules.change").exists()
 
 
 # The admin --------------------------------------------------------------------------------

@@ -253,6 +253,8 @@ class Population:
         self.run(verifying, started_at=T0 - 3 * HOUR)
         started = T0 - 10 * dt.timedelta(minutes=1) if run_status != Run.QUEUED else None
         self.run(verifying, started_at=started, status=run_status, purpose=Run.VERIFY)
+        if run_status == Run.QUEUED:  # its prepared verification set, ready to be taken
+            factories.ready_sets(self.cohorts[Cohort.OFFICIAL])
         return verifying
 
 

@@ -43,7 +43,7 @@ from portal.submissions.services import (
     submission_build_finished,
     submission_transition,
 )
-from scoring import staging
+from scoring import staging, verifysets
 from tests import factories, smtp
 from tests.hosts.conftest import FACTS
 from tests.scoring.test_staging import CLASSES, make_cohort
@@ -343,7 +343,17 @@ def queued(benchmark: Any, entrant: Any, tmp_path: Path, kind: str = Submission.
     return submission
 
 
-def claimed(submission: Submission) -> Run:
+def claimed(submission: Submission, *, prepared: bool = False) -> Run:
+    """The submission's next run, claimed and running. A verification run's claim takes
+    a ready set of its cohort: one is put in the pool first (rows only, or ``prepared``:
+    a real set, files and all, for a test that stages it)."""
+    submission.refresh_from_db()
+    if submission.status == Submission.VERIFYING:
+        cohort = Cohort.objects.get(benchmark=submission.benchmark, kind=Cohort.OFFICIAL)
+        if prepared:
+            assert verifysets.prepare(cohort.pk) is not None
+        else:
+            factories.ready_sets(cohort)
     run = run_claim(submission.pk, lease_s=LEASE_S)
     assert run is not None
     assert run_mark_running(run_id=run.pk, lease_s=LEASE_S)
@@ -602,12 +612,12 @@ def test_a_re_measure_is_staged_as_a_fresh_permutation(alice, tmp_path, prioriti
     make_cohort(benchmark, CLASSES, jpeg=True)
     submission = queued(benchmark, alice, tmp_path)
     passes(submission, 1.0)
-    first = claimed(submission)
+    first = claimed(submission, prepared=True)
     staged_first = staging.stage(first, verification=True)
     run_record_verification(
         run_id=first.pk, status=Submission.PASSED, reason="ok", wall_time_ns=2 * SECOND
     )
-    second = claimed(submission)
+    second = claimed(submission, prepared=True)
     staged_second = staging.stage(second, verification=True)
 
     assert second.pk != first.pk and second.purpose == Run.VERIFY

@@ -56,6 +56,17 @@ def test_benchmark_admin_groups_the_rule_settings(client, staff, benchmark):
     assert 'name="pass_min_matches"' in html
 
 
+def test_benchmark_admin_sets_the_gpu_energy_floor(client, staff, benchmark):
+    client.force_login(staff)
+
+    html = client.get(reverse("admin:contests_benchmark_change", args=[benchmark.pk])).content
+    html = html.decode()
+
+    assert "GPU energy (the low_energy anomaly)" in html
+    assert 'name="reference_energy_per_image_j"' in html
+    assert 'name="energy_floor_pct" value="25"' in html
+
+
 def test_entrants_cannot_reach_the_admin(client, alice):
     client.force_login(alice)
 

@@ -108,6 +108,27 @@ def test_leaderboard_lists_rows_in_rank_order_with_exact_ns(client, benchmark, a
     assert html.index("alice") < html.index("bob", html.index('id="leaderboard"'))
 
 
+def test_the_board_shows_gpu_energy_and_utilization_only_for_gpu_runs(
+    client, benchmark, alice, bob
+):
+    board_entry(benchmark, alice, wall_time_ns=1_000_000_000)
+    board_entry(benchmark, bob, wall_time_ns=2_000_000_000)
+    cache.clear()
+    cpu_board = visible_text(client.get(f"/b/{benchmark.slug}/leaderboard/").content.decode())
+    gpu = {"energy_per_image_j": 0.04213, "gpu_util_mean_pct": 93.44, "samples": [[]]}
+    for entry in LeaderboardEntry.objects.filter(entrant=alice):
+        entry.run.resources = {"cpu_per_wall": 0.8, "gpu": gpu}
+        entry.run.save(update_fields=["resources"])
+    cache.clear()
+
+    gpu_board = visible_text(client.get(f"/b/{benchmark.slug}/leaderboard/").content.decode())
+
+    assert "GPU J/image" not in cpu_board and "GPU util." not in cpu_board
+    assert "GPU J/image" in gpu_board and "GPU util." in gpu_board
+    assert "alice 1,000.000 ms 9,950 / 10,000 0.80 0.0421 93.4% " in gpu_board
+    assert "bob 2,000.000 ms 9,950 / 10,000 - - - " in gpu_board  # a run without figures
+
+
 def test_signed_in_entrant_sees_quota_and_links(client, alice, time_machine):
     time_machine.move_to(dt.datetime(2026, 8, 12, 12, 0, tzinfo=KST), tick=False)
     benchmark = factories.BenchmarkFactory(

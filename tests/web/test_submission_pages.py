@@ -605,5 +605,51 @@ def test_a_run_being_verified_shows_its_official_numbers_and_the_verification(
     }
     assert data["resources"]["cpu_per_wall"] == 2.0
     assert "Verifying (one more run off the board, before it ranks)" in html
-    assert "queued (re-runs the image on the cohort shuffled and rewritten)" in html
+    assert "queued (re-runs the image on the cohort shuffled and re-encoded)" in html
     assert "CPU 3.00 s user + 1.00 s system (2.00 CPU-s per wall-s)" in html
+
+
+@pytest.mark.parametrize(
+    ("gpu", "shown"),
+    [
+        (
+            {"energy_per_image_j": 0.04213, "gpu_util_mean_pct": 93.44, "error": ""},
+            "GPU 0.04213 J per image, 93.4% mean utilization",
+        ),
+        (
+            {"energy_per_image_j": None, "gpu_util_mean_pct": None, "error": "NVML failed"},
+            "GPU energy and utilization not measured",
+        ),
+        (None, None),  # a CPU class
+    ],
+)
+def test_the_page_shows_a_gpu_runs_energy_per_image_and_utilization(
+    client, alice, ready_env, gpu, shown
+):
+    submission = make_submission(alice, ready_env, status=Submission.PASSED)
+    cohort = factories.cohorts(submission.benchmark, Cohort.OFFICIAL)[0]
+    resources = {"cpu_user_s": 3.0, "cpu_system_s": 1.0, "cpu_per_wall": 2.0}
+    Run.objects.create(
+        submission=submission,
+        cohort=cohort,
+        status=Run.FINISHED,
+        verdict="passed",
+        passed=True,
+        wall_time_ns=2_000_000_000,
+        matches=10,
+        total=10,
+        resources=resources if gpu is None else resources | {"gpu": gpu},
+    )
+    client.force_login(alice)
+
+    data = client.get(f"/submissions/{submission.pk}/status.json").json()
+    html = visible_text(client.get(f"/submissions/{submission.pk}/").content.decode())
+
+    figures = gpu or {}
+    assert data["resources"]["energy_per_image_j"] == figures.get("energy_per_image_j")
+    assert data["resources"]["gpu_util_mean_pct"] == figures.get("gpu_util_mean_pct")
+    assert "CPU 3.00 s user + 1.00 s system" in html
+    if shown:
+        assert shown in html and shown in data["display"]["resources"]
+    else:
+        assert "GPU" not in data["display"]["resources"]
