@@ -25,6 +25,9 @@ cpu_idle health gate's limit is raised by as many CPUs, or it would hold every r
 class), so the verification reads a noise band measured here, under the same load.
 ``--replay`` adds one submission that writes back the cohort's answers in the fixed
 official order: it passes its official run and must be rejected by its verification.
+``--framework`` adds ``--runs`` more honest entries that read the images as a vision
+framework feeds a model (RGB, resized to 224 x 224, normalized per channel), judged
+like the kit's.
 ``--lookup`` adds three entries that answer every official image from a table (learned
 elsewhere) and compute with the kit's own model only on a miss, each keyed on a different
 part of the image: the SHA-256 of its first 8 KiB ("head"), its quantization tables and
@@ -44,7 +47,7 @@ sum of official calls (entrants' runs that did not reach the top 20 add host tim
 no verification, so on a real contest the share is lower).
 
     .venv/bin/python bench/verification.py [--runs 3] [--images 10000] [--busy-cpus 1]
-        [--replay] [--lookup] [--calibrations 3]
+        [--replay] [--lookup] [--framework] [--calibrations 3]
 
 Exit status: 0 when every honest submission passed (and the replay and the lookup, if
 any, were rejected), 1 otherwise.
@@ -90,6 +93,11 @@ def parse_args() -> argparse.Namespace:
         "--lookup",
         action="store_true",
         help="add an entry that answers half the official images from a file-hash table",
+    )
+    parser.add_argument(
+        "--framework",
+        action="store_true",
+        help="add --runs honest entries with a framework-style preprocessing pipeline",
     )
     parser.add_argument(
         "--calibrations",
@@ -210,6 +218,10 @@ def report(rows: list[dict[str, Any]], band: Any) -> None:
     first_calls = [row["verify_ms"][0] / row["official_ms"] for row in rows]
     prepare = statistics.median(ms for row in rows for ms in row["prepare_ms"])
     agreement = [value for row in rows for value in row["agreement"]]
+    for kind in ("entrant", "framework"):
+        mine = [v for row in rows if row["entrant"].startswith(kind) for v in row["agreement"]]
+        if mine:
+            print(f"self-agreement of the {kind}-* entries: lowest {min(mine):.4%} of {len(mine)}")
     print(
         f"host time of one verification run / its official run: {min(first_calls):.2f} to "
         f"{max(first_calls):.2f} (median {statistics.median(first_calls):.2f}); preparing "
@@ -362,6 +374,47 @@ def lookup_image(sub_image: str, tag_root: str, made: list[str], key: str) -> st
     return tag
 
 
+# The framework-style entry's entrypoint: the kit's ABI, but the preprocessing a vision
+# framework applies to an ImageNet model's input (decode to RGB, resize to 224 x 224
+# bilinear, per-channel normalization with ImageNet's mean and deviation), then the
+# kit's band reading on the luma of the normalized tensor, float32 throughout.
+FRAMEWORK_RUN = b"""#!/usr/bin/env python3
+import os, sys
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, HERE)
+import numpy as np
+from PIL import Image
+import predict
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+def classify(path):
+    with Image.open(path) as image:
+        rgb = image.convert("RGB").resize((224, 224), Image.BILINEAR)
+    tensor = (np.asarray(rgb, dtype=np.float32) / 255.0 - MEAN) / STD
+    gray = ((tensor * STD + MEAN) @ LUMA) * 255.0
+    height, width = gray.shape
+    top, bottom = height // 4, height - height // 4
+    class_id = 0
+    for band in range(3):
+        left, right = band * width // 3, (band + 1) * width // 3
+        quarter = (right - left) // 4
+        mean = float(gray[top:bottom, left + quarter : right - quarter].mean())
+        class_id = class_id * 10 + min(9, max(0, round((mean - 16) / 24)))
+    return class_id
+predict.classify = classify
+sys.exit(predict.main(sys.argv[1:]))
+"""
+
+
+def framework_image(sub_image: str, tag_root: str, made: list[str]) -> str:
+    """The starter kit's submission image with the framework-style entrypoint."""
+    tag = f"{tag_root}-framework:1"
+    made.append(tag)
+    _image_with(sub_image, tag, {"submission/run": (FRAMEWORK_RUN, 0o755)})
+    return tag
+
+
 def calibrate(times: int) -> None:
     """Make this machine an active scoring host of its class and calibrate it ``times``
     times, as a worker does at its start and every ``PODIUM_CALIBRATE_EVERY_RUNS`` runs:
@@ -432,6 +485,7 @@ def main() -> int:
         + (f" --busy-cpus {shlex.quote(args.busy_cpus)}" if args.busy_cpus else "")
         + (" --replay" if args.replay else "")
         + (" --lookup" if args.lookup else "")
+        + (" --framework" if args.framework else "")
         + (f" --calibrations {args.calibrations}" if args.calibrations else "")
         + "\n"
     )
@@ -454,10 +508,19 @@ def main() -> int:
         env_image, sub_image = kit.build_images(settings.PODIUM_STARTER_BASE_IMAGE, tag_root, made)
         ids = kit.make_rows(args.images, sub_image, env_image, args.runs)
         # One entrant each, every one inside ``verify_top``: each run is verified.
-        Benchmark.objects.update(verify_top=max(TOP, args.runs + 1))
+        Benchmark.objects.update(verify_top=max(TOP, 2 * args.runs + 5))
         for number, submission_id in enumerate(ids, start=1):
             entrant = get_user_model().objects.create(username=f"entrant-{number}")
             Submission.objects.filter(pk=submission_id).update(entrant=entrant)
+        if args.framework:  # as many honest framework-style entries, one entrant each
+            framework_tag = framework_image(sub_image, tag_root, made)
+            for number in range(1, args.runs + 1):
+                entry = Submission.objects.get(pk=ids[0])
+                entry.pk = None
+                entry.entrant = get_user_model().objects.create(username=f"framework-{number}")
+                entry.image_tag = framework_tag
+                entry.save()
+                ids.append(int(entry.pk))
         kit.import_cohort(args.images, args.seed, work)
         cheats: list[int] = []
         wanted = (["replay"] if args.replay else []) + (

@@ -52,6 +52,14 @@ def verification_set_dir(set_id: int) -> Path:
     return verification_sets_dir() / str(set_id)
 
 
+SPENT_SET_PREFIX = "spent-"
+
+
+def spent_set_dir(set_id: int) -> Path:
+    """Where a used verification set's folder is put aside until the sweep deletes it."""
+    return verification_sets_dir() / f"{SPENT_SET_PREFIX}{set_id}"
+
+
 BUILD_LOG = "build.log"
 RUN_LOG = "run.log"
 

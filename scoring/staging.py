@@ -256,11 +256,24 @@ def _set_sources(run: Run, items: list[CohortItem]) -> tuple[int, list[Source]]:
 
 
 def _discard_set(run: Run) -> None:
-    """Delete the set ``run`` took, files and row: each set serves one run only."""
+    """Retire the set ``run`` took, files and row: each set serves one run only.
+
+    Its folder is renamed out of the way at once (``storage.spent_set_dir``: nothing
+    reads it again) and deleted by the builds side's sweep, so removing ten thousand
+    files is not done while the scoring host is held.
+    """
     taken = pool.set_of_run(int(run.pk))
-    if taken is not None:
-        shutil.rmtree(storage.verification_set_dir(int(taken.pk)), ignore_errors=True)
-        pool.set_drop(int(taken.pk))
+    if taken is None:
+        return
+    folder = storage.verification_set_dir(int(taken.pk))
+    try:
+        folder.rename(storage.spent_set_dir(int(taken.pk)))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # cannot rename (never expected): delete it here instead
+        log.warning("staging: set %s could not be put aside (%s): deleted now", taken.pk, exc)
+        shutil.rmtree(folder, ignore_errors=True)
+    pool.set_drop(int(taken.pk))
 
 
 def _stamp(input_dir: Path, names: list[str], stamp_ns: int) -> None:

@@ -13,8 +13,9 @@ who takes it) is ``portal.submissions.pool``.
   sent when a verification is queued or a set is taken): it prepares sets until the
   pool holds ``PODIUM_VERIFY_POOL`` ready or preparing, and each set that becomes ready
   wakes its class when a verification of that cohort is waiting.
-- :func:`sweep` (Celery beat, every minute) deletes stale sets and stray folders and
-  asks for a fill of every cohort that keeps a pool.
+- :func:`sweep` (Celery beat, every minute) deletes stale sets, the folders of sets a
+  run has used (put aside by the scoring host, ``storage.spent_set_dir``) and stray
+  folders, and asks for a fill of every cohort that keeps a pool.
 
 Preparing a set reads each frozen member once, checks it against its frozen hash (the
 same check as staging: ``staging.read_member``), re-encodes it on a thread pool and
@@ -166,8 +167,9 @@ def sweep() -> list[int]:
     if root.is_dir():
         now = time.time()
         for folder in root.iterdir():
+            spent = folder.name.startswith(storage.SPENT_SET_PREFIX)  # used: delete now
             stray = not folder.name.isdigit() or int(folder.name) not in known
-            if stray and now - folder.lstat().st_mtime > STRAY_AFTER_S:
+            if spent or (stray and now - folder.lstat().st_mtime > STRAY_AFTER_S):
                 if folder.is_dir() and not folder.is_symlink():
                     shutil.rmtree(folder, ignore_errors=True)
                 else:

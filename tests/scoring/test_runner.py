@@ -684,6 +684,9 @@ def test_a_verification_reruns_the_image_through_the_same_stages(score, queued):
     assert not (storage.run_dir(verification.pk) / "input").exists()
     # The set it copied served this run only: gone, files and row.
     assert not VerificationSet.objects.exists()
+    [spent] = storage.verification_sets_dir().iterdir()  # put aside for the sweep
+    assert spent.name.startswith(storage.SPENT_SET_PREFIX)
+    verifysets.sweep()
     assert not any(storage.verification_sets_dir().iterdir())
 
 
