@@ -377,7 +377,8 @@ def lookup_image(sub_image: str, tag_root: str, made: list[str], key: str) -> st
 # The framework-style entry's entrypoint: the kit's ABI, but the preprocessing a vision
 # framework applies to an ImageNet model's input (decode to RGB, resize to 224 x 224
 # bilinear, per-channel normalization with ImageNet's mean and deviation), then the
-# kit's band reading on the luma of the normalized tensor, float32 throughout.
+# kit's band reading (``predict.class_of_bands``) on the luma of the normalized tensor,
+# float32 throughout.
 FRAMEWORK_RUN = b"""#!/usr/bin/env python3
 import os, sys
 HERE = os.path.dirname(os.path.realpath(__file__))
@@ -392,16 +393,7 @@ def classify(path):
     with Image.open(path) as image:
         rgb = image.convert("RGB").resize((224, 224), Image.BILINEAR)
     tensor = (np.asarray(rgb, dtype=np.float32) / 255.0 - MEAN) / STD
-    gray = ((tensor * STD + MEAN) @ LUMA) * 255.0
-    height, width = gray.shape
-    top, bottom = height // 4, height - height // 4
-    class_id = 0
-    for band in range(3):
-        left, right = band * width // 3, (band + 1) * width // 3
-        quarter = (right - left) // 4
-        mean = float(gray[top:bottom, left + quarter : right - quarter].mean())
-        class_id = class_id * 10 + min(9, max(0, round((mean - 16) / 24)))
-    return class_id
+    return predict.class_of_bands(((tensor * STD + MEAN) @ LUMA) * 255.0)
 predict.classify = classify
 sys.exit(predict.main(sys.argv[1:]))
 """

@@ -25,6 +25,21 @@ memory, swap, PID, CPU and disk bounds; build.sh also runs with every capability
 dropped and ``no-new-privileges``. An engine failure is told to the entrant as one
 plain sentence; its details go to staff (the audit trail's ``build.platform_fault``).
 
+A build leaves nothing behind (:class:`BuildLeftovers`): whatever way an environment
+build ends, the intermediate images of its steps and its step containers are removed,
+unless a ready environment or submission still uses them. A base image that declares
+``VOLUME`` is refused before anything runs (:func:`_base_image_volumes`): every step
+would get an anonymous volume that no disk cap counts.
+
+The build cache, and its cap: the classic builder's cache is the step images that stay,
+and after a build only the steps under a tagged image stay, as that image's layers. So
+the cache is the images of ready environments and submissions, no more: at most
+``max_environments`` environments of at most ``max_image_bytes`` each per entrant (plus
+their submission images), collected when an environment is deleted or replaced (its
+image and its untagged parents go, ``scoring.remove_image``) and when the benchmark's
+artifacts are purged (``scoring.retention``). Each entrant's chain is salted
+(``dockerfile_policy.salt_build_cache``), so no entry is ever shared between entrants.
+
 Builds give way to scores (``scoring.machine``): a score holding the machine pauses
 every other container on the host. A build starts no step while a score holds the
 machine, and its cap counts only time when none did.
@@ -101,6 +116,14 @@ OTHERS_EXEC = 0o001
 
 _CLIENT_ERROR = re.compile(r"^engine: 4\d\d Client Error.*?\(\"(?P<message>.*)\"\)\s*$", re.S)
 _STEP_EXIT = re.compile(r"returned a non-zero code: (\d+)")
+# What the classic builder says after each step: the image it committed, and the
+# container each RUN step runs in.
+_STEP_IMAGE = re.compile(r" ---> ([0-9a-f]{12,64})")
+_STEP_CONTAINER = re.compile(r" ---> Running in ([0-9a-f]{12,64})")
+# How long the clean-up waits for a step container the engine is still removing.
+LEFTOVER_WAIT_S = 10.0
+# The longest unfinished line kept while reading the build's output for those ids.
+_PARTIAL_LINE_CHARS = 256
 
 
 def _short_tag() -> str:
@@ -118,6 +141,93 @@ def _discard_image(ref: str) -> None:
         engine.remove_image(ref)
     except engine.EngineError:
         log.exception("could not remove image %s", ref)
+
+
+class BuildLeftovers:
+    """The images and containers an environment build made, read from its own output,
+    so that whatever way the build ends none of them stays on the host.
+
+    The classic builder commits an image after every step that succeeded and says so
+    (`` ---> <id>``); when a later step fails or runs past the cap, no tag points at
+    those images and nothing else would ever remove them. :meth:`write` passes the
+    output on to ``on_log`` and notes the ids; :meth:`remove` takes the containers
+    away, then every noted image that carries no name (a base image, and a ready
+    environment's tagged image, always carry one), that no Environment or Submission
+    records as its digest, and that no container or child image uses (the engine
+    refuses those: a successful build's steps are its image's parents and stay).
+
+    The output also holds what the entrant's steps print, so an id there is never
+    trusted alone: a container is removed only when it was made under this build's own
+    cgroup parent, and an image only on the conditions above.
+    """
+
+    def __init__(self, on_log: Callable[[str], None], cgroup_parent: str) -> None:
+        self.on_log = on_log
+        self.cgroup_parent = cgroup_parent
+        self.images: list[str] = []
+        self.containers: list[str] = []
+        self._partial = ""
+
+    def write(self, text: str) -> None:
+        self.on_log(text)
+        *lines, partial = (self._partial + text).split("\n")
+        self._partial = partial[-_PARTIAL_LINE_CHARS:]
+        for line in lines:
+            line = line.rstrip("\r")
+            if container := _STEP_CONTAINER.fullmatch(line):
+                self.containers.append(container.group(1))
+            elif (image := _STEP_IMAGE.fullmatch(line)) and image.group(1) not in self.images:
+                self.images.append(image.group(1))
+
+    def remove(self) -> None:
+        """Remove what the build made and nothing uses (see the class); a failure to
+        clean up is logged and never changes the build's verdict."""
+        try:
+            self._remove_containers()
+            self._remove_images()
+        except Exception:
+            log.exception("could not remove what build %s left", self.cgroup_parent)
+
+    def _remove_containers(self) -> None:
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        for container_id in self.containers:
+            try:
+                if engine.cgroup_parent(container_id) != self.cgroup_parent:
+                    continue  # not one of this build's: an id the entrant printed
+                engine.remove_container(container_id)
+            except engine.NoSuchObject:
+                continue
+            except engine.EngineError:
+                # The engine is removing it itself (a cancelled build): wait for that.
+                while time.monotonic() < deadline and _container_exists(container_id):
+                    time.sleep(0.2)
+
+    def _remove_images(self) -> None:
+        unnamed = [
+            full
+            for full in (engine.unnamed_image_id(image) for image in reversed(self.images))
+            if full is not None
+        ]
+        recorded = set(
+            Environment.objects.filter(image_digest__in=unnamed).values_list(
+                "image_digest", flat=True
+            )
+        ) | set(
+            Submission.objects.filter(image_digest__in=unnamed).values_list(
+                "image_digest", flat=True
+            )
+        )
+        for image_id in unnamed:  # the newest first: each removal frees its parent
+            if image_id not in recorded:
+                engine.remove_unnamed_image(image_id)
+
+
+def _container_exists(container_id: str) -> bool:
+    try:
+        engine.state(container_id)
+    except engine.NoSuchObject:
+        return False
+    return True
 
 
 # Environment builds ----------------------------------------------------------------
@@ -200,24 +310,30 @@ def _build_environment_image(
         machine.wait_while_frozen(host)
         platform = class_platform(benchmark.hardware_class)
         unavailable = _platform_unavailable(environment, platform)
+        if unavailable is None:
+            unavailable = _base_image_volumes(environment)
         if unavailable is not None:
             build_log.write(unavailable.reason + "\n")
             return unavailable
         with buildbox.sandbox(
             job=buildbox.job_name("env", environment.pk), disk_cap_bytes=benchmark.max_image_bytes
         ) as box:
-            outcome = engine.build_image(
-                context=context,
-                tag=tag,
-                on_log=build_log.write,
-                timeout_s=cap_s,
-                platform=platform,
-                frozen=lambda: _frozen(host),
-                bounds=box.bounds,
-            )
-            if box.guard.unfiltered:
-                _discard_image(tag)
-                raise buildnet.NotEnforced(box.guard.unfiltered)
+            made = BuildLeftovers(build_log.write, box.bounds.cgroup_parent)
+            try:
+                outcome = engine.build_image(
+                    context=context,
+                    tag=tag,
+                    on_log=made.write,
+                    timeout_s=cap_s,
+                    platform=platform,
+                    frozen=lambda: _frozen(host),
+                    bounds=box.bounds,
+                )
+                if box.guard.unfiltered:
+                    _discard_image(tag)
+                    raise buildnet.NotEnforced(box.guard.unfiltered)
+            finally:
+                made.remove()
             exit_code = _STEP_EXIT.search(outcome.error)
             bound = box.explain(exit_code=int(exit_code.group(1)) if exit_code else None)
     if outcome.timed_out:
@@ -270,6 +386,40 @@ def _platform_unavailable(environment: Environment, platform: str) -> Environmen
     )
 
 
+def _base_image_volumes(environment: Environment) -> EnvironmentResult | None:
+    """The build refused before it starts when an image a ``FROM`` line builds on
+    declares ``VOLUME``: every step of that stage (and the scored run, whatever its
+    read-only root) would get an anonymous volume that no disk cap counts. The
+    Dockerfile's own ``VOLUME`` lines are refused by the policy at upload.
+
+    An image the engine does not have yet is pulled first (the builder would pull it
+    anyway); one its registry does not have fails the build. Attempt-free, as every
+    environment build; an engine that fails is a platform fault (raised).
+    """
+    for reference in dockerfile_policy.base_images(
+        environment.dockerfile, allowed_prefixes(environment.benchmark)
+    ):
+        try:
+            volumes = engine.image_volumes(reference)
+        except engine.NoSuchObject:
+            try:
+                engine.pull_image(reference)
+            except engine.NoSuchObject:
+                return EnvironmentResult(
+                    Environment.FAILED,
+                    f"The base image {reference} was not found in its registry.",
+                )
+            volumes = engine.image_volumes(reference)
+        if volumes:
+            return EnvironmentResult(
+                Environment.FAILED,
+                f"The base image {reference} declares VOLUME ({', '.join(volumes)}): files "
+                "written to a volume escape the build's disk cap and the scored run's "
+                "read-only root, so it cannot be built on; use a base image without volumes.",
+            )
+    return None
+
+
 def _build_failure_reason(error: str) -> str:
     """The entrant's sentence for a failed build: the failing step, or the engine's
     refusal of the Dockerfile itself (a parse error)."""
@@ -315,11 +465,14 @@ def _write_environment_context(
     """Write the build context tar: the environment's Dockerfile at the root, then the
     members of its context archive (validated and normalized by ``archives``).
 
-    The Dockerfile is always the policy-checked text stored on the row; a ``Dockerfile``
+    The Dockerfile is always the policy-checked text stored on the row, with the owner's
+    build cache label after every ``FROM`` (``dockerfile_policy.salt_build_cache``: no
+    entrant's build reuses a step another entrant built); a ``Dockerfile``
     at the root of the context archive is skipped (and the log says so). Nothing is held
     in memory: the normalized context goes through a temporary file.
     """
-    dockerfile = environment.dockerfile.encode()
+    salt = dockerfile_policy.build_cache_salt(settings.SECRET_KEY, environment.owner_id)
+    dockerfile = dockerfile_policy.salt_build_cache(environment.dockerfile, salt).encode()
     with tarfile.open(fileobj=dest, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
@@ -388,6 +541,7 @@ def build_submission(submission_id: int) -> None:
         return
     submission = Submission.objects.select_related("environment", "benchmark").get(pk=submission_id)
     folder = storage.ensure_dir(storage.submission_dir(submission_id))
+    image: SubmissionImage | None = None
     try:
         with CappedLog(folder / BUILD_LOG) as build_log:
             try:
@@ -404,6 +558,10 @@ def build_submission(submission_id: int) -> None:
         # passed validation at upload, so failing to unpack it now is ours too.
         log.exception("platform error while building submission %s", submission_id)
         build_platform_fault_record(target=f"submission:{submission_id}", detail=repr(exc))
+        if image is not None:  # committed, then the log failed: leave nothing behind
+            _discard_image(image.tag)
+            if image.ref:
+                _discard_pushed(image.ref)
         # The entrant's sentence names no engine internals (addresses, ids, host paths).
         submission_build_platform_failure(submission_id, reason=ENGINE_FAULT_REASON.lower())
         return

@@ -10,7 +10,10 @@ Two chains per address family, reached only from the build bridge:
   operator's allow-list return to Docker's own chains; every blocked range is rejected.
 * ``PODIUM-BUILD-IN``, jumped to first from ``INPUT``: packets a build sends to the host
   itself, at any of its addresses (the bridge gateway included). Only DNS to a resolver
-  on the host and allow-listed host services pass; everything else is rejected.
+  on the host passes; everything else is rejected. The allow-list opens forwarding
+  only, never this chain: an entry admits destinations a build reaches *through* the
+  host, and an entry that happens to cover one of the host's own addresses (or a
+  whole range holding one) still opens no service on the host itself.
 
 Rules match destination addresses, so the decision is made on the address a build
 connects to, whatever a name resolved to. Rejecting (rather than dropping) tells a
@@ -164,7 +167,8 @@ def _dest(network: IPNetwork) -> str:
     return f"-d {network.with_prefixlen}"
 
 
-def _admitted(policy: Policy, chain: str, version: int) -> list[str]:
+def _dns(policy: Policy, chain: str, version: int) -> list[str]:
+    """``chain``'s rules that admit DNS (UDP and TCP) to the build resolvers."""
     rules: list[str] = []
     for resolver in policy.dns:
         if resolver.version != version:
@@ -174,6 +178,12 @@ def _admitted(policy: Policy, chain: str, version: int) -> list[str]:
             rules.append(
                 f"-A {chain} {_dest(network)} -p {proto} -m {proto} --dport {DNS_PORT} -j RETURN"
             )
+    return rules
+
+
+def _allowed(policy: Policy, chain: str, version: int) -> list[str]:
+    """``chain``'s rules that admit the operator's allow-list (forwarding chains only)."""
+    rules: list[str] = []
     for entry in policy.allow:
         if entry.network.version != version:
             continue
@@ -187,11 +197,15 @@ def _admitted(policy: Policy, chain: str, version: int) -> list[str]:
 
 
 def expected(policy: Policy, version: int) -> dict[str, list[str]]:
-    """Each chain's rules for IP ``version`` (4 or 6), in ``iptables -S`` form."""
+    """Each chain's rules for IP ``version`` (4 or 6), in ``iptables -S`` form.
+
+    The forwarding chain admits DNS to the resolvers and the allow-list; the host's own
+    chain admits DNS alone (see the module's note on the allow-list).
+    """
     out = [f"-A {OUT_CHAIN} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"]
-    out += _admitted(policy, OUT_CHAIN, version)
+    out += _dns(policy, OUT_CHAIN, version) + _allowed(policy, OUT_CHAIN, version)
     out += [f"-A {OUT_CHAIN} -d {cidr} {_reject(version)}" for cidr in blocked(version)]
-    inbound = _admitted(policy, IN_CHAIN, version)
+    inbound = _dns(policy, IN_CHAIN, version)
     inbound.append(f"-A {IN_CHAIN} {_reject(version)}")
     return {OUT_CHAIN: out, IN_CHAIN: inbound}
 

@@ -27,6 +27,8 @@ import requests.exceptions
 LABEL = "podium"  # every container and image Podium makes carries this label
 # How often a build's cap is re-checked (and the machine lock consulted).
 BUILD_POLL_S = 1.0
+# The runtime of every container Podium creates for a build: never one that adds GPUs.
+BUILD_RUNTIME = "runc"
 
 
 class EngineError(Exception):
@@ -52,7 +54,13 @@ class BuildOutcome:
 class BuildBounds:
     """What confines a build's containers: the network they join, the cgroup they are
     made under (which carries the PID bound), memory (swap included) and CPUs: a quota of
-    ``cpus``, on the CPUs of ``cpuset`` ("" for any; the non-scoring CPUs, portal/cpus.py)."""
+    ``cpus``, on the CPUs of ``cpuset`` ("" for any; the non-scoring CPUs, portal/cpus.py).
+
+    No GPU: a container Podium creates for a build (build.sh's) runs with the plain
+    runtime and ``NVIDIA_VISIBLE_DEVICES=void``, whatever the engine's default runtime
+    and the image's ENV. ``POST /build`` takes no runtime, and a build argument never
+    overrides an image's ENV, so RUN steps get the engine's default runtime: the build
+    guard (scoring/buildbox.py) stops a step that one would hand GPUs."""
 
     network: str
     cgroup_parent: str
@@ -76,8 +84,10 @@ class BuildBounds:
 
     def host_config(self) -> dict[str, Any]:
         """The same bounds as ``create_container`` keywords (the PID bound is the cgroup
-        parent's, as for RUN steps)."""
+        parent's, as for RUN steps), with the plain runtime and no GPU visible."""
         return {
+            "runtime": BUILD_RUNTIME,
+            "environment": {"NVIDIA_VISIBLE_DEVICES": "void"},
             "network_mode": self.network,
             "cgroup_parent": self.cgroup_parent,
             "mem_limit": self.memory_bytes,
@@ -252,6 +262,43 @@ def image_info(ref: str) -> ImageInfo:
     return ImageInfo(id=str(data["Id"]), size=int(data["Size"]))
 
 
+def image_volumes(ref: str) -> list[str]:
+    """The volumes image ``ref`` declares (its config's ``Volumes``: each gets an
+    anonymous volume in every container made from it), sorted; raises
+    :class:`NoSuchObject` when the engine has no such image."""
+    data = _wrap(lambda: client().api.inspect_image(ref))
+    return sorted((data.get("Config") or {}).get("Volumes") or {})
+
+
+def unnamed_image_id(ref: str) -> str | None:
+    """The full ID of image ``ref`` when the engine has it and it carries no name (no
+    tag, no registry digest), as a build's intermediate images do; None otherwise."""
+    try:
+        data = _wrap(lambda: client().api.inspect_image(ref))
+    except NoSuchObject:
+        return None
+    if data.get("RepoTags") or data.get("RepoDigests"):
+        return None
+    return str(data["Id"])
+
+
+def remove_unnamed_image(image_id: str) -> bool:
+    """Remove an image that carries no name, and the unnamed parents only it kept.
+
+    Never forced: the engine keeps it (False) while a container, or a child image, uses
+    it; False too when it is already gone. True when the engine removed it.
+    """
+    try:
+        _wrap(lambda: client().api.remove_image(image_id, force=False, noprune=False))
+    except NoSuchObject:
+        return False
+    except EngineError as exc:
+        if isinstance(exc.__cause__, docker.errors.APIError) and exc.__cause__.status_code == 409:
+            return False  # in use: a container or a child image
+        raise
+    return True
+
+
 def image_exists(ref: str) -> bool:
     try:
         image_info(ref)
@@ -292,6 +339,32 @@ def remove_image_if_unused(ref: str) -> bool:
     except NoSuchObject:
         return False  # removed by someone else meanwhile
     return True
+
+
+def list_images() -> list[dict[str, Any]]:
+    """Every image this engine holds that has a name or digest (``Id``, ``RepoTags``,
+    ``RepoDigests``, ``Size``, ``Labels``), as ``docker images`` lists them."""
+    return list(_wrap(lambda: client().api.images()))
+
+
+def disk_usage() -> dict[str, dict[str, int]]:
+    """What this engine's data takes on its disk (``docker system df``): for its images,
+    containers (their own layers), build cache and volumes, how many there are
+    (``count``) and their bytes (``bytes``; the images' shared layers once). A size the
+    engine could not compute (``-1``) counts as 0."""
+    data = _wrap(lambda: client().df())
+
+    def sized(items: Any, size: Callable[[dict[str, Any]], Any]) -> dict[str, int]:
+        rows = [item for item in items or [] if isinstance(item, dict)]
+        return {"count": len(rows), "bytes": sum(max(0, int(size(row) or 0)) for row in rows)}
+
+    images = sized(data.get("Images"), lambda row: row.get("Size"))
+    return {
+        "images": {"count": images["count"], "bytes": max(0, int(data.get("LayersSize") or 0))},
+        "containers": sized(data.get("Containers"), lambda row: row.get("SizeRw")),
+        "build_cache": sized(data.get("BuildCache"), lambda row: row.get("Size")),
+        "volumes": sized(data.get("Volumes"), lambda row: (row.get("UsageData") or {}).get("Size")),
+    }
 
 
 def tag_image(source: str, repository: str, tag: str) -> None:
@@ -461,6 +534,12 @@ def cgroup_parent(container_id: str) -> str:
     """The cgroup parent the container was created under ("" for the engine's default)."""
     data = _wrap(lambda: client().api.inspect_container(container_id))
     return str((data.get("HostConfig") or {}).get("CgroupParent") or "")
+
+
+def inspect_container(container_id: str) -> dict[str, Any]:
+    """The container's ``docker inspect``: its host config, environment and, under
+    ``GraphDriver``, where its writable layer lies."""
+    return dict(_wrap(lambda: client().api.inspect_container(container_id)))
 
 
 def logs(container_id: str, *, stdout: bool = True, stderr: bool = False) -> bytes:

@@ -1,10 +1,15 @@
-"""The build freezer: while a score holds its host, every other container there is paused.
+"""The build freezer: while a score holds its engine, every other container there is paused.
 
 What a container *is* decides, never its labels (an entrant sets any label in their own
 Dockerfile): the scored container is spared by id, the deployment's own services by name
 (``PODIUM_FREEZE_EXEMPT``). An engine event stream pauses whatever starts or is unpaused
 during the score; :func:`thaw` unpauses what a dead holder left paused. Used by
 ``scoring.machine.hold`` and the reaper.
+
+A freezer acts on a whole Docker Engine, so it is named by the engine's machine lock
+(``scoring.machine.machine_key``, the engine's own ID), never by a scoring host's name:
+two host names registered on one engine share that lock, so one's freezer never runs
+beside (nor thaws) the other's.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ def _names(container: dict[str, Any]) -> set[str]:
 
 
 class BuildFreezer:
-    """Pauses every container on the host but the scored one and the deployment's own,
-    and keeps them paused until :meth:`stop`.
+    """Pauses every container on the engine whose lock ``lock`` is held (the scored
+    one and the deployment's own excepted), and keeps them paused until :meth:`stop`.
 
     :meth:`start` subscribes to the engine's ``start`` and ``unpause`` events of every
     container first and then pauses every running container, so one that starts in
@@ -43,12 +48,12 @@ class BuildFreezer:
     Never paused: containers given to :meth:`spare` (by id; the scored container, spared
     before it starts) and containers whose name is in ``exempt`` (by default
     ``PODIUM_FREEZE_EXEMPT``). Labels exempt nothing. :meth:`stop` ends the watch and
-    unpauses every paused container of the host but the exempt ones (also any that a
+    unpauses every paused container of the engine but the exempt ones (also any that a
     dead holder left paused), see :func:`thaw`.
     """
 
-    def __init__(self, host: str, exempt: frozenset[str] | None = None) -> None:
-        self.host = host
+    def __init__(self, lock: str, exempt: frozenset[str] | None = None) -> None:
+        self.lock = lock
         self.exempt = freeze_exempt() if exempt is None else exempt
         self.paused: set[str] = set()
         self.spared: set[str] = set()
@@ -66,7 +71,7 @@ class BuildFreezer:
         self._stream = self._subscribe()
         self._sweep()
         self._thread = threading.Thread(
-            target=self._watch, daemon=True, name=f"build-freezer-{self.host}"
+            target=self._watch, daemon=True, name=f"build-freezer-{self.lock}"
         )
         self._thread.start()
 
@@ -77,7 +82,7 @@ class BuildFreezer:
             self._stream.close()
         if self._thread is not None:
             self._thread.join(10)
-        return thaw(self.host, self.exempt)
+        return thaw(self.lock, self.exempt)
 
     def _subscribe(self) -> engine.EventStream:
         return engine.container_events(labels=[], actions=["start", "unpause"])
@@ -116,7 +121,7 @@ class BuildFreezer:
                     self._on_event(event)
             if self._closing.is_set():
                 return
-            log.warning("the engine's event stream ended; watching %s again", self.host)
+            log.warning("the engine's event stream ended; watching %s again", self.lock)
             try:
                 stream = self._subscribe()
                 self._stream = stream
@@ -125,18 +130,18 @@ class BuildFreezer:
                     return
                 self._sweep()
             except engine.EngineError:
-                log.exception("could not watch the containers of %s", self.host)
+                log.exception("could not watch the containers of %s", self.lock)
                 stream = None
                 self._closing.wait(0.5)
 
 
-def thaw(host: str, exempt: frozenset[str] | None = None) -> int:
-    """Unpause every paused container on ``host``'s engine but those named in ``exempt``
-    (by default ``PODIUM_FREEZE_EXEMPT``); how many were unpaused.
+def thaw(lock: str, exempt: frozenset[str] | None = None) -> int:
+    """Unpause every paused container on the engine of the machine lock ``lock`` but those
+    named in ``exempt`` (by default ``PODIUM_FREEZE_EXEMPT``); how many were unpaused.
 
     Only a score pauses containers on a scoring host, so every paused one there is a
-    score's to thaw. Callers: the freezer at release, and the reaper while no score holds
-    the lock (a holder that died left them paused).
+    score's to thaw. Callers: the freezer at release, and the reaper while no score of
+    any host name on this engine holds its lock (a holder that died left them paused).
     """
     exempt = freeze_exempt() if exempt is None else exempt
     count = 0
@@ -148,6 +153,6 @@ def thaw(host: str, exempt: frozenset[str] | None = None) -> int:
             count += 1
         except engine.EngineError as exc:
             log.warning(
-                "could not unpause container %s on %s: %s", str(container["Id"])[:12], host, exc
+                "could not unpause container %s on %s: %s", str(container["Id"])[:12], lock, exc
             )
     return count

@@ -23,18 +23,20 @@ import platform
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from portal import cpus
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import class_platform, hardware_class
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
-from scoring import calibration, engine, rewrite
+from scoring import calibration, engine, reaper, rewrite
 from scoring import gpus as gpu_devices
 from scoring.machine import scoring_host
 from scoring.platforms import platform_problem
@@ -46,6 +48,8 @@ BUILDS_QUEUE = "builds"
 GPU_LIST_TIMEOUT_S = 10
 # nvidia-smi -L: "GPU 0: NVIDIA H200 (UUID: GPU-5d0e...)"; its MIG device lines are skipped.
 GPU_LINE = re.compile(r"GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)")
+# How often the heartbeat records the engine's disk use (``docker system df``) on the row.
+DISK_REPORT_S = 600.0
 
 
 # Facts --------------------------------------------------------------------------------
@@ -241,6 +245,28 @@ def _log_refusal(problem: str) -> None:
     )
 
 
+def record_disk(name: str) -> dict[str, Any]:
+    """Record this engine's disk use (``engine.disk_usage``, with the time as ``at``) on
+    host ``name``'s row, for the hosts admin; what was recorded ({} when the engine did not
+    answer: the last report stays). Never raises on an engine error."""
+    try:
+        report: dict[str, Any] = {"at": timezone.now().isoformat(), **engine.disk_usage()}
+    except engine.EngineError as exc:
+        log.warning("the Docker Engine's disk use could not be read: %s", exc)
+        return {}
+    ScoringHost.objects.filter(name=name).update(disk=report)
+    return report
+
+
+def on_host_registered() -> None:
+    """What a scoring host does once its worker registered it: collect what dead workers
+    left on its engine (``reaper.collect_leftovers``: calibration and slice containers,
+    pulled images), then calibrate (``calibration.start_at_registration``). Collection
+    comes first, so the calibration's own containers are never among what it removes."""
+    reaper.collect_leftovers()
+    calibration.start_at_registration()
+
+
 class HostHeartbeat(threading.Thread):
     """Registers this host, then records a heartbeat every ``interval_s`` until
     :meth:`stop`. A beat that fails (database down, say) is logged and the next one tries
@@ -259,6 +285,7 @@ class HostHeartbeat(threading.Thread):
             settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
         )
         self.registered = False
+        self._disk_at = -DISK_REPORT_S  # time.monotonic() of the last disk report
         self._stopping = threading.Event()
 
     def beat(self) -> None:
@@ -269,11 +296,20 @@ class HostHeartbeat(threading.Thread):
                 first, self.registered = not self.registered, True
                 if first and self.on_registered is not None:
                     self.on_registered()
+                self._report_disk(force=True)  # after what the start collected
+            else:
+                self._report_disk()
         except HostRefused:
             pass  # register() said why, in one line; the next beat tries again
         except Exception:
             # Whatever failed, the thread must live on: a silent host is taken offline.
             log.exception("scoring host: heartbeat failed")
+
+    def _report_disk(self, force: bool = False) -> None:
+        """Record the engine's disk use at registration and every ``DISK_REPORT_S``."""
+        if force or time.monotonic() - self._disk_at >= DISK_REPORT_S:
+            record_disk(scoring_host())
+            self._disk_at = time.monotonic()
 
     def run(self) -> None:
         try:
@@ -351,9 +387,9 @@ def on_builds_worker_ready(sender: Any = None, **kwargs: Any) -> None:
 
 def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     """``celery.signals.worker_ready``: a worker that consumes a scoring queue starts the
-    heartbeat thread (once per process), which registers the host and then has it
-    calibrated (``scoring.calibration.start_at_registration``). Other workers (builds)
-    do nothing."""
+    heartbeat thread (once per process), which registers the host, records its engine's
+    disk use, collects what dead workers left on its engine and then has it calibrated
+    (:func:`on_host_registered`). Other workers (builds) do nothing."""
     global _heartbeat
     queue_names = _consumed_queues(sender)
     if not consumes_scoring(queue_names):
@@ -369,5 +405,5 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
             )
     if _heartbeat is None or not _heartbeat.is_alive():
         _heartbeat = HostHeartbeat()
-        _heartbeat.on_registered = calibration.start_at_registration
+        _heartbeat.on_registered = on_host_registered
         _heartbeat.start()

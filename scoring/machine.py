@@ -2,9 +2,11 @@
 ``portal.hosts.leases``), its build freezer (``scoring.freezer``) and its health gates
 (``scoring.health`` measures, ``scoring.gates`` decides).
 
-One score at a time per scoring host, across any number of scoring worker processes:
+One score at a time per scoring host (per Docker Engine), across any number of scoring
+worker processes:
 
-- **The lock** is a lease row (``MachineLease``, one per host) taken with a conditional
+- **The lock** is a lease row (``MachineLease``, one per Docker Engine: keyed by the
+  engine's own ID, see :func:`machine_key`, never by a host's name) taken with a conditional
   UPDATE (free, or its holder's lease expired), kept alive by a heartbeat thread every
   ``PODIUM_LEASE_S / 3`` seconds, and released (conditionally on the holder) on exit.
   The heartbeat renews the scored run's own lease too, so a worker that dies is found
@@ -23,11 +25,12 @@ One score at a time per scoring host, across any number of scoring worker proces
   An engine event stream pauses any container that starts or is unpaused during the
   score. At release every paused container on the host is unpaused, except the exempt
   ones: on a scoring host nothing but this module pauses containers, so whatever is
-  paused there was paused by a score (possibly one whose worker died). A scoring host
-  is one Docker Engine: two ``PODIUM_HOST_NAME`` names on one engine would freeze
-  and thaw each other's containers. Build workers start no new step while the lock is
-  held, and count their cap only over time it was not (:func:`builds_frozen`,
-  :func:`wait_while_frozen`).
+  paused there was paused by a score (possibly one whose worker died). What a score
+  freezes is an engine, so the lock is the engine's: two ``PODIUM_HOST_NAME`` names
+  registered on one engine take turns on its one lock instead of freezing (and the
+  reaper of one thawing) the other's score. Build workers start no new step while the
+  lock of their engine is held, and count their cap only over time it was not
+  (:func:`builds_frozen`, :func:`wait_while_frozen`).
 - **Health gates** (``scoring.gates`` decides; this module measures): pinned engine,
   kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
   freeze, GPU idle and temperature where configured. A failing gate (or an engine that
@@ -107,21 +110,43 @@ def scoring_host() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:100]
 
 
-def builds_frozen(host: str) -> bool:
-    """Whether a live score holds ``host``'s lock (its builds are paused meanwhile).
+@cache
+def _engine_id() -> str:
+    found = str(engine.info().get("ID") or "")
+    if not found:
+        raise engine.EngineError("the engine reported no ID")
+    return found
 
-    A database error reads as "not frozen": a build then counts the time, which errs
-    on the side of the cap.
+
+def machine_key() -> str:
+    """The machine lock's key: ``engine:`` and the ID of the engine this worker drives
+    (``docker info``), asked once per process.
+
+    A score freezes every container of its engine, so the engine is what it must hold
+    alone: however many host names are registered on one engine, they share this one
+    lock and take turns. Raises :class:`engine.EngineError` when the engine cannot be
+    asked.
+    """
+    return "engine:" + re.sub(r"[^A-Za-z0-9_.:-]", "-", _engine_id())[:93]
+
+
+def builds_frozen(host: str) -> bool:
+    """Whether a live score holds the lock of this worker's engine (:func:`machine_key`),
+    so its builds are paused meanwhile; ``host`` (the scoring host's name) only names it
+    in the log.
+
+    A database error, or an engine that cannot say its ID, reads as "not frozen": a
+    build then counts the time, which errs on the side of the cap.
     """
     try:
-        return machine_held(host)
-    except DatabaseError:
+        return machine_held(machine_key())
+    except (DatabaseError, engine.EngineError):
         log.warning("could not read the machine lock of %s", host, exc_info=True)
         return False
 
 
 def wait_while_frozen(host: str) -> float:
-    """Block while a score holds ``host``'s lock; the seconds waited.
+    """Block while a score holds the lock of this worker's engine; the seconds waited.
 
     Build workers call this before they start a step, so no build step starts while a
     score runs. A dead holder stops blocking builds once its lease expires.
@@ -155,7 +180,8 @@ def frozen_seconds(since: dt.datetime, now: dt.datetime) -> float:
 
 
 class Heartbeat(threading.Thread):
-    """Renews the holder's lock (and its run's lease) every ``lease_s / 3`` seconds.
+    """Renews the holder's lock (keyed ``lock``, see :func:`machine_key`; and its run's
+    lease) every ``lease_s / 3`` seconds.
 
     Stops at :meth:`stop`, or when a renewal finds the lock gone; then ``lost`` is set
     and ``on_lost(run_id)`` called. A renewal that fails on a database error is tried
@@ -164,10 +190,10 @@ class Heartbeat(threading.Thread):
     """
 
     def __init__(
-        self, *, host: str, holder: str, lease_s: float, on_lost: Callable[[int | None], None]
+        self, *, lock: str, holder: str, lease_s: float, on_lost: Callable[[int | None], None]
     ) -> None:
-        super().__init__(daemon=True, name=f"machine-heartbeat-{host}")
-        self.host = host
+        super().__init__(daemon=True, name=f"machine-heartbeat-{lock}")
+        self.lock = lock
         self.holder = holder
         self.lease_s = lease_s
         self.on_lost = on_lost
@@ -181,13 +207,13 @@ class Heartbeat(threading.Thread):
             while not self._stopping.wait(interval):
                 try:
                     kept = machine_lease_renew(
-                        host=self.host, holder=self.holder, lease_s=self.lease_s, run_id=self.run_id
+                        host=self.lock, holder=self.holder, lease_s=self.lease_s, run_id=self.run_id
                     )
                 except DatabaseError:
-                    log.exception("could not renew the machine lock of %s", self.host)
+                    log.exception("could not renew the machine lock of %s", self.lock)
                     continue
                 if not kept and not self._stopping.is_set():
-                    log.error("lost the machine lock of %s (holder %s)", self.host, self.holder)
+                    log.error("lost the machine lock of %s (holder %s)", self.lock, self.holder)
                     self.lost.set()
                     self.on_lost(self.run_id)
                     return
@@ -202,8 +228,9 @@ class Heartbeat(threading.Thread):
 
 @dataclass
 class Session:
-    """What a score holding the machine gets: the gate readings, its heartbeat and the
-    freezer that keeps everything else on the host paused."""
+    """What a score holding the machine gets: the scoring host's name, the gate readings,
+    its heartbeat (which holds the engine's lock, ``heartbeat.lock``) and the freezer that
+    keeps everything else on the engine paused."""
 
     host: str
     holder: str
@@ -221,7 +248,10 @@ class Session:
         """From now on the heartbeat renews ``run_id``'s lease too (renewed once at once)."""
         self.heartbeat.run_id = run_id
         machine_lease_renew(
-            host=self.host, holder=self.holder, lease_s=self.heartbeat.lease_s, run_id=run_id
+            host=self.heartbeat.lock,
+            holder=self.holder,
+            lease_s=self.heartbeat.lease_s,
+            run_id=run_id,
         )
 
 
@@ -229,19 +259,19 @@ def _holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def _acquire(host: str, holder: str, lease_s: float, wait_s: float) -> bool:
-    """Take the lock, waiting up to ``wait_s``; a lock taken over from a dead holder
-    first has that holder's run stopped (its container may still be running)."""
+def _acquire(lock: str, holder: str, lease_s: float, wait_s: float) -> bool:
+    """Take the lock keyed ``lock``, waiting up to ``wait_s``; a lock taken over from a
+    dead holder first has that holder's run stopped (its container may still be running)."""
     deadline = time.monotonic() + wait_s
     while True:
-        before = MachineLease.objects.filter(host=host).values("holder", "run_id").first()
-        if machine_lease_acquire(host=host, holder=holder, lease_s=lease_s):
+        before = MachineLease.objects.filter(host=lock).values("holder", "run_id").first()
+        if machine_lease_acquire(host=lock, holder=holder, lease_s=lease_s):
             break
         if time.monotonic() >= deadline:
             return False
         time.sleep(LOCK_POLL_S)
     if before and before["holder"] and before["run_id"]:
-        log.warning("took over the machine lock of %s from %s", host, before["holder"])
+        log.warning("took over the machine lock of %s from %s", lock, before["holder"])
         settle_dead_run(int(before["run_id"]))
     return True
 
@@ -327,7 +357,8 @@ def hold(
 ) -> Iterator[Session]:
     """Hold the scoring host's machine for one score: lock, freeze the host, pass the gates.
 
-    Order: take the lock (waiting up to ``PODIUM_LOCK_WAIT_S`` for another score),
+    Order: take the lock of the host's engine (:func:`machine_key`, shared by every host
+    name on that engine), waiting up to ``PODIUM_LOCK_WAIT_S`` for another score),
     start the heartbeat, freeze every container on the host (builds and anything else,
     except the ``PODIUM_FREEZE_EXEMPT`` services; see :class:`BuildFreezer`), measure
     the gates. When all pass, the body runs with a :class:`Session`; the body must
@@ -351,18 +382,19 @@ def hold(
 
     try:
         host = scoring_host()
+        lock = machine_key()
     except engine.EngineError as exc:
-        log.error("cannot name the scoring host: %s", exc)
+        log.error("cannot name the scoring host or its engine: %s", exc)
         reschedule("the container engine did not answer")
         raise MachineWaiting("engine") from exc
     holder = _holder_name()
     lease_s = float(settings.PODIUM_LEASE_S)
-    if not _acquire(host, holder, lease_s, float(settings.PODIUM_LOCK_WAIT_S)):
+    if not _acquire(lock, holder, lease_s, float(settings.PODIUM_LOCK_WAIT_S)):
         reschedule("another score is using it")
         raise MachineWaiting("busy")
-    heartbeat = Heartbeat(host=host, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
+    heartbeat = Heartbeat(lock=lock, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
     heartbeat.start()
-    freezer = BuildFreezer(host)
+    freezer = BuildFreezer(lock)
     failed: list[Reading] = []
     try:
         readings: list[Reading] = []
@@ -376,8 +408,9 @@ def hold(
             failed = gates.failing(readings)
         if not failed:
             log.info(
-                "machine %s held by %s (%d containers paused)",
+                "machine %s (%s) held by %s (%d containers paused)",
                 host,
+                lock,
                 holder,
                 len(freezer.paused),
             )
@@ -388,7 +421,7 @@ def hold(
             freezer.stop()
         except engine.EngineError:
             log.exception("could not unpause the containers of %s; the reaper will", host)
-        machine_lease_release(host=host, holder=holder)
+        machine_lease_release(host=lock, holder=holder)
     if failed:
         for reading in failed:
             log.warning("gate %s failed: %s (%s)", reading.name, reading.value, reading.detail)
@@ -397,27 +430,28 @@ def hold(
 
 
 def reap(now: dt.datetime | None = None) -> None:
-    """The reaper's part: free this host's lock if its holder died, and unpause the
+    """The reaper's part: free this engine's lock if its holder died, and unpause the
     containers left paused while nobody holds it (see :func:`thaw`).
 
-    A holder that died mid-score left the host's containers paused; they run again once
-    its lease expired. Engine errors are logged (the reaper tries again next minute).
+    A holder that died mid-score left the engine's containers paused; they run again once
+    its lease expired. While a score of any host name on this engine holds the lock,
+    nothing is unpaused. Engine errors are logged (the reaper tries again next minute).
     """
     now = now or timezone.now()
     try:
-        host = scoring_host()
+        lock = machine_key()
     except engine.EngineError:
-        log.exception("reaper: cannot name the scoring host")
+        log.exception("reaper: cannot ask the engine for its ID")
         return
-    dead = machine_lease_free_expired(host=host, now=now)
+    dead = machine_lease_free_expired(host=lock, now=now)
     if dead:
-        log.warning("reaper: freed the machine lock of %s from %s (no heartbeat)", host, dead)
-    if machine_held(host, now):
+        log.warning("reaper: freed the machine lock of %s from %s (no heartbeat)", lock, dead)
+    if machine_held(lock, now):
         return
     try:
-        thawed = thaw(host)
+        thawed = thaw(lock)
     except engine.EngineError:
-        log.exception("reaper: could not unpause the containers of %s", host)
+        log.exception("reaper: could not unpause the containers of %s", lock)
         return
     if thawed:
-        log.warning("reaper: unpaused %d containers of %s", thawed, host)
+        log.warning("reaper: unpaused %d containers of %s", thawed, lock)

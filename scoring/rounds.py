@@ -287,6 +287,7 @@ def slice_spec(slot: Slot, image: str, staged: StagedRun) -> dict[str, Any]:
         expect_bytes=4 * staged.rows,
         gpu_devices=slot.gpu_devices,
         gpu_cdi=settings.PODIUM_GPU_CDI,
+        image_volumes=runner.declared_volumes(image),
     )
     spec["labels"] = {ROUND_LABEL: str(slot.round_id), machine_lock.HOST_LABEL: slot.host}
     return spec

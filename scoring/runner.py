@@ -190,6 +190,7 @@ def container_spec(
     gpu_devices: Sequence[str] = (),
     gpu_cdi: bool = False,
     scoring_cpus: str | None = None,
+    image_volumes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The keyword arguments of ``engine.create_container`` for one scored run (pure).
 
@@ -219,6 +220,12 @@ def container_spec(
 
     GPUs: exactly ``gpu_devices`` (the host's configured GPUs, on a GPU class), through
     ``scoring.gpus.container_gpus``; none otherwise.
+
+    Volumes: each path in ``image_volumes`` (the volumes the image's config declares,
+    ``engine.image_volumes``) gets an empty read-only tmpfs, so the engine makes no
+    anonymous volume there: it would be writable whatever the read-only root, and no
+    size counts it. (Builds refuse base images that declare one; this covers an image
+    built before that rule.) What the image holds under such a path is not visible.
 
     CPUs: the container runs on ``scoring_cpus`` (a cpuset; by default this machine's
     ``PODIUM_SCORING_CPUS``, ``portal.cpus``), every other Podium process on the rest;
@@ -313,6 +320,9 @@ def container_spec(
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE}},
         "init": False,
     }
+    for path in image_volumes:
+        if path not in spec["tmpfs"]:
+            spec["tmpfs"][path] = f"ro,{no_exec.removeprefix('rw,')},size=4k,nr_inodes=16"
     if oom_score_adj is not None:
         spec["oom_score_adj"] = int(oom_score_adj)
     cpuset = cpus.configured().scoring_cpus if scoring_cpus is None else scoring_cpus
@@ -694,6 +704,17 @@ def _official_answers(run: Run) -> dict[int, int]:
     }
 
 
+def declared_volumes(image: str) -> list[str]:
+    """The volumes ``image`` declares (see :func:`container_spec`); none when the engine
+    cannot show the image (missing, or a reference it refuses): creating the container
+    from it then fails on its own, as a platform fault."""
+    try:
+        return engine.image_volumes(image)
+    except engine.EngineError as exc:
+        log.warning("cannot read the volumes of image %s: %s", image, exc)
+        return []
+
+
 def create(
     run: Run,
     image: str,
@@ -719,6 +740,7 @@ def create(
         expect_bytes=4 * staged.rows,
         gpu_devices=health.gpu_devices(),
         gpu_cdi=settings.PODIUM_GPU_CDI,
+        image_volumes=declared_volumes(image),
     )
     if host:  # whose machine it runs on: the reaper finds it by run and host
         spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}

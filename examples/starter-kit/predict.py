@@ -39,6 +39,11 @@ def classify(path: str) -> int:
     with Image.open(path) as image:
         image.draft("L", image.size)  # JPEG: decode the luma plane only
         gray = np.asarray(image.convert("L"), dtype=np.float32)
+    return class_of_bands(gray)
+
+
+def class_of_bands(gray: np.ndarray) -> int:
+    """The class spelled by the three gray bands of a luma picture (levels 0 to 255)."""
     height, width = gray.shape
     top, bottom = height // 4, height - height // 4
     class_id = 0

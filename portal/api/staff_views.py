@@ -25,7 +25,6 @@ from portal.audit import export
 from portal.audit.services import Origin
 from portal.submissions import staff
 
-STAFF_ERRORS = s.error_responses(400, 401, 404, 415)
 ACTION_ERRORS = s.error_responses(400, 401, 403, 404, 415)
 
 
@@ -141,7 +140,10 @@ AUDIT_PARAMETERS = [
 
 
 class AuditExportView(RawAPIView):
-    """Staff: the audit trail, oldest first, as CSV or JSON lines (the export is audited)."""
+    """Staff: the audit trail, oldest first, as CSV or JSON lines (the export is audited).
+
+    Needs ``audit.export_auditevent`` besides a staff account: staff without it get 403
+    ``permission_denied`` (see ``portal.audit.export``)."""
 
     permission_classes = [IsStaff]
 
@@ -152,10 +154,11 @@ class AuditExportView(RawAPIView):
         responses={
             (200, "text/csv"): OpenApiTypes.STR,
             (200, "application/x-ndjson"): OpenApiTypes.STR,
-            **STAFF_ERRORS,
+            **ACTION_ERRORS,
         },
     )
     def get(self, request: Request) -> StreamingHttpResponse:
+        export.audit_export_check(request.user)  # before the filter is even read
         fmt = request.query_params.get("format", "csv")
         lines = export.audit_export(
             fmt=fmt,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
@@ -38,7 +39,11 @@ class AuditEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [download, *super().get_urls()]
 
     def export_view(self, request: HttpRequest) -> HttpResponseBase:
-        """A form for the filters; with ``format`` set, the filtered trail as a download."""
+        """A form for the filters; with ``format`` set, the filtered trail as a download.
+
+        Staff without ``audit.export_auditevent`` get 403, form and download alike."""
+        if not request.user.has_perm(export.EXPORT_PERMISSION):
+            raise PermissionDenied("Exporting the audit trail needs its own permission.")
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,

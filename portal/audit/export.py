@@ -1,6 +1,15 @@
 """The audit trail for auditors: filtered, oldest first, as CSV or JSON lines.
 
 Every export is itself an audit event, recorded before the first line is produced.
+
+Exporting needs its own permission, :data:`EXPORT_PERMISSION` ("Can export the audit
+trail"), not merely a staff account: the trail holds every staff member's addresses and
+reasons. No group is given it by its migration, so by default only superusers hold it;
+an administrator grants it to the auditors who need it.
+
+CSV cells are neutralised for spreadsheets (:func:`csv_cell`): whatever an entrant or a
+client put in a target, a reason or a user agent opens as text, never as a formula.
+JSON lines are left exact: they are for programs, which run nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ from portal.audit.models import AuditEvent
 from portal.audit.services import NOWHERE, Origin, audit_record
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+EXPORT_PERMISSION = "audit.export_auditevent"
+# What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 COLUMNS = [
     "id",
     "at",
@@ -50,6 +62,31 @@ class AuditFilter:
             values[key] = values[key].isoformat() if values[key] else None
         values["actors"], values["actions"] = list(self.actors), list(self.actions)
         return values
+
+
+class ExportPermissionDenied(errors.PodiumError):
+    """A staff member without :data:`EXPORT_PERMISSION` (403 ``permission_denied``)."""
+
+    code = "permission_denied"
+    http_status = 403
+
+
+def audit_export_check(user: Any) -> None:
+    """Refuse ``user`` unless they hold :data:`EXPORT_PERMISSION`; call it before anything
+    is read or recorded. Raises :class:`ExportPermissionDenied`."""
+    if not user.has_perm(EXPORT_PERMISSION):
+        raise ExportPermissionDenied(
+            f"Your staff account lacks the {EXPORT_PERMISSION} permission "
+            "(Can export the audit trail); ask an administrator to grant it."
+        )
+
+
+def csv_cell(value: Any) -> str:
+    """``value`` as a CSV cell a spreadsheet shows as text: one that starts with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return gets a single quote in front (the
+    OWASP CSV injection rule), so ``=HYPERLINK(...)`` in a reason is never run."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def _instant(name: str, raw: str, *, end_of_day: bool) -> dt.datetime:
@@ -135,19 +172,21 @@ def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
 
     yield line(COLUMNS)
     for row in rows:
-        row["actor"] = row["actor"] or ""
         row["details"] = json.dumps(row["details"], sort_keys=True)
-        yield line([row[column] for column in COLUMNS])
+        yield line([csv_cell(row[column]) for column in COLUMNS])
 
 
 def audit_export(
     *, fmt: str, wanted: AuditFilter, actor: Any, origin: Origin = NOWHERE
 ) -> Iterator[str]:
-    """The matching events as CSV (with a header row) or JSON lines, streamed.
+    """The matching events as CSV (with a header row; cells neutralised, see
+    :func:`csv_cell`) or JSON lines, streamed.
 
-    Records an ``audit.export`` event (with the filter) first, so the export contains
+    Checks ``actor``'s :data:`EXPORT_PERMISSION` (:func:`audit_export_check`), then
+    records an ``audit.export`` event (with the filter) first, so the export contains
     itself when its filter matches it.
     """
+    audit_export_check(actor)
     if fmt not in FORMATS:
         raise errors.InvalidParameter("format must be 'csv' or 'jsonl'.")
     audit_record(

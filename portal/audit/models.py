@@ -43,6 +43,8 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+        # Held by superusers only unless granted (portal.audit.export).
+        permissions = [("export_auditevent", "Can export the audit trail")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.target}"

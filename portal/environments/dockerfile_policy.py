@@ -50,25 +50,36 @@ a known value where a name is checked is itself a violation.
 
 The function never raises for any text: whatever Docker itself would reject is either
 reported or left for the build to fail on, which costs the entrant nothing but time.
+
+:func:`salt_build_cache`, with the same reading of the file, gives the text Podium builds
+instead of the entrant's: a per-entrant label after every ``FROM``, so that no entrant's
+build can reuse (and so learn of) a cached step another entrant built.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = [
+    "CACHE_LABEL",
     "ENTRANT_NAMESPACE",
+    "NO_BUILD_GPU",
     "PlatformLookup",
     "Violation",
+    "base_images",
+    "build_cache_salt",
     "check_dockerfile",
     "check_platforms",
     "format_violations",
     "normalize_image",
     "prefix_problem",
+    "salt_build_cache",
 ]
 
 ENTRANT_NAMESPACE = "podium-entrant"  # every image an entrant builds: podium-entrant/env-12:...
@@ -337,6 +348,7 @@ class _Instruction:
     flags: tuple[str, ...]  # leading --flags, quotes removed, without the dashes
     rest: str  # the arguments after the flags
     json_args: tuple[str, ...] | None  # the exec (JSON array) form, when used
+    end: int | None = None  # its last physical line (set by _parse); None: runs to the file's end
 
 
 def _shell_words(text: str, *, raw: bool) -> list[str] | None:
@@ -502,6 +514,7 @@ def _parse(text: str) -> tuple[list[_Instruction], _Directives]:
         instruction = _make_instruction(start_line, logical)
         if instruction is None:
             continue
+        instruction = replace(instruction, end=index if complete else None)
         instructions.append(instruction)
         if _can_hold_heredoc(instruction):
             for name, chomp in _heredoc_names(logical):
@@ -1191,6 +1204,25 @@ def check_platforms(
     return sorted(checker.check_stage_platforms(image_platforms), key=lambda v: v.line)
 
 
+def base_images(
+    text: str,
+    allowed_prefixes: Sequence[str],
+    build_args: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The images ``text``'s ``FROM`` lines build on, normalized, each once, in line order:
+    only those the policy allows (earlier stages and ``scratch`` are not images).
+
+    Every ``RUN`` of a stage runs in a container made from its ``FROM`` image, with that
+    image's declared volumes: the build looks at each one before it starts. Never raises.
+    """
+    found: list[str] = []
+    for stage in _check(text, allowed_prefixes, build_args, "").stage_images:
+        reference = normalize_image(stage.ref)
+        if reference not in found:
+            found.append(reference)
+    return found
+
+
 def _check(
     text: str,
     allowed_prefixes: Sequence[str],
@@ -1236,3 +1268,65 @@ def format_violations(violations: Sequence[Violation]) -> str:
     """One sentence listing every violation: ``"line 3: ...; line 7: ..."``."""
     parts = [f"line {v.line}: {v.message.rstrip().rstrip('.')}" for v in violations]
     return "; ".join(parts) + "." if parts else ""
+
+
+# The build cache salt -------------------------------------------------------------------
+
+CACHE_LABEL = "podium.cache"  # the label :func:`salt_build_cache` puts after every FROM
+# And the line after it: no build step sees a GPU, whatever the engine's default runtime
+# and whatever the base image sets (CUDA images set "all"). A scored run names its own
+# GPUs in its container's environment (``scoring.gpus.container_gpus``), which wins.
+NO_BUILD_GPU = "ENV NVIDIA_VISIBLE_DEVICES=void"
+_SALT = re.compile(r"[0-9a-f]{1,128}")
+
+
+def build_cache_salt(secret: str, entrant_id: int) -> str:
+    """The entrant's build cache salt: HMAC-SHA256 of their user id under ``secret`` (the
+    site's ``SECRET_KEY``), 64 hex digits.
+
+    The same entrant always gets the same salt, so their own rebuilds reuse their own
+    cached steps; without the secret nobody can compute another entrant's salt, and the
+    salt says nothing about whose it is (no name, no id, no contest). A new ``SECRET_KEY``
+    gives every entrant a new salt: every build starts once from a cold cache.
+    """
+    message = f"podium build cache\0entrant {entrant_id}".encode()
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def salt_build_cache(text: str, salt: str) -> str:
+    """``text`` with ``LABEL podium.cache="<salt>"`` and :data:`NO_BUILD_GPU` on lines of
+    their own right after every ``FROM`` instruction, and nothing else changed: what
+    Podium builds instead of the entrant's Dockerfile, so that no two entrants share a
+    build cache entry and no ``RUN`` step is handed a GPU (the engine's build API cannot
+    pin a step's runtime; the NVIDIA runtime reads this variable and hands out none).
+
+    Docker's classic builder reuses a step's image ("Using cache") when a step with the
+    same instruction ran on the same parent image. Without a salt, one entrant could
+    write another's likely lines and learn from "Using cache" which ones the other had
+    built. A ``LABEL`` changes the image config, so the image after it, and with it the
+    parent of every later step in the stage, is different for each entrant: cache
+    chains of two entrants meet at most at a ``FROM`` image (and its ``ONBUILD``
+    triggers, which run before the label and are the same public image for everyone),
+    never at a step of their own. A stage built ``FROM`` an earlier stage gets the label
+    again (the same value; it changes nothing).
+
+    The file is read as :func:`check_dockerfile` reads it (parser directives and
+    comments at the top, ``ARG`` before the first ``FROM``, continuation lines, which go
+    on through comment and blank lines, heredoc bodies, any letter case, ``# escape=``):
+    the label goes after the last physical line of each ``FROM``. A ``FROM`` whose
+    continuation runs to the end of the file gets none: nothing is built after it.
+
+    What the entrant sees: two more steps per stage in their build log
+    (``Step 2/5 : LABEL podium.cache="..."``, then the ``ENV``) and both in their image's config
+    (``docker image inspect``). The salt names no one (see :func:`build_cache_salt`);
+    the policy refuses ``podium.*`` labels in the entrant's own file, so they cannot set
+    or change it. Raises ``ValueError`` when ``salt`` is not lowercase hex.
+    """
+    if not _SALT.fullmatch(salt):
+        raise ValueError("a build cache salt is 1 to 128 lowercase hex digits")
+    instructions, _ = _parse(text)
+    lines = text.split("\n")
+    for instruction in reversed(instructions):
+        if instruction.keyword == "FROM" and instruction.end is not None:
+            lines.insert(instruction.end, f'LABEL {CACHE_LABEL}="{salt}"\n{NO_BUILD_GPU}')
+    return "\n".join(lines)

@@ -38,6 +38,7 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "memory",
         "state",
         "tools_missing",
+        "disk_total",
         "last_heartbeat_at",
     ]
     list_filter = ["hardware_class", "status", "architecture"]
@@ -58,8 +59,9 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "docker_version",
         "kernel_version",
         "supervisor_sha256",
+        "disk_report",
     ]
-    readonly_fields = ["state", "tools_missing", "memory", "gpu_list"]
+    readonly_fields = ["state", "tools_missing", "memory", "gpu_list", "disk_total", "disk_report"]
     actions = ["drain", "resume", "retire"]
 
     def has_manage_host_permission(self, request: HttpRequest) -> bool:
@@ -78,6 +80,24 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="Memory", ordering="memory_bytes")
     def memory(self, host: ScoringHost) -> str:
         return memory_text(host.memory_bytes)
+
+    @admin.display(description="Engine disk")
+    def disk_total(self, host: ScoringHost) -> str:
+        """All the engine's images, containers, build cache and volumes take together."""
+        parts = _disk_parts(host.disk)
+        return memory_text(sum(size for _, _, size in parts)) if parts else "not reported"
+
+    @admin.display(description="Engine disk use")
+    def disk_report(self, host: ScoringHost) -> str:
+        """The engine's ``docker system df``, as the host last recorded it."""
+        parts = _disk_parts(host.disk)
+        if not parts:
+            return "not reported yet"
+        lines = [f"{what:<12} {count:>6}  {memory_text(size)}" for what, count, size in parts]
+        total = memory_text(sum(size for _, _, size in parts))
+        lines.append(f"{'total':<12} {'':>6}  {total}")
+        lines.append(f"recorded at {host.disk.get('at', '?')}")
+        return preformatted("\n".join(lines))
 
     @admin.display(description="GPUs")
     def gpu_list(self, host: ScoringHost) -> str:
@@ -308,3 +328,23 @@ class CalibrationFlagAdmin(ReadOnlyMixin, admin.ModelAdmin):
             ),
             done=lambda count: f"{title}: {count} flag(s).",
         )
+
+
+DISK_PARTS = (
+    ("images", "images"),
+    ("containers", "containers"),
+    ("build_cache", "build cache"),
+    ("volumes", "volumes"),
+)
+
+
+def _disk_parts(disk: object) -> list[tuple[str, int, int]]:
+    """A host's recorded disk use as (what, count, bytes), in report order; [] when none."""
+    if not isinstance(disk, dict):
+        return []
+    parts = []
+    for key, what in DISK_PARTS:
+        part = disk.get(key)
+        if isinstance(part, dict):
+            parts.append((what, int(part.get("count") or 0), int(part.get("bytes") or 0)))
+    return parts

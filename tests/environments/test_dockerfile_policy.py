@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from portal.environments.dockerfile_policy import (
     ENTRANT_NAMESPACE,
     Violation,
+    base_images,
     check_dockerfile,
     format_violations,
     normalize_image,
@@ -525,6 +526,24 @@ def test_volume_is_refused() -> None:
         "the scored run's read-only root, so remove it."
     )
     assert violations[2].message.startswith("ONBUILD VOLUME is not allowed")
+
+
+def test_base_images_are_the_allowed_from_images_the_build_looks_at_for_volumes() -> None:
+    text = (
+        "ARG TAG=bookworm\n"
+        "FROM localhost/podium/python:${TAG} AS tools\n"
+        "FROM tools\n"
+        "FROM scratch\n"
+        "FROM docker.io/python:3.11\n"
+        "FROM evil.example/x:1\n"
+        "FROM localhost/podium/python:bookworm\n"
+    )
+    assert base_images(text, DEFAULT) == [
+        "localhost/podium/python:bookworm",
+        "docker.io/library/python:3.11",
+    ]
+    assert base_images(text, DEFAULT, {"TAG": "slim"})[0] == "localhost/podium/python:slim"
+    assert base_images("", DEFAULT) == []
 
 
 # ADD never fetches ------------------------------------------------------------------------

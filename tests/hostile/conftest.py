@@ -452,8 +452,10 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, (data, mode) in files.items():
-            info = tarfile.TarInfo(name)
+            info = tarfile.TarInfo(name.rstrip("/"))
             info.size, info.mode, info.uid, info.gid = len(data), mode, 0, 0
+            if name.endswith("/"):  # a folder: "path/": (b"", mode)
+                info.type = tarfile.DIRTYPE
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from portal import jobs
 from portal.submissions.models import AttemptLedger, MachineLease, Run, Submission
-from scoring import engine, reaper, runner
+from scoring import engine, machine, reaper, runner
 from tests.e2e.conftest import database_url, worker_command
 from tests.scoring.test_runner import FakeEngine
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -196,7 +196,8 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
             lambda states: states == ["running"],
             timeout_s=30,
         )
-        assert MachineLease.objects.get(host=host).holder  # the worker holds the machine
+        lease = MachineLease.objects.filter(host=machine.machine_key())  # its engine's lock
+        assert lease.get().holder  # the worker holds the machine
 
         os.killpg(worker.pid, signal.SIGKILL)  # the worker and its pool process, mid-run
         killed_at = time.monotonic()
@@ -223,7 +224,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
         assert run.verdict == "" and run.verdict_reason == "the scoring worker stopped answering"
         assert submission.status == Submission.QUEUED  # requeued once, for try 2
         assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class, 0))]  # a host woken again
-        assert MachineLease.objects.get(host=host).holder == ""  # the dead holder's lock freed
+        assert lease.get().holder == ""  # the dead holder's lock freed
         assert not AttemptLedger.objects.filter(
             submission=submission, delta=AttemptLedger.REFUND
         ).exists()

@@ -72,12 +72,44 @@ def test_ipv6_rules_block_ula_link_local_multicast_and_mapped_ipv4() -> None:
     assert all("icmp6-adm-prohibited" in rule for rule in rules[OUT_CHAIN] if "REJECT" in rule)
 
 
-def test_the_host_itself_takes_only_dns_and_allowed_services_from_builds() -> None:
-    rules = egress.expected(POLICY, 4)[IN_CHAIN]
+def test_the_host_itself_takes_only_dns_from_builds() -> None:
+    assert egress.expected(POLICY, 4)[IN_CHAIN] == [
+        f"-A {IN_CHAIN} -d 10.255.255.53/32 -p udp -m udp --dport 53 -j RETURN",
+        f"-A {IN_CHAIN} -d 10.255.255.53/32 -p tcp -m tcp --dport 53 -j RETURN",
+        f"-A {IN_CHAIN} -j REJECT --reject-with icmp-admin-prohibited",
+    ]
+    assert egress.expected(POLICY, 6)[IN_CHAIN] == [
+        f"-A {IN_CHAIN} -j REJECT --reject-with icmp6-adm-prohibited"
+    ]
 
-    assert rules[-1] == f"-A {IN_CHAIN} -j REJECT --reject-with icmp-admin-prohibited"
-    assert all(rule.endswith("-j RETURN") for rule in rules[:-1])
-    assert len(rules) == 5  # DNS over UDP and TCP, the two IPv4 allow-list entries, reject
+
+@pytest.mark.parametrize("entry", ["172.29.254.1:8080", "0.0.0.0/0", "::/0", "[fe80::1]:22"])
+def test_an_allow_list_entry_opens_forwarding_only_never_the_host(entry: str) -> None:
+    # An entry covering the host's own addresses (its bridge gateway, or everything)
+    # still opens no service on the host: the INPUT chain is the same without it.
+    policy = egress.Policy(bridge="podium-build0", dns=(RESOLVER,), allow=egress.parse_allow(entry))
+    bare = egress.Policy(bridge="podium-build0", dns=(RESOLVER,))
+    [allowed] = policy.allow
+    version = allowed.network.version
+
+    chains = egress.expected(policy, version)
+    assert chains[IN_CHAIN] == egress.expected(bare, version)[IN_CHAIN]
+    assert not any(allowed.network.with_prefixlen in rule for rule in chains[IN_CHAIN])
+    assert any(allowed.network.with_prefixlen in rule for rule in chains[OUT_CHAIN])
+    restore = egress.restore_input(policy, version, "DOCKER-USER").splitlines()
+    opened = [line for line in restore if allowed.network.with_prefixlen in line]
+    assert opened and all(line.startswith(f"-A {OUT_CHAIN} ") for line in opened)
+
+
+def test_an_allow_list_entry_left_on_the_host_chain_is_named() -> None:
+    # The host chain as an earlier Podium wrote it: the allow-list opened INPUT too.
+    found = listings()
+    stale = f"-A {IN_CHAIN} -d 203.0.113.80/32 -p tcp -m tcp --dport 80 -j RETURN"
+    found[IN_CHAIN].insert(2, stale)
+
+    assert egress.problems(POLICY, 4, "DOCKER-USER", found) == [
+        f"IPv4: chain {IN_CHAIN} differs (unexpected `{stale}`)"
+    ]
 
 
 def listings(version: int = 4, parent: str = "DOCKER-USER") -> dict[str, list[str]]:

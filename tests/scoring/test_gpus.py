@@ -305,7 +305,13 @@ def test_a_build_never_gets_a_gpu_even_on_a_gpu_host(
     assert specs, "build.sh ran in no container"
     for spec in specs:
         assert "device_requests" not in spec and "devices" not in spec
-        assert not any("NVIDIA" in str(v) for v in spec.get("environment") or [])
+        # Nothing that hands out a GPU: the plain runtime, and the NVIDIA hook told "void".
+        assert spec.get("runtime") == "runc"
+        environment = spec.get("environment") or {}
+        if isinstance(environment, dict):
+            environment = [f"{key}={value}" for key, value in environment.items()]
+        nvidia = [str(v) for v in environment if "NVIDIA" in str(v)]
+        assert nvidia == ["NVIDIA_VISIBLE_DEVICES=void"], nvidia
 
 
 # Registration ---------------------------------------------------------------------------

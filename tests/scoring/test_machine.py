@@ -48,11 +48,19 @@ BUSYBOX = "localhost/podium/busybox:1"
 
 
 @pytest.fixture
-def host(settings) -> str:
-    """A scoring host name of this test's own."""
+def host(settings, monkeypatch) -> str:
+    """A scoring host name of this test's own, on an engine that reports an ID of this
+    test's own (so its own machine lock: :func:`machine.machine_key`)."""
     name = f"test-{uuid.uuid4().hex[:10]}"
     settings.PODIUM_HOST_NAME = name
+    monkeypatch.setattr(machine, "_engine_id", lambda: f"ID-{name}")
     return name
+
+
+@pytest.fixture
+def lock(host) -> str:
+    """The machine lock of ``host``'s engine."""
+    return machine.machine_key()
 
 
 @pytest.fixture
@@ -160,23 +168,23 @@ def test_locks_of_different_hosts_are_independent(db):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_heartbeat_keeps_the_lock_and_the_run_alive_and_notices_losing_them(
-    host, queued, settings
+    host, lock, queued, settings
 ):
-    assert machine_lease_acquire(host=host, holder="me", lease_s=0.6)
+    assert machine_lease_acquire(host=lock, holder="me", lease_s=0.6)
     run = Run.objects.create(
         submission=queued, cohort=queued.benchmark.cohorts.get(), status=Run.RUNNING
     )
     lost: list[int | None] = []
-    heartbeat = machine.Heartbeat(host=host, holder="me", lease_s=0.6, on_lost=lost.append)
+    heartbeat = machine.Heartbeat(lock=lock, holder="me", lease_s=0.6, on_lost=lost.append)
     heartbeat.run_id = run.pk
     heartbeat.start()
     try:
         time.sleep(1.5)  # well past the 0.6 s lease: only the heartbeat keeps it
-        assert machine_held(host)
+        assert machine_held(lock)
         run.refresh_from_db()
         assert run.lease_expires_at is not None and run.lease_expires_at > timezone.now()
 
-        MachineLease.objects.filter(host=host).update(holder="someone-else")
+        MachineLease.objects.filter(host=lock).update(holder="someone-else")
         deadline = time.monotonic() + 5
         while not heartbeat.lost.is_set() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -201,7 +209,7 @@ def failing_gate(monkeypatch) -> None:
 
 
 def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
-    queued, host, no_builds, monkeypatch, sent, django_capture_on_commit_callbacks
+    queued, host, lock, no_builds, monkeypatch, sent, django_capture_on_commit_callbacks
 ):
     fake = FakeEngine().install(monkeypatch)
     failing_gate(monkeypatch)
@@ -215,7 +223,7 @@ def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
     assert queued.status == Submission.QUEUED  # waiting, not failed
     assert not Run.objects.filter(submission=queued).exists()  # nothing claimed
     assert fake.calls == []  # no container
-    assert not machine_held(host)  # the lock was released each time
+    assert not machine_held(lock)  # the lock was released each time
     assert [countdown for _name, _args, countdown in sent] == [300, 600, 1200, 2400, 3600, 3600]
     assert [args for _name, args, _countdown in sent] == [(hardware_class, n) for n in range(1, 7)]
     notes = waiting_notes(queued)
@@ -260,11 +268,11 @@ def test_a_stale_duplicate_of_a_rescheduled_score_does_nothing(
 
 
 def test_a_busy_machine_reschedules_instead_of_scoring_beside_another_score(
-    queued, host, no_builds, monkeypatch, sent, settings
+    queued, host, lock, no_builds, monkeypatch, sent, settings
 ):
     fake = FakeEngine().install(monkeypatch)
     settings.PODIUM_LOCK_WAIT_S = 0
-    assert machine_lease_acquire(host=host, holder="another-scorer", lease_s=60)
+    assert machine_lease_acquire(host=lock, holder="another-scorer", lease_s=60)
 
     runner.score_submission(queued.pk)
 
@@ -273,11 +281,11 @@ def test_a_busy_machine_reschedules_instead_of_scoring_beside_another_score(
     assert waiting_notes(queued) == [
         "waiting for the scoring machine: another score is using it (next try in 5 minutes)"
     ]
-    assert MachineLease.objects.get(host=host).holder == "another-scorer"
+    assert MachineLease.objects.get(host=lock).holder == "another-scorer"
 
 
 def test_an_engine_that_cannot_freeze_the_builds_is_a_wait_not_a_failure(
-    queued, host, monkeypatch, sent
+    queued, host, lock, monkeypatch, sent
 ):
     def engine_down(**kw: Any) -> engine.EventStream:
         raise engine.EngineError("connection refused")
@@ -291,11 +299,11 @@ def test_an_engine_that_cannot_freeze_the_builds_is_a_wait_not_a_failure(
     assert waiting_notes(queued)[0].startswith(
         "waiting for the scoring machine: health check build_freezer failed"
     )
-    assert not machine_held(host)
+    assert not machine_held(lock)
 
 
 def test_a_passing_score_stores_every_reading_on_its_run(
-    queued, host, no_builds, quick_gates, monkeypatch, sent
+    queued, host, lock, no_builds, quick_gates, monkeypatch, sent
 ):
     FakeEngine().install(monkeypatch)
 
@@ -313,8 +321,8 @@ def test_a_passing_score_stores_every_reading_on_its_run(
     }
     assert all(reading["ok"] for reading in run.readings.values())
     assert run.readings["supervisor_sha256"]["value"] == run.supervisor_sha256
-    assert not machine_held(host)
-    lease = MachineLease.objects.get(host=host)
+    assert not machine_held(lock)
+    lease = MachineLease.objects.get(host=lock)
     assert lease.holder == "" and lease.run is None
 
 
@@ -365,7 +373,7 @@ def test_the_scored_container_is_spared_before_it_starts(
 
 
 def test_taking_over_a_dead_holders_lock_stops_its_run_first(
-    queued, bob, host, no_builds, quick_gates, monkeypatch, sent
+    queued, bob, host, lock, no_builds, quick_gates, monkeypatch, sent
 ):
     fake = FakeEngine().install(monkeypatch)
     monkeypatch.setattr(engine, "list_containers", lambda *a, **kw: [])
@@ -378,7 +386,7 @@ def test_taking_over_a_dead_holders_lock_stops_its_run_first(
         container_id="deadbeef",
         lease_expires_at=past,
     )
-    MachineLease.objects.create(host=host, holder="dead-worker", run=dead_run, expires_at=past)
+    MachineLease.objects.create(host=lock, holder="dead-worker", run=dead_run, expires_at=past)
 
     runner.score_submission(queued.pk)
 
@@ -389,6 +397,84 @@ def test_taking_over_a_dead_holders_lock_stops_its_run_first(
     assert dead_run.status == Run.INFRA_FAILED
     assert orphaned.status == Submission.QUEUED  # its try 2 comes later
     assert the_run(queued).verdict == "passed"
+
+
+# One engine, one lock -----------------------------------------------------------------
+
+
+def test_two_host_names_on_one_engine_take_turns_on_its_one_lock(
+    queued, no_builds, quick_gates, monkeypatch, sent, settings
+):
+    FakeEngine().install(monkeypatch)
+    monkeypatch.setattr(machine, "_engine_id", lambda: "ONE")  # both names drive engine ONE
+    thawed: list[str] = []
+
+    def thaw(lock: str, exempt: frozenset[str] | None = None) -> int:
+        thawed.append(lock)
+        return 0
+
+    monkeypatch.setattr(machine, "thaw", thaw)
+    settings.PODIUM_LOCK_WAIT_S = 0
+
+    settings.PODIUM_HOST_NAME = "gpu-a"
+    engine_lock = machine.machine_key()
+    assert machine_lease_acquire(host=engine_lock, holder="gpu-a:score", lease_s=60)
+
+    # A second host name registered on the same engine: same lock, so it waits its turn.
+    settings.PODIUM_HOST_NAME = "gpu-b"
+    assert machine.machine_key() == engine_lock
+    assert machine.builds_frozen("gpu-b")  # gpu-b's builds give way to gpu-a's score too
+    runner.score_submission(queued.pk)
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED and not Run.objects.filter(submission=queued)
+    assert waiting_notes(queued) == [
+        "waiting for the scoring machine: another score is using it (next try in 5 minutes)"
+    ]
+    machine.reap()  # gpu-b's reaper leaves gpu-a's score frozen around it
+    assert thawed == []
+    assert MachineLease.objects.get(host=engine_lock).holder == "gpu-a:score"
+
+    # gpu-a's score ends: gpu-b's retry takes the engine's lock and scores.
+    assert machine_lease_release(host=engine_lock, holder="gpu-a:score")
+    runner.score_submission(queued.pk, 1)
+    assert the_run(queued).verdict == "passed"
+    assert not machine_held(engine_lock)
+
+
+def test_the_lock_follows_the_engine_not_the_host_name(db, monkeypatch, settings):
+    settings.PODIUM_HOST_NAME = "gpu-a"
+    monkeypatch.setattr(machine, "_engine_id", lambda: "ONE")
+    on_one = machine.machine_key()
+    monkeypatch.setattr(machine, "_engine_id", lambda: "TWO")
+    on_two = machine.machine_key()  # the same name, moved to another engine
+
+    assert on_one != on_two
+    assert machine_lease_acquire(host=on_one, holder="x", lease_s=60)
+    assert not machine.builds_frozen("gpu-a")  # engine TWO is not held
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_two_host_names_on_the_real_engine_share_its_lock_and_its_freeze(
+    quick_gates, containers, settings
+):
+    settings.PODIUM_LOCK_WAIT_S = 0
+    settings.PODIUM_HOST_NAME = f"test-a-{uuid.uuid4().hex[:8]}"
+    build = containers()  # any container on the engine: a build, say
+    waited: list[str] = []
+
+    with machine.hold(reschedule=waited.append) as session:
+        assert state_of(build) == "paused"
+        settings.PODIUM_HOST_NAME = f"test-b-{uuid.uuid4().hex[:8]}"  # same engine
+        with pytest.raises(machine.MachineWaiting), machine.hold(reschedule=waited.append):
+            pytest.fail("a second host name on the same engine scored beside the first")
+        machine.reap()
+        assert state_of(build) == "paused"  # neither its lock nor its reaper thawed it
+        assert session.heartbeat.lock == "engine:" + str(engine.info()["ID"])
+
+    assert waited == ["another score is using it"]
+    assert state_of(build) == "running"
+    assert not machine_held(machine.machine_key())
 
 
 # Builds give way ----------------------------------------------------------------------
@@ -411,7 +497,7 @@ def test_a_build_cap_counts_only_unfrozen_time(monkeypatch):
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_no_environment_build_starts_while_a_score_holds_the_machine(
-    alice, benchmark, host, monkeypatch, settings
+    alice, benchmark, host, lock, monkeypatch, settings
 ):
     environment = factories.EnvironmentFactory(
         owner=alice, benchmark=benchmark, status=Environment.QUEUED, image_tag=""
@@ -425,13 +511,13 @@ def test_no_environment_build_starts_while_a_score_holds_the_machine(
 
     monkeypatch.setattr(engine, "build_image", build_image)
     monkeypatch.setattr(machine, "LOCK_POLL_S", 0.05)
-    assert machine_lease_acquire(host=host, holder="a-score", lease_s=60)
+    assert machine_lease_acquire(host=lock, holder="a-score", lease_s=60)
 
     thread = in_thread(lambda: builds.build_environment(environment.pk))
     time.sleep(1.0)
     assert build_started == []  # claimed, but waiting for the score
     released = time.monotonic()
-    machine_lease_release(host=host, holder="a-score")
+    machine_lease_release(host=lock, holder="a-score")
     thread.join(10)
 
     assert len(build_started) == 1 and build_started[0] >= released
@@ -472,12 +558,12 @@ def containers() -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture
-def freezer(host, containers) -> Iterator[Callable[[], machine.BuildFreezer]]:
+def freezer(host, lock, containers) -> Iterator[Callable[[], machine.BuildFreezer]]:
     """Start this host's freezer; stopped (everything thawed) before the containers go."""
     started: list[machine.BuildFreezer] = []
 
     def start() -> machine.BuildFreezer:
-        frozen = machine.BuildFreezer(host)
+        frozen = machine.BuildFreezer(lock)
         started.append(frozen)
         frozen.start()
         return frozen
@@ -540,13 +626,13 @@ def test_the_freezer_pauses_every_container_whatever_its_labels(host, containers
 
 
 @pytest.mark.docker
-def test_the_scored_container_is_spared_and_never_paused(host, containers, freezer):
+def test_the_scored_container_is_spared_and_never_paused(host, lock, containers, freezer):
     frozen = freezer()
     session = machine.Session(
         host,
         "me",
         {},
-        machine.Heartbeat(host=host, holder="me", lease_s=60, on_lost=lambda run_id: None),
+        machine.Heartbeat(lock=lock, holder="me", lease_s=60, on_lost=lambda run_id: None),
         frozen,
     )
     # What the runner does: create, spare, then start, after the freeze began. Labels
@@ -611,7 +697,7 @@ def test_a_broken_event_stream_is_watched_again(host, containers, freezer):
 
 
 @pytest.mark.docker
-def test_thaw_unpauses_what_a_dead_holder_left_paused(host, containers, freezer):
+def test_thaw_unpauses_what_a_dead_holder_left_paused(host, lock, containers, freezer):
     forged, looks_scored, unlabelled = containers(FORGED), containers(LOOKS_SCORED), containers()
     frozen = freezer()
     # Its worker dies: the watch ends, and nothing unpauses what it paused.
@@ -622,7 +708,7 @@ def test_thaw_unpauses_what_a_dead_holder_left_paused(host, containers, freezer)
     for container_id in (forged, looks_scored, unlabelled):
         assert state_of(container_id) == "paused"
 
-    assert machine.thaw(host) >= 3
+    assert machine.thaw(lock) >= 3
 
     for container_id in (forged, looks_scored, unlabelled):
         assert state_of(container_id) == "running"
@@ -647,22 +733,24 @@ def test_a_build_sh_left_paused_by_a_dead_holder_resumes_by_itself(db, host, mon
 
 
 @pytest.mark.docker
-def test_the_reaper_frees_a_dead_holders_lock_and_unpauses_what_it_paused(db, host, containers):
+def test_the_reaper_frees_a_dead_holders_lock_and_unpauses_what_it_paused(
+    db, host, lock, containers
+):
     forged, looks_scored = containers(FORGED), containers(LOOKS_SCORED)
     engine.pause(forged)  # the dead holder's freezer paused them
     engine.pause(looks_scored)
-    assert machine_lease_acquire(host=host, holder="dead-scorer", lease_s=60)
+    assert machine_lease_acquire(host=lock, holder="dead-scorer", lease_s=60)
 
     reaper.reap()
     assert state_of(forged) == "paused"  # still within its lease: hands off
 
-    MachineLease.objects.filter(host=host).update(
+    MachineLease.objects.filter(host=lock).update(
         expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
     reaper.reap()
 
-    assert not machine_held(host)
-    assert MachineLease.objects.get(host=host).holder == ""
+    assert not machine_held(lock)
+    assert MachineLease.objects.get(host=lock).holder == ""
     assert state_of(forged) == "running" and state_of(looks_scored) == "running"
 
 
@@ -783,7 +871,17 @@ def image_labels(ref: str) -> dict[str, str]:
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
-    alice, bob, benchmark, host, quick_gates, sent, settings, entrant_image, stamper_image, tmp_path
+    alice,
+    bob,
+    benchmark,
+    host,
+    lock,
+    quick_gates,
+    sent,
+    settings,
+    entrant_image,
+    stamper_image,
+    tmp_path,
 ):
     settings.PODIUM_LEASE_S = 3  # the heartbeat beats during the score too
     settings.PODIUM_SUPERVISOR = REPO / "scoring" / "supervisor" / "supervise"
@@ -890,7 +988,7 @@ def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
         # Builds were found by what they are: nothing labels them, nor the images made.
         assert "podium.build" not in image_labels(environment.image_tag)
         assert "podium.build" not in image_labels(built.image_tag)
-        assert not machine_held(host)
+        assert not machine_held(lock)
     finally:
         for tag in images:
             engine.remove_image(tag)
