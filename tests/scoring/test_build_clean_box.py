@@ -258,14 +258,14 @@ def test_a_deep_path_writer_is_stopped_within_5_percent_of_the_cap(
     monkeypatch.setattr(buildbox, "layer_bytes", counted)
     name = "d" * 100
     # 40 directories of 101 characters: a 4,040-character path (one more and the storage
-    # driver refuses the name). 28 MiB at once, then 128 KiB every quarter second
+    # driver refuses the name). 31 MiB at once, then 128 KiB every quarter second
     # (0.5 MiB/s), each total printed once it is on disk.
     writer = (
         "RUN set -e; "
         f"for i in $(seq 40); do mkdir {name}; cd {name}; done; "
-        "dd if=/dev/urandom of=base bs=1M count=28 2>/dev/null; sync; n=0; "
+        "dd if=/dev/urandom of=base bs=1M count=31 2>/dev/null; sync; n=0; "
         "while :; do dd if=/dev/urandom of=f$n bs=128k count=1 2>/dev/null; sync; "
-        "n=$((n+1)); echo WROTE $((28 * 1024 + n * 128)) KiB; sleep 0.25; done"
+        "n=$((n+1)); echo WROTE $((31 * 1024 + n * 128)) KiB; sleep 0.25; done"
     )
     environment = new_environment(alice, benchmark, f"FROM {BASE}\n{writer}\n")
 
