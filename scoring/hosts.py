@@ -48,7 +48,10 @@ BUILDS_QUEUE = "builds"
 GPU_LIST_TIMEOUT_S = 10
 # nvidia-smi -L: "GPU 0: NVIDIA H200 (UUID: GPU-5d0e...)"; its MIG device lines are skipped.
 GPU_LINE = re.compile(r"GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)")
-# How often the heartbeat records the engine's disk use (``docker system df``) on the row.
+# How often the heartbeat collects what dead workers left on this host's engine
+# (``reaper.collect_leftovers``) and records the engine's disk use (``docker system df``)
+# on the row. The minute reaper runs on the builds side and so collects on its own
+# engine; a scoring host with an engine of its own is kept clean by this.
 DISK_REPORT_S = 600.0
 
 
@@ -297,17 +300,21 @@ class HostHeartbeat(threading.Thread):
                 if first and self.on_registered is not None:
                     self.on_registered()
                 self._report_disk(force=True)  # after what the start collected
-            else:
-                self._report_disk()
+            elif self._disk_due():
+                reaper.collect_leftovers()  # never raises
+                self._report_disk(force=True)
         except HostRefused:
             pass  # register() said why, in one line; the next beat tries again
         except Exception:
             # Whatever failed, the thread must live on: a silent host is taken offline.
             log.exception("scoring host: heartbeat failed")
 
+    def _disk_due(self) -> bool:
+        return time.monotonic() - self._disk_at >= DISK_REPORT_S
+
     def _report_disk(self, force: bool = False) -> None:
         """Record the engine's disk use at registration and every ``DISK_REPORT_S``."""
-        if force or time.monotonic() - self._disk_at >= DISK_REPORT_S:
+        if force or self._disk_due():
             record_disk(scoring_host())
             self._disk_at = time.monotonic()
 

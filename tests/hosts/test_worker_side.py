@@ -229,6 +229,32 @@ def test_register_and_a_heartbeat_write_the_row(machine):
 
 
 @pytest.mark.django_db
+def test_every_disk_report_the_heartbeat_first_collects_what_dead_workers_left(
+    machine, monkeypatch
+):
+    collected: list[bool] = []
+    reported: list[str] = []
+    monkeypatch.setattr(hosts.reaper, "collect_leftovers", lambda: collected.append(True))
+
+    def record_disk(name: str) -> dict[str, object]:
+        reported.append(name)
+        return {}
+
+    monkeypatch.setattr(hosts, "record_disk", record_disk)
+    beat = hosts.HostHeartbeat(interval_s=30)
+    beat.beat()  # registers and reports (on_worker_ready collects at the start)
+    assert (collected, reported) == ([], ["alpha"])
+
+    beat.beat()  # a plain heartbeat: nothing due
+    assert (collected, reported) == ([], ["alpha"])
+
+    beat._disk_at -= hosts.DISK_REPORT_S  # ten minutes on
+    beat.beat()
+
+    assert (collected, reported) == ([True], ["alpha", "alpha"])
+
+
+@pytest.mark.django_db
 def test_a_host_whose_row_is_gone_registers_again(machine):
     beat = hosts.HostHeartbeat(interval_s=30)
     beat.beat()
