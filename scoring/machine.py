@@ -46,6 +46,7 @@ and :func:`frozen_seconds`.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import os
 import re
@@ -112,15 +113,26 @@ def scoring_host() -> str:
 
 @cache
 def _engine_id() -> str:
-    found = str(engine.info().get("ID") or "")
+    """The engine's identity: its ID, with its machine's name and its data root.
+
+    The ID alone is not enough: an engine of this generation derives it from its
+    configuration folder's key, so two engines on one machine (a second ``dockerd``
+    with a data root of its own) report the same ID, and so do machines cloned from one
+    disk image. Together with the machine's name and the data root (``docker info``'s
+    ``Name`` and ``DockerRootDir``) it names one engine; every client of one engine
+    still reads the same three.
+    """
+    info = engine.info()
+    found = str(info.get("ID") or "")
     if not found:
         raise engine.EngineError("the engine reported no ID")
-    return found
+    parts = (found, str(info.get("Name") or ""), str(info.get("DockerRootDir") or ""))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def machine_key() -> str:
-    """The machine lock's key: ``engine:`` and the ID of the engine this worker drives
-    (``docker info``), asked once per process.
+    """The machine lock's key: ``engine:`` and the identity of the engine this worker
+    drives (:func:`_engine_id`, from ``docker info``), asked once per process.
 
     A score freezes every container of its engine, so the engine is what it must hold
     alone: however many host names are registered on one engine, they share this one

@@ -470,7 +470,7 @@ def test_two_host_names_on_the_real_engine_share_its_lock_and_its_freeze(
             pytest.fail("a second host name on the same engine scored beside the first")
         machine.reap()
         assert state_of(build) == "paused"  # neither its lock nor its reaper thawed it
-        assert session.heartbeat.lock == "engine:" + str(engine.info()["ID"])
+        assert session.heartbeat.lock == machine.machine_key()
 
     assert waited == ["another score is using it"]
     assert state_of(build) == "running"
@@ -992,3 +992,23 @@ def test_two_builds_and_a_score_together_no_build_runs_while_the_entrant_does(
     finally:
         for tag in images:
             engine.remove_image(tag)
+
+
+def test_two_engines_that_report_one_id_get_two_locks(monkeypatch):
+    """An engine of this generation derives its ID from its configuration folder's key:
+    a second dockerd on one machine, or a machine cloned from one disk image, reports
+    the same ID. The lock tells them apart by machine and data root too."""
+
+    def engine_reporting(name: str, root: str) -> str:
+        info = {"ID": "TROU:JR6G", "Name": name, "DockerRootDir": root}
+        monkeypatch.setattr(engine, "info", lambda: info)
+        machine._engine_id.cache_clear()
+        return machine.machine_key()
+
+    try:
+        first = engine_reporting("vm", "/var/lib/docker")
+        assert engine_reporting("vm", "/var/lib/docker") == first  # every client of it
+        assert engine_reporting("vm", "/tmp/engine2/data") != first  # a second dockerd
+        assert engine_reporting("vm-clone", "/var/lib/docker") != first  # a cloned machine
+    finally:
+        machine._engine_id.cache_clear()
