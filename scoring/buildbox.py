@@ -26,8 +26,13 @@ A build (an environment's Dockerfile or a submission's build.sh) runs entrant co
     directory to measure, so the size counts as over the cap and the step is stopped.
 
   A size that cannot be measured is never taken as zero: the step is stopped as over
-  the cap. The cap is checked, not enforced by the kernel: a step can overshoot it by
-  what it writes in one :data:`GUARD_PERIOD_S` (plus one measurement);
+  the cap. For RUN steps the cap is checked, not enforced by the kernel: a step can
+  overshoot it by what it writes in one :data:`GUARD_PERIOD_S` (plus one measurement).
+  build.sh's container is made by Podium, so it also gets the kernel's quota where the
+  storage driver keeps one (``--storage-opt size``: overlay2 on XFS mounted with
+  ``pquota``, btrfs, zfs): :meth:`Box.create_container` asks for it and, on an engine
+  whose driver refuses the option, makes the container without it (the guard alone
+  then holds the cap). The build log says which;
 - **no GPU**: build.sh's container runs with the plain runtime (``runc``) and
   ``NVIDIA_VISIBLE_DEVICES=void`` (``engine.BuildBounds.host_config``), whatever the
   engine's default runtime and the image's ENV. The build API has no runtime option and
@@ -68,8 +73,15 @@ from scoring import buildnet, engine
 
 log = logging.getLogger(__name__)
 
+# The engines (by ``docker info`` ID) whose storage driver refused a size quota: asked
+# once per worker process, never again.
+_NO_SIZE_QUOTA: set[str] = set()
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GUARD_PERIOD_S = 1.0
+# A layer within this of its kernel quota is taken as full (the quota counts blocks,
+# with the filesystem's own rounding).
+QUOTA_SLACK_BYTES = 1 << 20
 # The live rules are checked again this often while a build runs.
 RECHECK_PERIOD_S = 10.0
 _JOB = re.compile(r"[a-z]+-\d+")
@@ -367,9 +379,43 @@ class Box:
     disk_cap_bytes: int
     cgroup: Cgroup
     guard: Guard
+    kernel_quota: bool = False  # the last container made holds a kernel size quota
 
-    def explain(self, *, exit_code: int | None) -> str:
-        """A sentence on which bound ended a failed step, or "" when none did."""
+    def create_container(self, **spec: Any) -> str:
+        """Create a container of this build (``engine.create_container``'s ``spec`` plus
+        :attr:`bounds`), with the storage driver's size quota of :attr:`disk_cap_bytes`
+        where the engine keeps one; :attr:`kernel_quota` tells whether it does."""
+        spec = {**spec, **self.bounds.host_config()}
+        engine_id = str(engine.info().get("ID", ""))
+        if engine_id not in _NO_SIZE_QUOTA:
+            try:
+                container_id = engine.create_container(
+                    storage_opt={"size": str(self.disk_cap_bytes)}, **spec
+                )
+            except engine.EngineError as exc:
+                if not engine.refuses_size_quota(exc):
+                    raise
+                log.info("the engine keeps no size quota per container: %s", exc)
+                _NO_SIZE_QUOTA.add(engine_id)
+            else:
+                self.kernel_quota = True
+                return container_id
+        self.kernel_quota = False
+        return engine.create_container(**spec)
+
+    def cap_note(self) -> str:
+        """How the disk cap is held, for the build log."""
+        how = (
+            "the kernel's quota on this container, and a check every second"
+            if self.kernel_quota
+            else "a check every second (this host's storage driver keeps no quota)"
+        )
+        return f"Disk cap {self.disk_cap_bytes:,} bytes, held by {how}\n"
+
+    def explain(self, *, exit_code: int | None, container_id: str = "") -> str:
+        """A sentence on which bound ended a failed step, or "" when none did.
+        ``container_id``: the failed container, still there, whose kernel quota (if it
+        held one) may be what failed it."""
         if self.guard.gpu_killed:
             return (
                 "A build step was stopped because it would have run with the host's GPUs "
@@ -386,6 +432,11 @@ class Box:
                 f"A build step wrote more than {self.disk_cap_bytes:,} bytes to disk, the "
                 "cap, and was stopped."
             )
+        if self.kernel_quota and container_id and self._filled(container_id):
+            return (
+                f"The build filled its disk cap of {self.disk_cap_bytes:,} bytes: writes "
+                "past it were refused (No space left on device)."
+            )
         if self.cgroup.reached_limit():
             return (
                 f"The build reached its limit of {self.bounds.pids_limit:,} processes "
@@ -397,6 +448,15 @@ class Box:
                 f"{self.bounds.memory_bytes:,} bytes of memory."
             )
         return ""
+
+    def _filled(self, container_id: str) -> bool:
+        """Whether the container's layer came within :data:`QUOTA_SLACK_BYTES` of its
+        quota (a size that cannot be measured tells nothing, and nothing is claimed)."""
+        try:
+            written = writable_layer_bytes(engine.inspect_container(container_id))
+        except engine.EngineError:
+            return False
+        return written is not None and written >= self.disk_cap_bytes - QUOTA_SLACK_BYTES
 
 
 def job_name(kind: str, pk: int) -> str:

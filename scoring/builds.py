@@ -611,7 +611,7 @@ def _build_submission_image(
     with buildbox.sandbox(
         job=buildbox.job_name("sub", submission.pk), disk_cap_bytes=benchmark.max_image_bytes
     ) as box:
-        container_id = engine.create_container(
+        container_id = box.create_container(
             image=environment_tag,
             command=[SHELL, "-c", BUILD_SCRIPT],
             entrypoint=[],  # the environment's ENTRYPOINT must not wrap build.sh
@@ -622,8 +622,8 @@ def _build_submission_image(
             security_opt=["no-new-privileges"],
             healthcheck={"test": ["NONE"]},  # no image's HEALTHCHECK beside build.sh
             log_config={"type": "json-file", "config": {"max-size": "10m"}},
-            **box.bounds.host_config(),
         )
+        build_log.write(box.cap_note())
         try:
             return _run_build_script(submission, container_id, folder, build_log, box, host)
         finally:
@@ -665,7 +665,7 @@ def _run_build_script(
     if box.guard.unfiltered:
         raise buildnet.NotEnforced(box.guard.unfiltered)
     if exit_code != 0:
-        bound = box.explain(exit_code=exit_code)
+        bound = box.explain(exit_code=exit_code, container_id=container_id)
         raise _EntrantFailure(
             f"build.sh exited with status {exit_code}; see the build log. {bound}".strip()
         )

@@ -463,7 +463,7 @@ def create_container(**spec: Any) -> str:
     Keys understood: image, command, entrypoint, user, working_dir, environment,
     network_mode, labels, healthcheck, and any host-config keyword (read_only, mounts, binds,
     tmpfs, cap_drop, security_opt, pids_limit, mem_limit, memswap_limit, log_config,
-    device_requests, nano_cpus, init).
+    device_requests, nano_cpus, init, storage_opt).
     """
     container_kw = {
         key: spec.pop(key)
@@ -534,6 +534,14 @@ def cgroup_parent(container_id: str) -> str:
     """The cgroup parent the container was created under ("" for the engine's default)."""
     data = _wrap(lambda: client().api.inspect_container(container_id))
     return str((data.get("HostConfig") or {}).get("CgroupParent") or "")
+
+
+def refuses_size_quota(exc: EngineError) -> bool:
+    """Whether a create failed only because the engine's storage driver keeps no size
+    quota per container (``--storage-opt size``): overlay2 off XFS with project quotas,
+    fuse-overlayfs, vfs and the like answer so."""
+    text = str(exc).lower()
+    return "storage-opt" in text and "support" in text
 
 
 def inspect_container(container_id: str) -> dict[str, Any]:

@@ -182,6 +182,101 @@ def test_a_known_size_under_the_cap_is_not_walked(
     assert sandbox.explain(exit_code=1) == ""
 
 
+# The kernel's quota, where the storage driver keeps one ------------------------------------
+
+
+class QuotaEngine:
+    """An engine whose storage driver keeps a size quota per container, or refuses it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, keeps_quota: bool) -> None:
+        self.keeps_quota = keeps_quota
+        self.created: list[dict[str, Any]] = []
+        self.upper: Path | None = None
+        monkeypatch.setattr(buildbox, "_NO_SIZE_QUOTA", set())
+        monkeypatch.setattr(engine, "info", lambda: {"ID": "engine-1"})
+        monkeypatch.setattr(engine, "create_container", self.create_container)
+        monkeypatch.setattr(
+            engine,
+            "inspect_container",
+            lambda cid: {"GraphDriver": {"Data": {"UpperDir": str(self.upper)}}},
+        )
+
+    def create_container(self, **spec: Any) -> str:
+        if "storage_opt" in spec and not self.keeps_quota:
+            # What overlay2 off XFS-with-pquota answers.
+            raise engine.EngineError(
+                '500 Server Error: Internal Server Error ("--storage-opt is supported only '
+                "for overlay over xfs with 'pquota' mount option\")"
+            )
+        self.created.append(spec)
+        return f"c{len(self.created)}"
+
+
+def test_build_sh_gets_the_kernels_size_quota_where_the_driver_keeps_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = QuotaEngine(monkeypatch, keeps_quota=True)
+    sandbox = box(32 * MIB)
+
+    container_id = sandbox.create_container(image=BASE, command=["true"])
+
+    assert fake.created[0]["storage_opt"] == {"size": str(32 * MIB)}
+    assert fake.created[0]["runtime"] == "runc"  # the bounds come along
+    assert sandbox.kernel_quota
+    assert "the kernel's quota" in sandbox.cap_note()
+    # build.sh failed on a full layer: the entrant is told it was the cap.
+    fake.upper = tmp_path
+    (tmp_path / "blob").write_bytes(os.urandom(32 * MIB - 4096))
+    assert sandbox.explain(exit_code=1, container_id=container_id) == (
+        f"The build filled its disk cap of {32 * MIB:,} bytes: writes past it were refused "
+        "(No space left on device)."
+    )
+    (tmp_path / "blob").write_bytes(os.urandom(MIB))
+    assert sandbox.explain(exit_code=1, container_id=container_id) == ""  # its own failure
+
+
+def test_where_the_driver_refuses_a_quota_the_guard_alone_holds_the_cap_and_it_is_asked_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = QuotaEngine(monkeypatch, keeps_quota=False)
+    sandbox = box(32 * MIB)
+
+    sandbox.create_container(image=BASE, command=["true"])
+    sandbox.create_container(image=BASE, command=["true"])
+
+    assert [("storage_opt" in spec) for spec in fake.created] == [False, False]
+    assert not sandbox.kernel_quota
+    assert "keeps no quota" in sandbox.cap_note()
+    assert sandbox.explain(exit_code=1, container_id="c1") == ""
+
+
+def test_any_other_create_failure_is_not_taken_for_a_missing_quota(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    QuotaEngine(monkeypatch, keeps_quota=True)
+
+    def broken(**spec: Any) -> str:
+        raise engine.EngineError("500 Server Error: no such image")
+
+    monkeypatch.setattr(engine, "create_container", broken)
+    with pytest.raises(engine.EngineError, match="no such image"):
+        box(MIB).create_container(image=BASE, command=["true"])
+    assert not buildbox._NO_SIZE_QUOTA
+
+
+@pytest.mark.docker
+def test_this_engines_answer_to_a_size_quota_is_understood() -> None:
+    """The real engine either keeps the quota or refuses it in words Podium recognises."""
+    try:
+        container_id = engine.create_container(
+            image=BASE, command=["true"], storage_opt={"size": str(32 * MIB)}
+        )
+    except engine.EngineError as exc:
+        assert engine.refuses_size_quota(exc), str(exc)
+    else:
+        engine.remove_container(container_id)
+
+
 # No GPU ------------------------------------------------------------------------------------
 
 
