@@ -249,6 +249,9 @@ class Session:
     readings: dict[str, Any]
     heartbeat: Heartbeat = field(repr=False)
     freezer: BuildFreezer | None = field(default=None, repr=False)
+    # How long taking the machine took, by phase ("lock", "freeze", "gates"), in ms; the
+    # claim adds its own ("calibration", "claim") and the run keeps them in overhead_ms.
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
     def spare(self, container_id: str) -> None:
         """Keep the scored container running: call after creating it, before starting it
@@ -265,6 +268,20 @@ class Session:
             lease_s=self.heartbeat.lease_s,
             run_id=run_id,
         )
+
+
+class Phases:
+    """Times consecutive phases: :meth:`done` closes the phase that began at the last
+    call (or at creation) under ``name``, in milliseconds, in :attr:`ms`."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._since = time.perf_counter_ns()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter_ns()
+        self.ms[name] = round((now - self._since) / 1e6, 3)
+        self._since = now
 
 
 def _holder_name() -> str:
@@ -401,9 +418,11 @@ def hold(
         raise MachineWaiting("engine") from exc
     holder = _holder_name()
     lease_s = float(settings.PODIUM_LEASE_S)
+    phases = Phases()
     if not _acquire(lock, holder, lease_s, float(settings.PODIUM_LOCK_WAIT_S)):
         reschedule("another score is using it")
         raise MachineWaiting("busy")
+    phases.done("lock")
     heartbeat = Heartbeat(lock=lock, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
     heartbeat.start()
     freezer = BuildFreezer(lock)
@@ -415,9 +434,11 @@ def hold(
         except engine.EngineError as exc:
             log.error("could not freeze the containers of %s: %s", host, exc)
             failed = [gates.probe_failed("build_freezer", type(exc).__name__)]
+        phases.done("freeze")
         if not failed:
             readings = measure(limits(), host)
             failed = gates.failing(readings)
+            phases.done("gates")
         if not failed:
             log.info(
                 "machine %s (%s) held by %s (%d containers paused)",
@@ -426,7 +447,7 @@ def hold(
                 holder,
                 len(freezer.paused),
             )
-            yield Session(host, holder, gates.as_json(readings), heartbeat, freezer)
+            yield Session(host, holder, gates.as_json(readings), heartbeat, freezer, phases.ms)
     finally:
         heartbeat.stop()
         try:

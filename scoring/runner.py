@@ -52,6 +52,7 @@ from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     WAITING_FOR_SCORE,
     official_run,
+    run_add_overhead,
     run_claim,
     run_claim_next,
     run_mark_running,
@@ -538,24 +539,31 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     lease_s = int(settings.PODIUM_LEASE_S)
     try:
         with machine_lock.hold(reschedule=reschedule) as session:
+            phases = machine_lock.Phases()
             if not calibration.keep_calibrated(session):
                 log.info("host %s was drained by its calibration: the wake-up goes back", host)
                 score_wake(hardware_class=hardware_class, countdown=settings.PODIUM_DRAIN_REQUEUE_S)
                 return
+            phases.done("calibration")
             run = run_claim_next(hardware_class=hardware_class, lease_s=lease_s, host=host)
             if run is None:
                 return
+            phases.done("claim")
             session.attach(int(run.pk))
-            execute(
+            measured = execute(
                 run,
                 run.submission,
                 lease_s=lease_s,
                 readings=session.readings,
                 host=session.host,
                 spare=session.spare,
+                phases_ms=session.phases_ms | phases.ms,
             )
     except machine_lock.MachineWaiting as waiting:
         log.info("class %s waits for host %s: %s", hardware_class, host, waiting)
+        return
+    if measured.published_ns is not None:  # cleaning up and giving the machine back
+        run_add_overhead(int(run.pk), release=_elapsed_ms(measured.published_ns))
 
 
 def _wake_later(hardware_class: str, waits: int, reason: str) -> None:
@@ -592,6 +600,7 @@ class Measured:
     host_start_ns: int | None = None
     host_end_ns: int | None = None
     gpu: dict[str, Any] | None = None  # the GPU meter's readings, on a GPU class only
+    published_ns: int | None = None  # perf_counter_ns when the verdict was recorded
 
     def fields(self) -> dict[str, Any]:
         known = {
@@ -905,11 +914,14 @@ def execute(
     readings: dict[str, Any],
     host: str = "",
     spare: Callable[[str], None] | None = None,
-) -> None:
-    """One claimed run through the stages, settled exactly once (see the module doc)."""
+    phases_ms: dict[str, float] | None = None,
+) -> Measured:
+    """One claimed run through the stages, settled exactly once (see the module doc).
+    ``phases_ms``: how long taking the machine and claiming the run took (kept with the
+    run's overhead). What it measured is returned."""
     run_id = int(run.pk)
     benchmark = submission.benchmark
-    measured = Measured()
+    measured = Measured(overhead_ms=dict(phases_ms or {}))
     staged: StagedRun | None = None
     container: Container | None = None
     image: Image | None = None
@@ -928,7 +940,7 @@ def execute(
             readings=readings,
         ):
             log.warning("run %s was settled by someone else before it started", run_id)
-            return
+            return measured
         step = "running the container"
         supervised = supervise(container, benchmark, measured)
         step = "reading the supervisor's result"
@@ -938,6 +950,7 @@ def execute(
             result if isinstance(result, Outcome) else judge(result, staged, benchmark, measured)
         )
         publish(run, outcome, measured)
+        measured.published_ns = time.perf_counter_ns()
     except (
         engine.EngineError,
         staging.StagingError,
@@ -973,3 +986,4 @@ def execute(
             registry.discard(image.ref)  # the build host and the registry keep it
         if staged is not None:
             staging.unstage(staged)
+    return measured

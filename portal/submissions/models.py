@@ -226,7 +226,10 @@ class Run(models.Model):
     # The meter: the scored container's cgroup, read after its tree was reaped (see
     # scoring.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
     resources = models.JSONField(default=dict, blank=True)
-    overhead_ms = models.JSONField(default=dict, blank=True)  # staging, create, compare
+    # Where the host's time went, ms by phase: taking the machine (lock, freeze, gates,
+    # calibration, claim), the run off the clock (pull, staging, create, collect,
+    # compare) and giving it back (release).
+    overhead_ms = models.JSONField(default=dict, blank=True)
     # A verification run's decision (rules.verification_decision), for staff: "confirmed
     # (1 of 3): ...", "timing miss (1 of 3), re-measuring: ...", "rejected (3 of 3): ...".
     verification_note = models.TextField(blank=True)

@@ -605,6 +605,16 @@ def run_record_verdict(*, run_id: int, status: str, reason: str, **fields: Any) 
         return True
 
 
+def run_add_overhead(run_id: int, **phases_ms: float) -> None:
+    """Add phases (milliseconds) to a run's host overhead: what a host measured after
+    the run's record was written (cleaning up and giving the machine back)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is not None:
+            run.overhead_ms = {**run.overhead_ms, **phases_ms}
+            run.save(update_fields=["overhead_ms"])
+
+
 def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool:
     """A platform fault: requeue once; a second fault in a row ends it ``infra_failed``.
 

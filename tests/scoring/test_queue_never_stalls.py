@@ -234,3 +234,32 @@ def test_the_sweep_runs_every_minute_on_the_builds_queue():
     ]
     assert beat == [{"task": "scoring.score_sweep", "schedule": 60.0}]
     assert settings.CELERY_TASK_ROUTES["scoring.score_sweep"] == {"queue": "builds"}
+
+
+# Where a host's time goes -------------------------------------------------------------
+
+
+def test_a_scored_run_keeps_how_long_each_phase_of_its_host_took(
+    alice, benchmark, monkeypatch, wakes, committed
+):
+    """Staff (and bench/fleet.py) read from the run where its host spent the time, from
+    taking the machine to giving it back."""
+    FakeEngine().install(monkeypatch)
+    benchmark.cohort_size = benchmark.pass_min_matches = 10
+    benchmark.save()
+    make_cohort(benchmark, [7] * 10)
+    queued = make_submission(alice, benchmark)
+
+    committed(runner.score_next, benchmark.hardware_class)
+
+    run = the_run(queued)
+    assert run.status == Run.FINISHED
+    before_claim = ("lock", "freeze", "gates", "calibration", "claim")
+    in_run = ("staging", "create", "collect", "compare")
+    assert set(before_claim + in_run + ("release",)) <= set(run.overhead_ms)
+    assert all(run.overhead_ms[key] >= 0 for key in run.overhead_ms)
+    # Everything before the claim happened before the run's record was made, and the
+    # phases of the run fit between its claim and its verdict.
+    assert run.finished_at is not None
+    span_ms = (run.finished_at - run.created_at).total_seconds() * 1e3
+    assert sum(run.overhead_ms[key] for key in in_run) <= span_ms
