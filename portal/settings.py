@@ -351,14 +351,16 @@ PODIUM_SCORING_CPUS = env.str("PODIUM_SCORING_CPUS", default="auto")
 # registers its host under PODIUM_HOST_NAME, for benchmarks of PODIUM_HARDWARE_CLASS (a
 # benchmark's hardware_class), with its machine's facts, then heartbeats every
 # PODIUM_HOST_HEARTBEAT_S; a host whose last heartbeat is older than PODIUM_HOST_STALE_S
-# is offline. The host name is also its machine lock's (scoring/machine.py): "" means the
-# Docker Engine's own name, which every worker talking to that engine sees alike (in
-# compose, the builds and scoring services have different container hostnames but share
-# the host's engine, and builds must see the lock of the scores on their engine).
+# is offline. "" names the host after its Docker Engine, which every worker talking to
+# that engine sees alike (the machine lock is the engine's own in any case, see
+# scoring/machine.py). A scoring worker takes no work until its host has registered and
+# finished its first calibration, for at most PODIUM_HOST_READY_WAIT_S (then it takes
+# work anyway, and a run waits for the machine as for any other holder).
 PODIUM_HOST_NAME = env.str("PODIUM_HOST_NAME", default="")
 PODIUM_HARDWARE_CLASS = env.str("PODIUM_HARDWARE_CLASS", default=f"cpu-{platform.machine()}")
 PODIUM_HOST_HEARTBEAT_S = env.int("PODIUM_HOST_HEARTBEAT_S", default=30)
 PODIUM_HOST_STALE_S = env.int("PODIUM_HOST_STALE_S", default=90)
+PODIUM_HOST_READY_WAIT_S = env.float("PODIUM_HOST_READY_WAIT_S", default=900.0)
 # Calibration (scoring/calibration.py): each host runs a fixed workload, timed as a scored
 # run, when its worker starts and again before claiming a run once PODIUM_CALIBRATE_EVERY_RUNS
 # runs or PODIUM_CALIBRATE_EVERY_S seconds passed (0: that rule off). A median more than

@@ -261,13 +261,14 @@ def record_disk(name: str) -> dict[str, Any]:
     return report
 
 
-def on_host_registered() -> None:
+def on_host_registered() -> threading.Thread | None:
     """What a scoring host does once its worker registered it: collect what dead workers
     left on its engine (``reaper.collect_leftovers``: calibration and slice containers,
-    pulled images), then calibrate (``calibration.start_at_registration``). Collection
-    comes first, so the calibration's own containers are never among what it removes."""
+    pulled images), then calibrate (``calibration.start_at_registration``; its thread is
+    returned, None when calibration is off). Collection comes first, so the calibration's
+    own containers are never among what it removes."""
     reaper.collect_leftovers()
-    calibration.start_at_registration()
+    return calibration.start_at_registration()
 
 
 class HostHeartbeat(threading.Thread):
@@ -288,6 +289,10 @@ class HostHeartbeat(threading.Thread):
             settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
         )
         self.registered = False
+        # Set once the first registration and ``on_registered`` are done; what that
+        # returned (the start's calibration thread) is kept in ``after_registration``.
+        self.started = threading.Event()
+        self.after_registration: object = None
         self._disk_at = -DISK_REPORT_S  # time.monotonic() of the last disk report
         self._stopping = threading.Event()
 
@@ -297,8 +302,12 @@ class HostHeartbeat(threading.Thread):
             if not self.registered or not host_heartbeat(scoring_host()):
                 register()
                 first, self.registered = not self.registered, True
-                if first and self.on_registered is not None:
-                    self.on_registered()
+                if first:
+                    try:
+                        if self.on_registered is not None:
+                            self.after_registration = self.on_registered()
+                    finally:
+                        self.started.set()
                 self._report_disk(force=True)  # after what the start collected
             elif self._disk_due():
                 reaper.collect_leftovers()  # never raises
@@ -328,6 +337,19 @@ class HostHeartbeat(threading.Thread):
                     return
         finally:
             connections.close_all()
+
+    def wait_started(self, timeout_s: float) -> bool:
+        """Wait until the host registered and what follows its registration finished
+        (its calibration at start, when ``on_registered`` returned that thread), for at
+        most ``timeout_s``; whether it did."""
+        deadline = time.monotonic() + timeout_s
+        if not self.started.wait(timeout_s):
+            return False
+        follow_up = self.after_registration
+        if isinstance(follow_up, threading.Thread):
+            follow_up.join(max(0.0, deadline - time.monotonic()))
+            return not follow_up.is_alive()
+        return True
 
     def stop(self) -> None:
         self._stopping.set()
@@ -396,7 +418,12 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
     """``celery.signals.worker_ready``: a worker that consumes a scoring queue starts the
     heartbeat thread (once per process), which registers the host, records its engine's
     disk use, collects what dead workers left on its engine and then has it calibrated
-    (:func:`on_host_registered`). Other workers (builds) do nothing."""
+    (:func:`on_host_registered`). Other workers (builds) do nothing.
+
+    It returns only once that is done (at most ``PODIUM_HOST_READY_WAIT_S``): the worker
+    sends the signal before its event loop starts, and the loop is what fetches messages,
+    so a host takes no wake-up before it is ready. Another host of the class takes it
+    meanwhile, and no run waits for a start's calibration."""
     global _heartbeat
     queue_names = _consumed_queues(sender)
     if not consumes_scoring(queue_names):
@@ -414,3 +441,10 @@ def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
         _heartbeat = HostHeartbeat()
         _heartbeat.on_registered = on_host_registered
         _heartbeat.start()
+    wait_s = float(settings.PODIUM_HOST_READY_WAIT_S)
+    if not _heartbeat.wait_started(wait_s):
+        log.warning(
+            "scoring host %s: not registered and calibrated after %g s; taking work anyway",
+            settings.PODIUM_HOST_NAME or "(the engine's name)",
+            wait_s,
+        )

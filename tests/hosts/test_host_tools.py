@@ -261,6 +261,9 @@ def worker_starts(monkeypatch, caplog) -> Any:
         def is_alive(self) -> bool:
             return True
 
+        def wait_started(self, timeout_s: float) -> bool:
+            return True
+
     monkeypatch.setattr(hosts, "HostHeartbeat", FakeHeartbeat)
     monkeypatch.setattr(hosts, "_heartbeat", None)
 

@@ -175,6 +175,9 @@ def started(monkeypatch) -> list[str]:
         def is_alive(self) -> bool:
             return True
 
+        def wait_started(self, timeout_s: float) -> bool:
+            return True
+
     monkeypatch.setattr(hosts, "HostHeartbeat", FakeHeartbeat)
     monkeypatch.setattr(hosts, "_heartbeat", None)
     return names
@@ -185,6 +188,59 @@ def test_a_scoring_worker_starts_one_heartbeat(started):
     hosts.on_worker_ready(sender=_sender("scoring"))
 
     assert started == ["started"]
+
+
+class StartingHost:
+    """A host's start whose calibration finishes when the test says so."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calibrated = threading.Event()
+        self.thread: threading.Thread | None = None
+        monkeypatch.setattr(hosts, "_heartbeat", None)
+        monkeypatch.setattr(hosts.HostHeartbeat, "run", self.run)
+        monkeypatch.setattr(hosts, "on_host_registered", self.on_registered)
+
+    @staticmethod
+    def run(heartbeat: hosts.HostHeartbeat) -> None:
+        """The first beat's part that matters here: registered, then its follow-up."""
+        assert heartbeat.on_registered is not None
+        heartbeat.after_registration = heartbeat.on_registered()
+        heartbeat.started.set()
+
+    def on_registered(self) -> threading.Thread:
+        self.thread = threading.Thread(target=self.calibrated.wait, daemon=True)
+        self.thread.start()
+        return self.thread
+
+
+def test_a_scoring_worker_is_ready_only_once_its_first_calibration_is_done(monkeypatch, settings):
+    """worker_ready comes before the worker's event loop fetches any message: while the
+    handler waits, no wake-up is taken by a host that is still calibrating."""
+    settings.PODIUM_HOST_READY_WAIT_S = 30
+    host = StartingHost(monkeypatch)
+    returned = threading.Event()
+
+    def start_worker() -> None:
+        hosts.on_worker_ready(sender=_sender("scoring"))
+        returned.set()
+
+    handler = threading.Thread(target=start_worker)
+    handler.start()
+
+    assert not returned.wait(0.5)  # still calibrating: the worker is not ready
+    host.calibrated.set()
+    assert returned.wait(5)  # done: ready at once
+    handler.join()
+
+
+def test_a_start_that_takes_too_long_is_said_and_the_worker_goes_on(monkeypatch, settings, caplog):
+    settings.PODIUM_HOST_READY_WAIT_S = 0.3
+    host = StartingHost(monkeypatch)
+
+    hosts.on_worker_ready(sender=_sender("scoring"))
+
+    assert "not registered and calibrated after 0.3 s" in caplog.text
+    host.calibrated.set()
 
 
 def test_a_build_worker_does_not_register(started):
