@@ -191,6 +191,17 @@ def writable_layer_bytes(details: dict[str, Any]) -> int | None:
         return None
 
 
+def _still_running(container_id: str) -> bool:
+    """Whether a build container is still running (or paused), asked again now: one whose
+    step ended between the listing and the measurement has no layer left to measure, and
+    no step is stopped for that."""
+    try:
+        state = engine.inspect_container(container_id).get("State") or {}
+    except engine.NoSuchObject:
+        return False
+    return bool(state.get("Running") or state.get("Paused"))
+
+
 def hands_gpus(details: dict[str, Any]) -> bool:
     """Whether a container's runtime would give it GPUs: a runtime other than the plain
     one, with an environment that asks the NVIDIA hook for devices (see the module
@@ -276,6 +287,8 @@ class Guard(threading.Thread):
             written = known if known is not None else writable_layer_bytes(details)
             if written is not None and written <= self.disk_cap_bytes:
                 continue
+            if written is None and not _still_running(container_id):
+                continue  # it ended since the listing (its layer went with it): it writes no more
             log.warning(
                 "build container %s wrote %s bytes, over the %d cap: killed",
                 container_id[:12],

@@ -111,9 +111,11 @@ class FakeEngine:
         parent: str = OURS,
         runtime: str = "runc",
         env: tuple[str, ...] = (),
+        running: bool = True,
     ) -> None:
         self.listed.append({"Id": container_id, **({} if size is None else {"SizeRw": size})})
         self.details[container_id] = {
+            "State": {"Running": running},
             "HostConfig": {"CgroupParent": parent, "Runtime": runtime},
             "Config": {"Env": list(env)},
             "GraphDriver": {"Data": {"UpperDir": str(upper)} if upper else {}},
@@ -144,6 +146,23 @@ def test_an_unknown_size_with_no_upper_dir_is_stopped_as_over_the_cap(
     assert sandbox.explain(exit_code=137) == (
         "A build step was stopped: how much it wrote to disk could not be measured, "
         f"so it counts as over the cap of {32 * MIB:,} bytes."
+    )
+
+
+def test_a_step_that_ended_between_the_listing_and_the_walk_is_not_stopped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A step that exits (its memory bound, or simply done) takes its layer with it: the
+    walk then finds no folder, and that is no reason to blame the disk cap."""
+    fake = FakeEngine(monkeypatch)
+    fake.add("ended", size=-1, upper=tmp_path / "gone", running=False)
+    sandbox = box(2 * MIB)
+
+    sandbox.guard._enforce_disk_cap()
+
+    assert fake.killed == []
+    assert sandbox.explain(exit_code=137) == (
+        f"A build step was killed, most likely for using more than its {MIB:,} bytes of memory."
     )
 
 
