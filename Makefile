@@ -56,12 +56,17 @@ host-packages-bench:
 lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy .
 
+# The Docker-free tests on every CPU (pytest-xdist), then the Docker, end-to-end and
+# serial tests one at a time: they time real containers, share the one engine, or
+# measure this machine's idle CPUs.
 pytest: install supervisor calibrate
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto -m "not docker and not e2e and not serial"
+	$(BIN)/pytest -m "docker or e2e or serial"
 	env -u DATABASE_URL $(BIN)/pytest tests/submissions/test_concurrent_charging.py
 
 $(BIN)/python:

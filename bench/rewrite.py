@@ -1,6 +1,6 @@
 """Benchmark: re-encoding demo images for a verification set (``scoring.rewrite``).
 
-A verification set (rules "Verification before ranking") holds every cohort JPEG
+A verification set (docs/rules.md, "Verification before ranking") holds every cohort JPEG
 re-encoded with a fresh imperceptible perturbation (``rewrite.rewrite_jpeg_data``),
 prepared ahead of need on a thread pool (``scoring.verifysets``, two threads per CPU
 like ``staging.threads_for``). Off the clock, but it holds a machine meanwhile, and the

@@ -13,8 +13,9 @@ EXIT_REFUSED = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
 
-# The API's machine codes (api.md) and what the entrant should read before the server's
-# own sentence; a trailing hint says what to do next where there is one thing to do.
+# The API's machine codes (docs/api.md, "Errors") and what the entrant should read before
+# the server's own sentence; a trailing hint says what to do next where there is one thing
+# to do.
 PREFIXES = {
     "not_authenticated": "Not signed in",
     "not_found": "Not found",

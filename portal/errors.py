@@ -1,6 +1,7 @@
 """Errors a service raises when it refuses a request; the API and the pages show them.
 
-Each carries the machine code of api.md and one sentence telling the entrant what to fix.
+Each carries its machine code and HTTP status (listed in docs/api.md, "Errors") and one
+sentence telling the entrant what to fix.
 """
 
 from __future__ import annotations

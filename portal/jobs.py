@@ -1,7 +1,7 @@
 """The web's only way to reach the worker side: enqueue a task by name after commit.
 
-``portal`` never imports ``scoring``; the queue for each task comes from
-``CELERY_TASK_ROUTES``.
+``portal`` never imports ``scoring``; the tasks' names come from ``portal.task_names``
+and the queue for each from ``CELERY_TASK_ROUTES``.
 """
 
 from __future__ import annotations
@@ -9,14 +9,28 @@ from __future__ import annotations
 from django.db import transaction
 
 from portal.celery import app
+from portal.task_names import (
+    BUILD_ENVIRONMENT,
+    BUILD_SUBMISSION,
+    REMOVE_IMAGE,
+    RUN_ROUND,
+    SCORE_NEXT,
+    SEND_VERDICT_MAIL,
+    VERIFICATION_POOL_FILL,
+)
 
-BUILD_ENVIRONMENT = "scoring.build_environment"
-BUILD_SUBMISSION = "scoring.build_submission"
-SCORE_NEXT = "scoring.score_next"
-REMOVE_IMAGE = "scoring.remove_image"
-VERIFICATION_POOL_FILL = "scoring.verification_pool_fill"  # on the builds side
-RUN_ROUND = "scoring.run_round"  # a campaign round, on a host of its class
-SEND_VERDICT_MAIL = "portal.notifications.send_verdict_mail"
+__all__ = [
+    "BUILD_ENVIRONMENT",
+    "BUILD_SUBMISSION",
+    "REMOVE_IMAGE",
+    "RUN_ROUND",
+    "SCORE_NEXT",
+    "SEND_VERDICT_MAIL",
+    "VERIFICATION_POOL_FILL",
+    "enqueue",
+    "score_priority",
+    "scoring_queue",
+]
 
 # Scoring priorities (0 first; a Redis broker keeps one list per step, see settings):
 # official scores, then verifications of passing official runs, then practice. The

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import environ
 
+from portal import task_names as _task_names
 from portal.checks import DEVELOPMENT_SECRET_KEY
 from portal.notifications.mailconfig import email_url_settings
 
@@ -241,29 +242,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ROUTES = {
-    "scoring.build_environment": {"queue": "builds"},
-    "scoring.build_submission": {"queue": "builds"},
-    # scoring.score_next goes to its class's queue, scoring.<hardware class> (portal.jobs).
-    "scoring.remove_image": {"queue": "builds"},
-    "scoring.reap": {"queue": "builds"},
-    "scoring.score_sweep": {"queue": "builds"},
-    # Verification cohorts are prepared on the builds side, never on a scoring host.
-    "scoring.verification_pool_fill": {"queue": "builds"},
-    "scoring.verification_pool_sweep": {"queue": "builds"},
-    "portal.campaigns.sweep": {"queue": "builds"},
-    # Verdict mail: never sent by a scoring host, which holds its machine while it records.
-    "portal.notifications.send_verdict_mail": {"queue": "builds"},
-}
-CELERY_BEAT_SCHEDULE = {
-    "reap": {"task": "scoring.reap", "schedule": 60.0},
-    # Classes whose runs wait with no wake-up in flight (a lost message) are woken again.
-    "score-sweep": {"task": "scoring.score_sweep", "schedule": 60.0},
-    # Campaign rounds: stale ones void, unclaimed ones wait for capacity, triggers fire.
-    "campaigns": {"task": "portal.campaigns.sweep", "schedule": 60.0},
-    # Each cohort verification may need keeps its pool of prepared sets full.
-    "verification-pool": {"task": "scoring.verification_pool_sweep", "schedule": 60.0},
-}
+CELERY_TASK_ROUTES = _task_names.ROUTES  # score_next and run_round: to their class's queue
+CELERY_BEAT_SCHEDULE = _task_names.BEAT
 CELERY_TASK_ALWAYS_EAGER = False
 
 # The default cache holds what every process must count together: the failed sign-in

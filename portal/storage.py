@@ -97,6 +97,8 @@ def upload_tmp_dir() -> Path:
 
 TAIL_BLOCK_BYTES = 64 * 1024
 TAIL_MAX_BYTES = 8 * 1024 * 1024
+# How many last lines of a build or run log the pages and the admin show.
+LOG_TAIL_LINES = 200
 
 
 def read_tail(

@@ -64,6 +64,7 @@ from typing import IO, cast
 from django.conf import settings
 
 from portal import storage
+from portal.contests import rules
 from portal.environments import dockerfile_policy
 from portal.environments.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.environments.models import Environment
@@ -93,7 +94,6 @@ log = logging.getLogger(__name__)
 BUILD_LOG = storage.BUILD_LOG
 CONTEXT_ARCHIVE = "context.archive"
 SHELL = "/bin/sh"
-RUN_PATH = "/submission/run"
 LOG_THREAD_GRACE_S = 10.0
 # How often build.sh's cap is re-checked (and the machine lock consulted).
 WAIT_SLICE_S = 1.0
@@ -738,11 +738,11 @@ def _check_run_entrypoint(container_id: str, build_log: CappedLog) -> None:
     run mounts its own folders over parts of the image and only ``/submission`` is the
     entrant's to rely on.
     """
-    stat = engine.path_stat(container_id, RUN_PATH)
+    stat = engine.path_stat(container_id, rules.RUN_ENTRYPOINT)
     if stat is None:
         raise _EntrantFailure("/submission/run is missing after build.sh.")
     mode = int(stat.get("mode", 0))
-    shown = RUN_PATH
+    shown = rules.RUN_ENTRYPOINT
     if mode & MODE_SYMLINK:
         target = posixpath.normpath(str(stat.get("linkTarget") or ""))
         if not target.startswith("/submission/"):

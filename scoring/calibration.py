@@ -1,5 +1,5 @@
 """Calibration: this host runs a fixed workload, timed exactly as a scored run, so that the
-hosts of a hardware class stay comparable (architecture "Past one machine").
+hosts of a hardware class stay comparable (docs/architecture.md, "Past one machine").
 
 The workload is ``scoring/calibrate/calibrate`` (a static C program built by ``make
 calibrate``; ``PODIUM_CALIBRATION_WORKLOAD``): about a second of one dependency chain of
@@ -48,6 +48,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.hosts.calibrations import calibration_record
 from portal.hosts.models import HostCalibration
@@ -138,7 +139,7 @@ def container_spec(
     spec["labels"] = {LABEL: host, machine.HOST_LABEL: host}
     spec["mounts"] = [
         *spec["mounts"],
-        {"Type": "bind", "Source": str(workload), "Target": runner.ENTRYPOINT, "ReadOnly": True},
+        {"Type": "bind", "Source": str(workload), "Target": rules.RUN_ENTRYPOINT, "ReadOnly": True},
     ]
     if cpus is not None:
         # Slowed on purpose (tests): a quota, and the lowest weight so that on a busy

@@ -1,6 +1,6 @@
 """The health gates' decisions (pure: no Django, no Docker, no files).
 
-Architecture "The scored run", step 2: before anything is staged, the scoring host must
+docs/architecture.md, "The scored run", step 2: before anything is staged, the scoring host must
 show the pinned software, enough free memory and disk, idle CPUs (measured after the
 builds are frozen) and, where a GPU is configured, an idle and cool GPU. Each gate
 returns a :class:`Reading`: whether it passed, the value it saw and one line saying

@@ -1,6 +1,7 @@
-"""Holding a scoring host (architecture steps 1 and 2): its machine lock (the lease rows of
-``portal.hosts.leases``), its build freezer (``scoring.freezer``) and its health gates
-(``scoring.health`` measures, ``scoring.gates`` decides).
+"""Holding a scoring host (docs/architecture.md, "The scored run", steps 1 and 2): its
+machine lock (the lease rows of ``portal.hosts.leases``), its build freezer
+(``scoring.freezer``) and its health gates (``scoring.health`` measures,
+``scoring.gates`` decides).
 
 One score at a time per scoring host (per Docker Engine), across any number of scoring
 worker processes:

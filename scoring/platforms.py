@@ -16,19 +16,11 @@ from __future__ import annotations
 import platform as host
 from typing import Any
 
+from portal.environments.dockerfile_policy import ARCH_ALIASES
 from scoring import engine
 
 # A registry that does not answer must not hold up a build for the client's 120 s.
 DISTRIBUTION_TIMEOUT_S = 15
-
-# uname -m and Go's GOARCH spellings -> Docker's.
-_ARCH_ALIASES = {
-    "x86_64": "amd64",
-    "x86-64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-}
 
 
 def docker_arch(platform: str) -> str:
@@ -38,7 +30,7 @@ def docker_arch(platform: str) -> str:
     alone is taken as it is. "" (the engine's default) stays ""."""
     parts = platform.strip().lower().split("/")
     arch = parts[1] if len(parts) >= 2 else parts[0]
-    return _ARCH_ALIASES.get(arch, arch)
+    return ARCH_ALIASES.get(arch, arch)
 
 
 def host_platform(machine: str | None = None) -> str:

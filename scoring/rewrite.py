@@ -1,6 +1,6 @@
 """Re-encoding JPEGs with an imperceptible perturbation for verification runs (pure).
 
-A verification run (rules "Verification before ranking") shows the entrant the same
+A verification run (docs/rules.md, "Verification before ranking") shows the entrant the same
 cohort members re-encoded, so that an answer looked up by anything exact about a file
 from the official run finds nothing. Each call draws a fresh re-encode from ``rng``:
 

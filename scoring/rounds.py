@@ -13,7 +13,7 @@ round's hardware class. In order:
    redelivered message does nothing) and heartbeat it while it runs (``round_heartbeat``).
 3. Stage the round's requests once: the cohort members at the round's positions, in
    order, cut into the round's contiguous slices (``rules.slice_bounds``). Each slice is
-   its own input folder with its own manifest (``staging.stage_items``: hard links
+   its own input folder with its own manifest (``staging.stage_items``: fresh copies
    checked against the frozen hashes, fresh names and request ids), so a slice's
    container sees that slice only.
 4. Run, in this order: a warm-up pass of the baseline (thrown away; kept as evidence),

@@ -1,7 +1,10 @@
-"""One timed, scored run of a submission (architecture "The scored run", steps 3 to 7).
+"""One timed, scored run of a submission (docs/architecture.md, "The scored run", steps
+3 to 7).
 
-:func:`score_submission` is what the Celery task ``scoring.score_submission`` calls. It
-claims the submission (a redelivered task finds nothing to claim and does nothing),
+:func:`score_next` is what the Celery task ``scoring.score_next`` (a class's wake-up)
+calls; it claims the next waiting run in the fair order and :func:`execute` scores it.
+:func:`score_submission` does the same for one named submission. Either claims with a
+conditional update (a redelivered task finds nothing to claim and does nothing); the run
 stages the cohort, creates the sandboxed container off the clock, starts it under the
 host's outer timer, reads the trusted supervisor's one result line, checks that the
 host interval contains the trusted one, and decides the verdict off the clock.
@@ -50,7 +53,6 @@ from portal.contests.models import Benchmark
 from portal.submissions.dispatch import next_waiting_id, wake_taken
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
-    WAITING_FOR_SCORE,
     official_run,
     run_add_overhead,
     run_claim,
@@ -80,7 +82,7 @@ from scoring.staging import StagedRun
 
 log = logging.getLogger(__name__)
 
-# Paths inside the scoring container (rules "The runtime ABI").
+# Paths inside the scoring container (docs/rules.md, "The runtime ABI").
 SUPERVISOR_PATH = "/podium/supervise"
 INPUT_DIR = "/contest/input"
 MANIFEST_PATH = f"{INPUT_DIR}/{staging.MANIFEST}"
@@ -90,7 +92,6 @@ SCRATCH_DIR = "/tmp"  # noqa: S108 - a path inside the container
 OUTPUT_DIR = "/contest/output"
 OUTPUT_PATH = f"{OUTPUT_DIR}/predictions.i32"
 LOG_DIR = "/contest/logs"
-ENTRYPOINT = "/submission/run"
 
 SHM_DIR = "/dev/shm"  # noqa: S108 - a path inside the container
 # The entrant's stdout/stderr files live on their own tmpfs: a log flood fills it and
@@ -195,11 +196,11 @@ def container_spec(
 ) -> dict[str, Any]:
     """The keyword arguments of ``engine.create_container`` for one scored run (pure).
 
-    The sandbox of rules "The runtime ABI": no network, read-only root filesystem and
-    inputs, the entrant as a non-root ``uid`` (``settings.PODIUM_RUN_UID`` by default)
-    with no capabilities and no privilege gain, bounded memory (no swap beyond it),
-    PIDs, tmpfs sizes and inode counts, no Docker socket, no host environment, no health
-    check, a capped container log. The trusted supervisor (a static binary, mounted
+    The sandbox of docs/rules.md, "The runtime ABI": no network, read-only root
+    filesystem and inputs, the entrant as a non-root ``uid`` (``settings.PODIUM_RUN_UID``
+    by default) with no capabilities and no privilege gain, bounded memory (no swap beyond
+    it), PIDs, tmpfs sizes and inode counts, no Docker socket, no host environment, no
+    health check, a capped container log. The trusted supervisor (a static binary, mounted
     read-only; not Docker's ``--init``) is PID 1 and runs ``/submission/run MANIFEST
     IMAGE_ROOT OUTPUT``.
 
@@ -266,7 +267,7 @@ def container_spec(
             "--entrant-user",
             f"{run_uid}:{run_uid}",
             "--",
-            ENTRYPOINT,
+            rules.RUN_ENTRYPOINT,
             MANIFEST_PATH,
             IMAGE_ROOT,
             OUTPUT_PATH,
@@ -412,7 +413,8 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
 
 @contextmanager
 def machine(submission: Submission, *, waits: int = 0) -> Iterator[machine_lock.Session]:
-    """The machine lock and the health gates (architecture steps 1 and 2).
+    """The machine lock and the health gates (docs/architecture.md, "The scored run",
+    steps 1 and 2).
 
     Takes the scoring host's exclusive lock (pausing builds), passes the gates and
     yields a session whose ``readings`` are stored on the run; releases the lock (and
@@ -475,7 +477,7 @@ def score_submission(submission_id: int, waits: int = 0) -> None:
     removed in every case.
     """
     submission = Submission.objects.select_related("benchmark").filter(pk=submission_id).first()
-    if submission is None or submission.status not in WAITING_FOR_SCORE:
+    if submission is None or submission.status not in Submission.WAITING_FOR_SCORE:
         return
     if waits != submission_machine_waits(submission_id):
         log.info("submission %s: stale score message (waits=%s) ignored", submission_id, waits)

@@ -1,7 +1,7 @@
 """Cohort staging: the per-run input folder that the scoring container sees read-only.
 
-Contract (architecture "The scored run", step 3; rules "The runtime ABI" and
-"Verification before ranking"):
+Contract (docs/architecture.md, "The scored run", step 3; docs/rules.md,
+"The runtime ABI" and "Verification before ranking"):
 
 - One fixed order per cohort: ``CohortItem.position``. Every scored run (official or
   practice) on a cohort sees its images in that order, so timings are comparable

@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
+from portal import task_names as names
 from portal.submissions import services
 from scoring import builds, engine, reaper, rounds, runner, verifysets
 from scoring.hosts import on_builds_worker_ready, on_worker_ready
@@ -20,54 +21,54 @@ worker_ready.connect(on_worker_ready, dispatch_uid="scoring.hosts.on_worker_read
 worker_ready.connect(on_builds_worker_ready, dispatch_uid="scoring.hosts.on_builds_worker_ready")
 
 
-@shared_task(name="scoring.build_environment")
+@shared_task(name=names.BUILD_ENVIRONMENT)
 def build_environment(environment_id: int) -> None:
     builds.build_environment(environment_id)
 
 
-@shared_task(name="scoring.build_submission")
+@shared_task(name=names.BUILD_SUBMISSION)
 def build_submission(submission_id: int) -> None:
     builds.build_submission(submission_id)
 
 
-@shared_task(name="scoring.score_next")
+@shared_task(name=names.SCORE_NEXT)
 def score_next(hardware_class: str, waits: int = 0) -> None:
     """A wake-up on the class queue: claim the next waiting run in the fair order, score it.
     ``waits``: how often a host had not been ready when this was sent (backoff)."""
     runner.score_next(hardware_class, waits)
 
 
-@shared_task(name="scoring.score_sweep")
+@shared_task(name=names.SCORE_SWEEP)
 def score_sweep() -> None:
     """Celery beat, every minute (on ``builds``): wake each class again whose runs wait
     with no wake-up in flight (``services.score_sweep``)."""
     services.score_sweep()
 
 
-@shared_task(name="scoring.verification_pool_fill")
+@shared_task(name=names.VERIFICATION_POOL_FILL)
 def verification_pool_fill(cohort_id: int) -> None:
     """On ``builds``: prepare verification sets of the cohort until its pool is full."""
     verifysets.fill(cohort_id)
 
 
-@shared_task(name="scoring.verification_pool_sweep")
+@shared_task(name=names.VERIFICATION_POOL_SWEEP)
 def verification_pool_sweep() -> None:
     """Celery beat, every minute (on ``builds``): stale sets out, every pool topped up."""
     verifysets.sweep()
 
 
-@shared_task(name="scoring.run_round")
+@shared_task(name=names.RUN_ROUND)
 def run_round(round_id: int) -> None:
     """A campaign round, on a host of its class (sent to ``jobs.scoring_queue(class)``):
     claim it, run every image over its slices, record the outcome (``scoring.rounds``)."""
     rounds.run_round(round_id)
 
 
-@shared_task(name="scoring.remove_image")
+@shared_task(name=names.REMOVE_IMAGE)
 def remove_image(image_tag: str) -> None:
     engine.remove_image(image_tag)
 
 
-@shared_task(name="scoring.reap")
+@shared_task(name=names.REAP)
 def reap() -> None:
     reaper.reap()

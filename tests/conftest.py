@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.contrib.staticfiles.handlers import StaticFilesHandler
@@ -169,6 +170,30 @@ def benchmark(db):
     return factories.BenchmarkFactory(
         opens_at=now - dt.timedelta(days=1), closes_at=now + dt.timedelta(days=10)
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache_of_this_process() -> Iterator[None]:
+    """``make test`` runs the Docker-free tests in several processes (pytest-xdist): each
+    gets a shared cache of its own (the next Redis database, or its own folder), so one
+    process emptying its cache between tests never empties another's mid-test."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        yield
+        return
+    from django.conf import settings
+    from django.test import override_settings
+
+    index = int(worker.removeprefix("gw"))
+    cache = dict(settings.CACHES["default"])
+    if "redis" in cache["BACKEND"].lower():
+        parts = urlsplit(cache["LOCATION"])
+        database = (int(parts.path.strip("/") or 0) + 1 + index) % 16
+        cache["LOCATION"] = urlunsplit(parts._replace(path=f"/{database}"))
+    else:
+        cache["LOCATION"] = f"{cache['LOCATION']}-{worker}"
+    with override_settings(CACHES={**settings.CACHES, "default": cache}):
+        yield
 
 
 @pytest.fixture(autouse=True)

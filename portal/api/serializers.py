@@ -1,4 +1,4 @@
-"""What the API reads from requests and renders in responses (api.md is the contract).
+"""What the API reads from requests and renders in responses (summarised in docs/api.md).
 
 Output serializers never reach reference classes, per-image results, staged names or a
 cohort manifest: a submission shows only aggregates of its latest run.
@@ -272,7 +272,7 @@ class QuotaKindSerializer(serializers.Serializer):
 
 
 class QuotaSerializer(QuotaKindSerializer):
-    """The official quota at the top level (api.md's names), both kinds nested."""
+    """The official quota at the top level (as docs/api.md names it), both kinds nested."""
 
     official = QuotaKindSerializer()
     practice = QuotaKindSerializer()

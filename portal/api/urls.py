@@ -1,4 +1,4 @@
-"""The API's routes, included at ``api/`` (api.md is the contract)."""
+"""The API's routes, included at ``api/`` (docs/api.md describes each one)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The REST API of api.md: tokens, benchmarks, practice cohort, and the docs page.
+"""The REST API (docs/api.md): tokens, benchmarks, practice cohort, and the docs page.
 
 Views are thin: parse, call one service or selector, render. Refusals come from the
 services as ``PodiumError``s, which ``portal.api.errors`` turns into ``{"code", "detail"}``.

@@ -9,10 +9,9 @@ from __future__ import annotations
 from celery import shared_task
 
 from portal.campaigns import services
+from portal.task_names import CAMPAIGNS_SWEEP
 
-SWEEP = "portal.campaigns.sweep"
 
-
-@shared_task(name=SWEEP)
+@shared_task(name=CAMPAIGNS_SWEEP)
 def sweep() -> None:
     services.campaigns_sweep()

@@ -25,7 +25,8 @@ def validate_timezone(name: str) -> None:
 
 
 class Benchmark(models.Model):
-    """A timed contest. Every number of the rules is a field here, with the default of rules.md."""
+    """A timed contest. Every number of the rules is a field here, with its default
+    (docs/rules.md, "The benchmark's settings")."""
 
     LEADERBOARD = "leaderboard"
     CAMPAIGN = "campaign"
@@ -94,8 +95,9 @@ class Benchmark(models.Model):
         default=20,
         help_text=(
             "A passing official run that would become its entrant's best and place in this "
-            "many top rows is re-run once off the board (shuffled order, fresh names and "
-            "re-encoded images) before it ranks; 0 verifies none."
+            "many top rows is run again off the board (shuffled order, fresh names and "
+            "re-encoded images; up to PODIUM_VERIFY_MAX_RUNS times when its time is off) "
+            "before it ranks; 0 verifies none."
         ),
     )
     verify_tolerance_pct = models.PositiveSmallIntegerField(

@@ -24,6 +24,9 @@ from zoneinfo import ZoneInfo
 
 WindowState = Literal["upcoming", "open", "closed"]
 
+# The runtime ABI: what an entrant's build leaves in its image and the scorer runs.
+RUN_ENTRYPOINT = "/submission/run"
+
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 
 
@@ -209,7 +212,7 @@ def best_per_entrant(candidates: Iterable[Candidate]) -> list[Candidate]:
     return sorted(best.values(), key=lambda c: (rank_key(c), c.entrant_id))
 
 
-# Verification (rules.md "Verification before a run ranks") ----------------------------
+# Verification (docs/rules.md, "Verification before ranking") --------------------------
 
 
 def needs_verification(

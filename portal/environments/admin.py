@@ -13,8 +13,6 @@ from django.utils.html import format_html
 from portal import storage
 from portal.environments.models import BuildNetworkCheck, Environment, EnvironmentEvent
 
-LOG_TAIL_LINES = 200
-
 
 def preformatted(text: str) -> str:
     return format_html('<pre style="white-space: pre-wrap">{}</pre>', text or "(empty)")
@@ -22,7 +20,7 @@ def preformatted(text: str) -> str:
 
 def log_tail_html(path: Path) -> str:
     """The last lines of a log for a read-only admin page."""
-    return preformatted(storage.read_tail(path, LOG_TAIL_LINES))
+    return preformatted(storage.read_tail(path, storage.LOG_TAIL_LINES))
 
 
 class ReadOnlyMixin:
@@ -52,7 +50,7 @@ class EnvironmentAdmin(ReadOnlyMixin, admin.ModelAdmin):
     inlines = [EnvironmentEventInline]
     readonly_fields = ["build_log_tail"]
 
-    @admin.display(description=f"Build log (last {LOG_TAIL_LINES} lines)")
+    @admin.display(description=f"Build log (last {storage.LOG_TAIL_LINES} lines)")
     def build_log_tail(self, environment: Environment) -> str:
         return log_tail_html(storage.environment_build_log(environment.pk))
 

@@ -763,7 +763,9 @@ def _flag_values(flags: Sequence[str], name: str) -> list[str]:
 # The platforms (``os/arch[/variant]``) an image is available for; None: cannot tell.
 PlatformLookup = Callable[[str], Collection[str] | None]
 
-_ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
+# uname -m's and Go's spellings of an architecture -> Docker's (the scoring side folds
+# engine and host facts with it too, scoring/platforms.py).
+ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
 # Docker's automatic platform build arguments that FROM --platform= may use.
 _TARGET_ARGS = ("TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT")
 
@@ -774,7 +776,7 @@ def _platform_key(text: str) -> tuple[str, str, str]:
     parts = _strip_go(text).lower().split("/")
     os_name, arch = (parts[0], parts[1]) if len(parts) > 1 else ("linux", parts[0])
     variant = parts[2] if len(parts) > 2 else ""
-    arch = _ARCH_ALIASES.get(arch, arch)
+    arch = ARCH_ALIASES.get(arch, arch)
     if arch == "arm64" and variant == "v8":
         variant = ""
     return os_name, arch, variant

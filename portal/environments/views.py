@@ -31,7 +31,6 @@ from portal.environments.forms import (
 from portal.environments.models import Environment
 from portal.errors import PodiumError
 
-LOG_TAIL_LINES = 200
 NO_OUTPUT = "(no output yet)"
 UNFINISHED = (Environment.QUEUED, Environment.BUILDING)
 
@@ -70,7 +69,9 @@ def environment_state(environment: Environment, now: dt.datetime | None = None) 
     """What the page and its status.json show: status, timeline, image, log tail, build time."""
     now = now or timezone.now()
     zone = environment.benchmark.attempt_timezone
-    build_log = storage.read_tail(storage.environment_build_log(environment.pk), LOG_TAIL_LINES)
+    build_log = storage.read_tail(
+        storage.environment_build_log(environment.pk), storage.LOG_TAIL_LINES
+    )
     clock_text, elapsed_s, cap_s = build_clock(environment, now)
     return {
         "id": environment.pk,

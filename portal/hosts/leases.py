@@ -1,4 +1,5 @@
-"""The machine lock of each scoring host, as rows: ``MachineLease``, one per host.
+"""The machine lock of each Docker Engine, as rows: ``MachineLease``, one per engine
+(keyed by ``scoring.machine.machine_key``, whatever host names drive that engine).
 
 A holder takes it with one conditional UPDATE (free, or its holder's lease expired),
 keeps it by pushing ``expires_at`` forward (its heartbeat, which renews its run's lease

@@ -25,7 +25,6 @@ OFFLINE = "offline"
 STATES = (ONLINE, DRAINING, OFFLINE)
 
 # What waits for a scoring host: a scored run, or a verification run.
-WAITING = (Submission.QUEUED, Submission.VERIFYING)
 
 
 def stale_after() -> dt.timedelta:
@@ -65,7 +64,8 @@ def queue_lengths() -> dict[str, int]:
     a class with nothing waiting is absent."""
     rows = (
         Submission.objects.filter(
-            status__in=WAITING, kind__in=(Submission.OFFICIAL, Submission.PRACTICE)
+            status__in=Submission.WAITING_FOR_SCORE,
+            kind__in=(Submission.OFFICIAL, Submission.PRACTICE),
         )
         .values("benchmark__hardware_class")
         .annotate(waiting=Count("id"))

@@ -29,7 +29,6 @@ from portal import storage
 from portal.audit.reasons import reason_given, reason_page, reasoned_action
 from portal.audit.services import Origin
 from portal.environments.admin import (
-    LOG_TAIL_LINES,
     ReadOnlyMixin,
     log_tail_html,
     preformatted,
@@ -146,11 +145,11 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
             f"submission image   {submission.image_digest or '-'}"
         )
 
-    @admin.display(description=f"Build log (last {LOG_TAIL_LINES} lines)")
+    @admin.display(description=f"Build log (last {storage.LOG_TAIL_LINES} lines)")
     def build_log_tail(self, submission: Submission) -> str:
         return log_tail_html(storage.submission_build_log(submission.pk))
 
-    @admin.display(description=f"Latest run log (last {LOG_TAIL_LINES} lines)")
+    @admin.display(description=f"Latest run log (last {storage.LOG_TAIL_LINES} lines)")
     def run_log_tail(self, submission: Submission) -> str:
         run = submission.runs.order_by("-try_number").first()
         return log_tail_html(storage.run_log(run.pk)) if run else preformatted("")
@@ -327,7 +326,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def meter_readings(self, run: Run) -> str:
         return resources_text(run.resources)
 
-    @admin.display(description=f"Run log (last {LOG_TAIL_LINES} lines)")
+    @admin.display(description=f"Run log (last {storage.LOG_TAIL_LINES} lines)")
     def run_log_tail(self, run: Run) -> str:
         return log_tail_html(storage.run_log(run.pk))
 

@@ -1,6 +1,6 @@
 """Anomalies: finished official runs that staff should look at, and their review.
 
-A meter that can be bypassed (seed 004: work done where it is not counted) shows up in
+A meter that can be bypassed (work done where it is not counted) shows up in
 numbers nobody reads. After an official run's verdict commits, :func:`anomaly_scan`
 puts what looks wrong on a list for staff (``Anomaly``, the admin's "Anomalies"). A
 finding is a prompt to look, never a verdict: nothing here changes a run, a submission

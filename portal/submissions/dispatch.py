@@ -243,7 +243,7 @@ def lock_next_waiting(
     from portal.submissions.models import Run, Submission
 
     still_waiting = Submission.objects.filter(
-        status__in=[Submission.QUEUED, Submission.VERIFYING]
+        status__in=Submission.WAITING_FOR_SCORE
     ).select_for_update(skip_locked=True, of=("self",))
     tried: set[int] = set()
     limit = _CANDIDATES

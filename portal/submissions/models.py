@@ -46,6 +46,8 @@ class Submission(models.Model):
             DUPLICATE_IMAGE,
         )
     ]
+    # Waiting for a scoring host: a score, or a verification of a passing official run.
+    WAITING_FOR_SCORE = (QUEUED, VERIFYING)
     FINAL = (
         BUILD_FAILED,
         PASSED,
@@ -271,12 +273,14 @@ class Run(models.Model):
 
 
 class MachineLease(models.Model):
-    """The machine lock of one scoring host (``scoring/machine.py``).
+    """The machine lock of one Docker Engine (``scoring/machine.py``).
 
-    One row per host. ``holder`` is empty when the lock is free; a holder keeps it by
-    pushing ``expires_at`` forward (its heartbeat), and a lease past ``expires_at``
-    may be taken over (its holder is presumed dead) or freed by the reaper. Every
-    change is a conditional update on ``holder`` / ``expires_at``.
+    One row per engine: ``host`` holds the lock's key, ``scoring.machine.machine_key``
+    (the engine's ID, name and data root), shared by every host name on that engine.
+    ``holder`` is empty when the lock is free; a holder keeps it by pushing
+    ``expires_at`` forward (its heartbeat), and a lease past ``expires_at`` may be taken
+    over (its holder is presumed dead) or freed by the reaper. Every change is a
+    conditional update on ``holder`` / ``expires_at``.
     """
 
     host = models.CharField(max_length=100, unique=True)

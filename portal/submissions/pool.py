@@ -1,6 +1,6 @@
 """The pool of prepared verification cohorts, as the database records it.
 
-A verification run (rules "Verification before ranking") sees its cohort's members
+A verification run (docs/rules.md, "Verification before ranking") sees its cohort's members
 re-encoded with a fresh imperceptible perturbation. Re-encoding a cohort takes far
 longer than a scored run's staging, so it is never done while a scoring host is held:
 the builds side prepares *sets* ahead of need (``scoring.verifysets`` writes the files),

@@ -1,7 +1,7 @@
 """Reads behind the submission pages: an entrant's list and one submission's live state.
 
-Never a reference class, a per-image result or a cohort member: only what rules.md lets
-an entrant see of their own submission.
+Never a reference class, a per-image result or a cohort member: only what docs/rules.md
+("What entrants see") lets an entrant see of their own submission.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from portal.hosts.selectors import hosts_online
 from portal.submissions import dispatch
 from portal.submissions.models import AttemptLedger, Run, Submission
 
-LOG_TAIL_LINES = 200
 NO_OUTPUT = "(no output yet)"
 RUNTIME_LINE_CHARS = 1000
 
@@ -171,7 +170,7 @@ def queue_standing(submission: Submission, now: dt.datetime | None = None) -> Qu
     at place ``p`` starts after about ``ceil(p / h) * d`` (each host takes one run at a
     time, in the fair order); the runs already under way are counted as a whole run.
     """
-    if submission.status not in (Submission.QUEUED, Submission.VERIFYING):
+    if submission.status not in Submission.WAITING_FOR_SCORE:
         return None
     now = now or timezone.now()
     hardware_class = submission.benchmark.hardware_class
@@ -379,9 +378,13 @@ def submission_state(submission: Submission, now: dt.datetime | None = None) -> 
     wall_time_ns = run.wall_time_ns if run else None
     charged = AttemptLedger.CHARGE in ledger
     refunded = AttemptLedger.REFUND in ledger
-    build_log = storage.read_tail(storage.submission_build_log(submission.pk), LOG_TAIL_LINES)
+    build_log = storage.read_tail(
+        storage.submission_build_log(submission.pk), storage.LOG_TAIL_LINES
+    )
     run_log = (
-        run_log_tail(submission=submission, run_id=run.pk, lines=LOG_TAIL_LINES) if run else ""
+        run_log_tail(submission=submission, run_id=run.pk, lines=storage.LOG_TAIL_LINES)
+        if run
+        else ""
     )
     phase = current_phase(submission, [(event.status, event.at) for event in events])
     outcome = outcome_sentence(

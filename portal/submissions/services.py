@@ -49,7 +49,6 @@ PLATFORM_RETRY_DELAY_S = 60.0
 MACHINE_WAIT_NOTE = "waiting for the scoring machine"
 VERIFY_NOTE = "passed; verifying before it ranks: one more run off the board"
 # A submission waiting for a scoring host: a score, or the verification of a passed run.
-WAITING_FOR_SCORE = (Submission.QUEUED, Submission.VERIFYING)
 
 
 def score_wake(
@@ -276,7 +275,7 @@ def submission_transition(
     Entering a final status (a verdict) mails the entrant once, after the commit
     (``portal.notifications``).
     """
-    if to in WAITING_FOR_SCORE and "queued_at" not in fields:
+    if to in Submission.WAITING_FOR_SCORE and "queued_at" not in fields:
         fields["queued_at"] = models.Case(
             models.When(status=to, queued_at__isnull=False, then=models.F("queued_at")),
             default=models.Value(timezone.now()),
@@ -472,7 +471,7 @@ def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None
     """
     with transaction.atomic():
         submission = Submission.objects.select_for_update().filter(pk=submission_id).first()
-        if submission is None or submission.status not in WAITING_FOR_SCORE:
+        if submission is None or submission.status not in Submission.WAITING_FOR_SCORE:
             return None
         if submission.status == Submission.VERIFYING:
             pending = submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).first()
@@ -684,7 +683,7 @@ def submission_machine_waits(submission_id: int) -> int:
     count = 0
     events = SubmissionEvent.objects.filter(submission_id=submission_id).order_by("-at", "-id")
     for status, note in events.values_list("status", "note").iterator():
-        if status not in WAITING_FOR_SCORE or not note.startswith(MACHINE_WAIT_NOTE):
+        if status not in Submission.WAITING_FOR_SCORE or not note.startswith(MACHINE_WAIT_NOTE):
             break
         count += 1
     return count
@@ -730,7 +729,7 @@ def submission_wait_for_machine(
     with transaction.atomic():
         waiting = (
             Submission.objects.select_for_update()
-            .filter(pk=submission_id, status__in=WAITING_FOR_SCORE)
+            .filter(pk=submission_id, status__in=Submission.WAITING_FOR_SCORE)
             .values("status", "benchmark__hardware_class")
             .first()
         )
@@ -745,7 +744,7 @@ def submission_wait_for_machine(
     return True
 
 
-# Verification (rules.md "Verification before a run ranks") ----------------------------
+# Verification (docs/rules.md, "Verification before ranking") --------------------------
 
 
 def _verification_due(run: Run) -> bool:

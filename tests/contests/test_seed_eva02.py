@@ -26,7 +26,7 @@ def seed() -> str:
 
 
 def assert_the_rules(flagship: Benchmark) -> None:
-    """rules.md's numbers, one by one."""
+    """The numbers of docs/rules.md, "The flagship benchmark", one by one."""
     assert flagship.opens_at == dt.datetime(2026, 8, 10, 0, 0, tzinfo=SEOUL)
     assert flagship.closes_at == dt.datetime(2026, 8, 31, 18, 0, tzinfo=SEOUL)
     assert flagship.opens_at == dt.datetime(2026, 8, 9, 15, 0, tzinfo=dt.UTC)

@@ -82,9 +82,12 @@ def test_build_sh_containers_run_no_healthcheck(monkeypatch, tmp_path: Path) -> 
 
     @contextlib.contextmanager
     def sandbox(**_kwargs: Any) -> Iterator[SimpleNamespace]:
-        yield SimpleNamespace(bounds=engine.BuildBounds("podium-build", "/podium", 1, 1, 1.0))
+        # The box creates the build's containers (with its bounds and disk quota).
+        yield SimpleNamespace(
+            bounds=engine.BuildBounds("podium-build", "/podium", 1, 1, 1.0),
+            create_container=create_container,
+        )
 
-    monkeypatch.setattr(builds.engine, "create_container", create_container)
     monkeypatch.setattr(builds.buildbox, "sandbox", sandbox)
     monkeypatch.setattr(builds.machine, "scoring_host", lambda: "host-a")
     submission = SimpleNamespace(

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from portal import jobs
 from portal.audit.models import AuditEvent
+from portal.contests import rules
 from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import calibration, engine, hosts, machine, runner
@@ -76,7 +77,7 @@ def test_the_workload_runs_in_a_scored_runs_sandbox_as_its_entrypoint(tmp_path, 
 
     assert spec["entrypoint"][0] == runner.SUPERVISOR_PATH
     assert spec["entrypoint"][-4:] == [
-        runner.ENTRYPOINT,
+        rules.RUN_ENTRYPOINT,
         runner.MANIFEST_PATH,
         runner.IMAGE_ROOT,
         runner.OUTPUT_PATH,
@@ -89,7 +90,7 @@ def test_the_workload_runs_in_a_scored_runs_sandbox_as_its_entrypoint(tmp_path, 
     assert {mount["Target"]: mount["ReadOnly"] for mount in spec["mounts"]} == {
         runner.SUPERVISOR_PATH: True,
         runner.INPUT_DIR: True,
-        runner.ENTRYPOINT: True,
+        rules.RUN_ENTRYPOINT: True,
     }
     # A calibration of this host, never a run the reaper would settle.
     assert spec["labels"] == {calibration.LABEL: "alpha", machine.HOST_LABEL: "alpha"}

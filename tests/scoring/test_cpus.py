@@ -295,6 +295,7 @@ def test_a_bad_setting_stops_the_process_with_the_reason(tmp_path):
     assert "PODIUM_SCORING_CPUS names CPU" in done.stderr
 
 
+@pytest.mark.serial  # another test process would load the scoring CPU too
 def test_the_cpu_gate_of_a_split_host_ignores_work_on_the_other_cpus():
     """A loop spinning on a non-scoring CPU holds no run of a host that splits its CPUs;
     on a host that shares them, it counts."""

@@ -485,6 +485,7 @@ def test_two_clients_share_the_count(alice):
     assert_throttled(token_request(password=RIGHT, client=first, REMOTE_ADDR="203.0.113.1"))
 
 
+@pytest.mark.serial  # the other process reads the settings' shared cache, not a worker's own
 def test_failures_counted_by_another_process_block_here(db):
     """Another web process (a separate Python) counts five failures at ``nobody``."""
     script = (

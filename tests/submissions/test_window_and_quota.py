@@ -90,7 +90,7 @@ def entrant(alice: Any, tmp_path: Path) -> Any:
 
 
 def code(response: Any) -> str | int:
-    """201 for an accepted upload, else the machine code of api.md."""
+    """201 for an accepted upload, else the machine code (docs/api.md, "Errors")."""
     if response.status_code == 201:
         return 201
     return response.json()["code"]

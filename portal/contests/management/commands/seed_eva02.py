@@ -1,11 +1,12 @@
 """``manage.py seed_eva02``: the flagship benchmark and its hardware class, ready for a cohort.
 
 Idempotent. ``eva02-imagenet1k-v3`` is created, or brought back to the rules' numbers
-(rules.md): every field that differs is set and named in the output, so running it again
-changes nothing and says so. The ``gpu-h200`` hardware class row gets its platform, GPU
-count and GPU model; its pinned driver and CUDA versions and calibration are staff's
-(admin) and left alone. Cohorts are not touched: the command ends by saying what staff
-must still do (import them with ``import_cohort``, start a scoring host of the class).
+(docs/rules.md, "The flagship benchmark"): every field that differs is set and named in
+the output, so running it again changes nothing and says so. The ``gpu-h200`` hardware
+class row gets its platform, GPU count and GPU model; its pinned driver and CUDA versions
+and calibration are staff's (admin) and left alone. Cohorts are not touched: the command
+ends by saying what staff must still do (import them with ``import_cohort``, start a
+scoring host of the class).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ HARDWARE_DESCRIPTION = "One NVIDIA H200 per scored run (linux/amd64)."
 # own registry: where the CUDA/PyTorch bases an entrant needs come from.
 ALLOWED_REGISTRIES = "docker.io/library/\ndocker.io/pytorch/\ndocker.io/nvidia/\nnvcr.io/nvidia/\n"
 
-# rules.md, field by field.
+# docs/rules.md ("The flagship benchmark"), field by field.
 FLAGSHIP: dict[str, Any] = {
     "title": "EVA-02 ImageNet-1k inference",
     "description": FLAGSHIP_DESCRIPTION,
