@@ -22,7 +22,7 @@ from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.contests.services import leaderboard_refresh_entrant
-from portal.submissions.models import Submission
+from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     attempt_refund,
     score_enqueue,
@@ -90,7 +90,9 @@ def submission_cancel(
     building or scoring it finds the status changed and records nothing more. A
     cancelled (refunded) submission holds no place on the leaderboard: cancelling a
     rescore of a passed submission takes its earlier runs off the board, in the same
-    transaction, and the entrant's next best passing run takes the place.
+    transaction, and the entrant's next best passing run takes the place. A verification
+    run still waiting for a host (``queued``: nothing of it ran) is withdrawn with it, so
+    no host claims it and nothing keeps its image as needed.
     """
     note = f"cancelled by staff: {reason}" if reason else "cancelled by staff"
     with transaction.atomic():
@@ -106,6 +108,7 @@ def submission_cancel(
             raise errors.InvalidParameter(
                 f"Only an unfinished submission can be cancelled; this one is {submission.status}."
             )
+        Run.objects.filter(submission=submission, status=Run.QUEUED).delete()
         attempt_refund(submission=submission, reason=note)
         if submission.kind == Submission.OFFICIAL:
             leaderboard_refresh_entrant(

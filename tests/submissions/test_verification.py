@@ -31,7 +31,7 @@ from portal.contests.models import Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
 from portal.hosts.models import HostCalibration, ScoringHost
 from portal.hosts.selectors import noise_band_cache_key
-from portal.submissions import staff
+from portal.submissions import dispatch, staff
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.submissions.services import (
     run_claim,
@@ -815,3 +815,21 @@ def test_the_settings_set_the_runs_and_the_noise_factor(
     page = " ".join(client.get(f"/b/{contest.slug}/").content.decode().split())
     assert "judged on the fastest of up to 1 verification runs" in page
     assert "(or 4 times the hardware class's published noise band, when that is wider)" in (page)
+
+
+def test_cancelling_a_submission_that_waits_for_verification_withdraws_its_queued_run(
+    contest, alice, reviewer, tmp_path, priorities
+):
+    """Nothing of a cancelled submission is left for a host to claim, and the reaper no
+    longer counts its image as needed by a live run."""
+    submission = queued(contest, alice, tmp_path)
+    passes(submission, 1.0)
+    assert status(submission) == Submission.VERIFYING
+    assert submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).count() == 1
+
+    staff.submission_cancel(submission=submission, actor=reviewer, reason="withdrawn")
+
+    assert status(submission) == Submission.CANCELLED
+    assert not submission.runs.filter(status=Run.QUEUED).exists()
+    assert submission.runs.filter(purpose=Run.SCORE, status=Run.FINISHED).count() == 1
+    assert dispatch.next_waiting_id(hardware_class=contest.hardware_class) is None
