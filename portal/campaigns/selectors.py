@@ -31,9 +31,10 @@ def campaign_by_slug(slug: str) -> Campaign | None:
 
 
 def waiting_submissions(campaign: Campaign) -> QuerySet[Submission]:
-    """The campaign's queue: its official submissions ``bench_queued`` and in no open round,
-    oldest queued event first (``Submission.queued_at``, then id). The leader is never in
-    it (its submission is ``passed``).
+    """The campaign's queue: its official submissions ``bench_queued``, not disqualified by
+    staff and in no open round, oldest queued event first (``Submission.queued_at``, then
+    id). The leader is never in it (its submission is ``passed``); a disqualified entry
+    never enters a round.
 
     A submission stays ``bench_queued`` while its round is pending or running (a void round
     changes no submission's state); being in an open round takes it out of the queue.
@@ -46,6 +47,7 @@ def waiting_submissions(campaign: Campaign) -> QuerySet[Submission]:
             benchmark_id=campaign.benchmark_id,
             kind=Submission.OFFICIAL,
             status=Submission.BENCH_QUEUED,
+            disqualified_at__isnull=True,
         )
         .exclude(pk__in=in_open_round)
         .order_by("queued_at", "id")

@@ -249,7 +249,8 @@ def round_maybe_start(
     """Create the campaign's next round when the trigger says so, and send it to its class.
 
     Nothing starts while the campaign is paused, has no baseline image, or has an open
-    (pending or running) round, nor without one challenger. ``force`` (staff: start a
+    (pending or running) round, nor without one challenger, nor once its benchmark has
+    closed (not even by staff: the crown at the close is the final one). ``force`` (staff: start a
     round now) skips only the trigger. The round is created ``pending`` with its entries
     (the leader, then up to ``max_challengers`` oldest queued), its material and its
     request set, then ``jobs.RUN_ROUND(round_id)`` is sent to the class's queue after
@@ -261,6 +262,8 @@ def round_maybe_start(
             Campaign.objects.select_for_update().select_related("benchmark").get(pk=campaign.pk)
         )
         if campaign.paused or not campaign.has_baseline:
+            return None
+        if now >= campaign.benchmark.closes_at:
             return None
         if Round.objects.filter(campaign=campaign, status__in=Round.OPEN).exists():
             return None

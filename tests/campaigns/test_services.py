@@ -13,7 +13,9 @@ from portal import errors, jobs
 from portal.audit.models import AuditEvent
 from portal.campaigns import rules, selectors, services
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
+from portal.submissions import staff
 from portal.submissions.models import AttemptLedger, Submission, SubmissionEvent
+from tests import factories
 from tests.campaigns.conftest import HOST, Enter, report
 
 NOW = dt.datetime(2026, 9, 1, 12, 0, tzinfo=dt.UTC)
@@ -196,6 +198,38 @@ def test_no_round_starts_paused_without_a_baseline_or_beside_an_open_one(
     assert services.round_maybe_start(campaign, NOW) is not None
     queued(campaign, enter, 5)
     assert services.round_maybe_start(campaign, NOW) is None  # one round at a time
+
+
+def test_a_disqualified_entry_never_enters_a_round(campaign: Campaign, enter: Enter) -> None:
+    """Staff disqualified it while it waited: the round is composed without it, and it
+    stays out of the queue (seed 002: a disqualified entry cannot become leader)."""
+    subs = queued(campaign, enter, 6)
+    cheat = subs[0]  # the oldest: it would be first in
+    reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
+    staff.submission_disqualify(submission=cheat, actor=reviewer, reason="copied code")
+
+    round_ = services.round_maybe_start(campaign, NOW)
+
+    assert round_ is not None
+    entered = set(round_.entries.values_list("submission_id", flat=True))
+    assert cheat.pk not in entered
+    assert entered == {s.pk for s in subs[1:]}
+    assert cheat.pk not in selectors.waiting_submissions(campaign).values_list("id", flat=True)
+
+
+def test_no_round_starts_once_the_campaign_has_closed_not_even_by_staff(
+    campaign: Campaign, enter: Enter
+) -> None:
+    queued(campaign, enter, 5)
+    closes_at = NOW + dt.timedelta(hours=1)
+    campaign.benchmark.closes_at = closes_at
+    campaign.benchmark.save(update_fields=["closes_at"])
+
+    assert services.round_maybe_start(campaign, closes_at, force=True) is None
+    assert services.campaigns_sweep(closes_at + dt.timedelta(hours=7))["started"] == []
+    assert not Round.objects.filter(campaign=campaign).exists()
+    # Before the close, the same queue starts one.
+    assert services.round_maybe_start(campaign, closes_at - MINUTE) is not None
 
 
 # Claiming and waiting for capacity ----------------------------------------------------------
