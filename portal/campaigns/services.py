@@ -139,6 +139,31 @@ def campaign_baseline_record(
 # Queueing --------------------------------------------------------------------------------
 
 
+def campaign_entry_disqualified(
+    submission: Submission, *, actor: Any, reason: str, origin: Origin = NOWHERE
+) -> bool:
+    """Staff disqualified ``submission``: if it holds its campaign's crown, the crown is
+    vacant at once (audited as ``campaign.crown_vacated``), not at the next round's start.
+    Whether it held the crown. Queued, it never enters a round (``waiting_submissions``)."""
+    with transaction.atomic():
+        crown = Crown.objects.select_for_update().filter(submission=submission).first()
+        if crown is None:
+            return False
+        campaign_id = crown.campaign_id
+        crown.delete()
+        audit_record(
+            actor=actor,
+            action="campaign.crown_vacated",
+            target=f"campaign:{campaign_id}",
+            origin=origin,
+            reason=f"its leader, submission {submission.pk}, was disqualified: {reason}",
+        )
+    log.info(
+        "campaign %s: the crown is vacant (leader %s disqualified)", campaign_id, submission.pk
+    )
+    return True
+
+
 def campaign_entry_queue(submission: Submission) -> bool:
     """A campaign submission that just became ``bench_queued``: collapse duplicates, then
     maybe start a round. True when it stays queued.

@@ -130,7 +130,8 @@ def submission_disqualify(
 ) -> Submission:
     """Flag a submission as disqualified (once) and take its runs off the leaderboard.
 
-    The entrant's next best passing run takes the place, in the same transaction.
+    The entrant's next best passing run takes the place, in the same transaction. A
+    campaign's leader loses the crown at once (``campaign_entry_disqualified``).
     """
     reason = reason.strip()
     if not reason:
@@ -146,6 +147,11 @@ def submission_disqualify(
         leaderboard_refresh_entrant(
             benchmark=submission.benchmark, entrant_id=submission.entrant_id
         )
+        if _in_campaign(submission):
+            # Imported here: portal.campaigns.services builds on the submissions services.
+            from portal.campaigns.services import campaign_entry_disqualified
+
+            campaign_entry_disqualified(submission, actor=actor, reason=reason, origin=origin)
         audit_record(
             actor=actor,
             action="submission.disqualify",

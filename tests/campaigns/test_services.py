@@ -325,6 +325,27 @@ def test_a_scored_round_settles_every_challenger_and_crowns_the_best(
     assert not any(refunded(s) for s in (fast, slow, wrong, crashed, killed))
 
 
+def test_disqualifying_the_leader_vacates_the_crown_at_once_audited(
+    campaign: Campaign, enter: Enter
+) -> None:
+    leader, other = queued(campaign, enter, 2)
+    claim = start_and_claim(campaign)
+    outcome = report(claim, {leader.pk: {"seconds": 6.0}, other.pk: {"seconds": 9.0}})
+    assert services.round_record(outcome, NOW)
+    assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
+    reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
+
+    staff.submission_disqualify(submission=other, actor=reviewer, reason="not the leader")
+    assert Crown.objects.get(campaign=campaign).submission_id == leader.pk  # others: no change
+    staff.submission_disqualify(submission=leader, actor=reviewer, reason="copied code")
+
+    assert not Crown.objects.filter(campaign=campaign).exists()  # now, not at the next round
+    assert selectors.campaign_overview(campaign, now=NOW).crown is None
+    event = AuditEvent.objects.get(action="campaign.crown_vacated")
+    assert event.target == f"campaign:{campaign.pk}"
+    assert "copied code" in event.reason and str(leader.pk) in event.reason
+
+
 def test_a_second_infra_failure_ends_the_submission_and_refunds_it(
     campaign: Campaign, enter: Enter
 ) -> None:
