@@ -117,12 +117,12 @@ def main() -> int:
         from django.contrib.auth import get_user_model
         from django.utils import timezone
 
-        from portal import jobs
+        from portal.celery import app as celery_app
         from portal.contests.models import Benchmark
         from portal.environments.models import Environment
         from scoring import buildnet, builds
 
-        jobs.app.send_task = lambda *a, **k: None  # type: ignore[method-assign,assignment]
+        celery_app.send_task = lambda *a, **k: None  # type: ignore[method-assign,assignment]
         problems = buildnet.apply().problems
         if problems:
             print(f"the build network's rules could not be put in place: {problems}")

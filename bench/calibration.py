@@ -117,6 +117,7 @@ TRIES = 3
 def retried(what: str, work: Any) -> Any:
     """``work()``, tried again (up to ``TRIES`` times) when it failed: on a shared engine
     another process's score can pause our container until our 60-second limit."""
+    from portal.hosts.models import HostCalibration
     from scoring import calibration, engine, runner
 
     for attempt in range(1, TRIES + 1):
@@ -126,7 +127,7 @@ def retried(what: str, work: Any) -> Any:
             problem = str(exc)
         else:
             row = result[0] if isinstance(result, tuple) else None
-            if row is None or not isinstance(row, calibration.HostCalibration) or row.ok:
+            if row is None or not isinstance(row, HostCalibration) or row.ok:
                 return result
             problem = row.reason
         print(f"  ({what}: try {attempt} failed: {problem})")

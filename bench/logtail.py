@@ -119,14 +119,15 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from portal import jobs, storage
+    from portal import storage
     from portal.api.models import ApiToken
+    from portal.celery import app as celery_app
     from portal.contests.models import Benchmark, Cohort
     from portal.environments.models import Environment
     from portal.submissions.models import Run, Submission
     from portal.submissions.services import submission_accept
 
-    jobs.app.send_task = lambda *args, **kwargs: None  # type: ignore[method-assign,assignment]
+    celery_app.send_task = lambda *args, **kwargs: None  # type: ignore[method-assign,assignment]
     now = timezone.now()
     user = get_user_model().objects.create_user("bench")  # token only, no password
     benchmark = Benchmark.objects.create(

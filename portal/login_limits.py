@@ -70,7 +70,8 @@ class LoginLimited(Exception):
 
 def client_address(request: HttpRequest) -> str:
     """The caller's address as every limit counts it (see the module docstring)."""
-    return ratelimit.get_ip(request)
+    address: str = ratelimit.get_ip(request)
+    return address
 
 
 def issue_device(request: HttpRequest, user: AbstractBaseUser) -> str:
@@ -132,7 +133,8 @@ def _login(credentials: dict[str, Any]) -> str:
     return str(credentials.get("email") or credentials.get("username") or "")
 
 
-class PodiumAccountAdapter(DefaultAccountAdapter):
+# allauth ships no type information, so its adapter is Any to mypy.
+class PodiumAccountAdapter(DefaultAccountAdapter):  # type: ignore[misc]
     """allauth's adapter, with failed sign-ins counted per account and device (``login_key``).
 
     allauth's own key is the Host header's domain with its port plus the login as typed, so
@@ -153,9 +155,10 @@ class PodiumAccountAdapter(DefaultAccountAdapter):
         # allauth refuses a request whose address it cannot read (no REMOTE_ADDR: a WSGI
         # server on a unix socket, a test harness) with 403; such requests count together.
         try:
-            return super().get_client_ip(request)
+            address: str = super().get_client_ip(request)
         except PermissionDenied:
             return UNKNOWN_ADDRESS
+        return address
 
 
 def login_authenticate(
@@ -168,7 +171,9 @@ def login_authenticate(
     the password is checked. Anyone may call it; it writes only the shared counters.
     """
     try:
-        user = get_adapter(request).authenticate(request, username=username, password=password)
+        user: AbstractBaseUser | None = get_adapter(request).authenticate(
+            request, username=username, password=password
+        )
     except ValidationError as error:
         if error.code != "too_many_login_attempts":
             raise

@@ -12,11 +12,16 @@ import platform
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import django_stubs_ext
 import environ
 
 from portal import task_names as _task_names
 from portal.checks import DEVELOPMENT_SECRET_KEY
 from portal.notifications.mailconfig import email_url_settings
+
+# Django's generic classes (ModelAdmin[Model], QuerySet[Model], ...) take their type
+# parameters at run time too, as the type checker reads them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

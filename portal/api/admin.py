@@ -11,7 +11,7 @@ from portal.api.models import ApiToken
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_display = ["user", "label", "key_prefix", "created_at", "last_used_at"]
     search_fields = ["user__username", "label"]
     list_select_related = ["user"]

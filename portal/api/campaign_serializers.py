@@ -14,7 +14,24 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api.serializers import OffsetDateTimeField, TimelineEventSerializer
+from portal.campaigns.api_selectors import (
+    CampaignPage,
+    CampaignSubmission,
+    LatestEntry,
+    QueueState,
+    RoundRef,
+)
 from portal.campaigns.models import Round, RoundEntry
+from portal.campaigns.selectors import (
+    CampaignOverview,
+    CrownView,
+    EntryReport,
+    EntryRow,
+    QueueRow,
+    ReportRow,
+    ReportSummary,
+    RoundRow,
+)
 
 
 class BlankAsNullField(serializers.CharField):
@@ -42,7 +59,7 @@ QUEUE_STATES = [
 ]
 
 
-class RoundRefSerializer(serializers.Serializer):
+class RoundRefSerializer(serializers.Serializer[RoundRef | RoundRow]):
     """Which round a number is from."""
 
     id = serializers.IntegerField()
@@ -55,7 +72,7 @@ class RoundStateSerializer(RoundRefSerializer):
     void_reason = BlankAsNullField(help_text="Why the round is void; null unless it is.")
 
 
-class EntrySerializer(serializers.Serializer):
+class EntrySerializer(serializers.Serializer[EntryRow | LatestEntry]):
     """One image in a round (``selectors.EntryRow``)."""
 
     id = serializers.IntegerField()
@@ -77,7 +94,7 @@ class EntrySerializer(serializers.Serializer):
     reason = BlankAsNullField(help_text="What decided the verdict, when it was not a pass.")
 
 
-class RoundSerializer(serializers.Serializer):
+class RoundSerializer(serializers.Serializer[RoundRow]):
     """One round (``selectors.RoundRow``) with its entries in run order."""
 
     id = serializers.IntegerField()
@@ -97,11 +114,11 @@ class RoundSerializer(serializers.Serializer):
     entries = EntrySerializer(many=True)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_host(self, row: Any) -> str | None:
+    def get_host(self, row: RoundRow) -> str | None:
         return row.host or None
 
 
-class CrownSerializer(serializers.Serializer):
+class CrownSerializer(serializers.Serializer[CrownView]):
     """The leader (``selectors.CrownView``); the crown is ``null`` when vacant."""
 
     submission = serializers.IntegerField(source="submission_id")
@@ -111,11 +128,11 @@ class CrownSerializer(serializers.Serializer):
     since = OffsetDateTimeField(help_text="When this submission took the crown.")
 
     @extend_schema_field(RoundRefSerializer)
-    def get_round(self, crown: Any) -> dict[str, int]:
+    def get_round(self, crown: CrownView) -> dict[str, int]:
         return {"id": crown.round_id, "ordinal": crown.round_ordinal}
 
 
-class QueueEntrySerializer(serializers.Serializer):
+class QueueEntrySerializer(serializers.Serializer[QueueRow]):
     submission = serializers.IntegerField(source="submission_id")
     entrant = serializers.CharField()
     queued_at = OffsetDateTimeField(allow_null=True)
@@ -124,7 +141,7 @@ class QueueEntrySerializer(serializers.Serializer):
     )
 
 
-class QueueSerializer(serializers.Serializer):
+class QueueSerializer(serializers.Serializer[QueueState]):
     """What the next round waits for (``api_selectors.QueueState``) and who waits."""
 
     state = serializers.ChoiceField(
@@ -149,7 +166,7 @@ class QueueSerializer(serializers.Serializer):
     entries = QueueEntrySerializer(many=True, help_text="Oldest queued first.")
 
 
-class CampaignRulesSerializer(serializers.Serializer):
+class CampaignRulesSerializer(serializers.Serializer[CampaignOverview]):
     round_size = serializers.IntegerField(help_text="Requests in each round's request set.")
     slice_count = serializers.IntegerField(help_text="Timed slices of the request set.")
     scoring_rule = serializers.CharField()
@@ -161,7 +178,7 @@ class CampaignRulesSerializer(serializers.Serializer):
     min_agreement = serializers.FloatField()
 
 
-class CampaignSerializer(serializers.Serializer):
+class CampaignSerializer(serializers.Serializer[CampaignPage]):
     """A campaign: an ``api_selectors.CampaignPage`` (the selector's overview and the
     queue's state)."""
 
@@ -184,7 +201,7 @@ class CampaignSerializer(serializers.Serializer):
     )
 
 
-class ReportRowSerializer(serializers.Serializer):
+class ReportRowSerializer(serializers.Serializer[ReportRow]):
     """One slice of an entry's arithmetic."""
 
     slice = serializers.IntegerField(help_text="The slice's index in the round's request set.")
@@ -199,7 +216,7 @@ class ReportRowSerializer(serializers.Serializer):
     reason = BlankAsNullField(help_text="Why the slice scored nothing; null when it scored.")
 
 
-class ReportSummarySerializer(serializers.Serializer):
+class ReportSummarySerializer(serializers.Serializer[ReportSummary]):
     slices = serializers.IntegerField()
     slices_scored = serializers.IntegerField()
     slices_under_tolerance = serializers.IntegerField(
@@ -207,7 +224,7 @@ class ReportSummarySerializer(serializers.Serializer):
     )
 
 
-class EntryReportSerializer(serializers.Serializer):
+class EntryReportSerializer(serializers.Serializer[EntryReport]):
     """One round entry's score, slice by slice (``selectors.EntryReport``)."""
 
     campaign = serializers.SlugField(source="campaign_slug")
@@ -224,7 +241,7 @@ class LatestEntrySerializer(EntrySerializer):
     round = RoundStateSerializer(help_text="The round this entry and its score are from.")
 
 
-class CampaignSubmissionSerializer(serializers.Serializer):
+class CampaignSubmissionSerializer(serializers.Serializer[CampaignSubmission]):
     """One of your campaign submissions: its timeline and its latest round entry."""
 
     id = serializers.IntegerField()

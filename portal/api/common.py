@@ -86,7 +86,7 @@ class PagePagination(PageNumberPagination):
 
     last_page_strings = ()
 
-    def get_page_number(self, request: Request, paginator: DjangoPaginator) -> int:
+    def get_page_number(self, request: Request, paginator: DjangoPaginator[Any]) -> int:
         raw = request.query_params.get(self.page_query_param)
         if raw is None:
             return 1
@@ -228,7 +228,7 @@ def upload_path(upload: UploadedFile) -> Iterator[Path]:
 
 def dockerfile_text(upload: UploadedFile) -> str:
     """The Dockerfile as text; an oversized one stays oversized for the service to refuse."""
-    raw = upload.read(MAX_DOCKERFILE_BYTES + 1)
+    raw: bytes = upload.read(MAX_DOCKERFILE_BYTES + 1)
     if len(raw) > MAX_DOCKERFILE_BYTES:
         # Replacement never shortens the text, so the size check still sees it too big.
         return raw.decode("utf-8", errors="replace")

@@ -14,11 +14,13 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api.models import ApiToken
-from portal.contests.models import Benchmark
-from portal.environments.models import Environment
+from portal.campaigns.api_selectors import TimelineEvent
+from portal.contests.models import Benchmark, CohortItem
+from portal.contests.selectors import LeaderboardRow, Quota, VerifyingRow
+from portal.environments.models import Environment, EnvironmentEvent
 from portal.environments.selectors import BuildNetworkState
-from portal.hosts.selectors import class_hardware, noise_band
-from portal.submissions.models import AttemptLedger, Run, Submission
+from portal.hosts.selectors import HostRow, NoiseBand, class_hardware, noise_band
+from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 from portal.submissions.selectors import (
     QueueStanding,
     queue_standing,
@@ -50,7 +52,7 @@ class UploadField(serializers.FileField):
     """A multipart file part (the schema says ``format: binary``, so clients send a file)."""
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[dict[str, str]]):
     code = serializers.CharField()
     detail = serializers.CharField()
 
@@ -58,7 +60,7 @@ class ErrorSerializer(serializers.Serializer):
 # Tokens -----------------------------------------------------------------------------
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
     username = serializers.CharField(min_length=1)
     password = serializers.CharField(
         min_length=1, style={"input_type": "password"}, trim_whitespace=False
@@ -69,7 +71,7 @@ class TokenCreateSerializer(serializers.Serializer):
     )
 
 
-class TokenCreatedSerializer(serializers.Serializer):
+class TokenCreatedSerializer(serializers.Serializer[dict[str, Any]]):
     token = serializers.CharField()
     id = serializers.IntegerField()
     label = serializers.CharField()  # type: ignore[assignment]
@@ -80,7 +82,7 @@ class TokenCreatedSerializer(serializers.Serializer):
     )
 
 
-class TokenSerializer(serializers.ModelSerializer):
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
     created_at = OffsetDateTimeField()
     last_used_at = OffsetDateTimeField(allow_null=True)
 
@@ -106,7 +108,7 @@ RULE_FIELDS = [
 ]
 
 
-class BenchmarkSerializer(serializers.ModelSerializer):
+class BenchmarkSerializer(serializers.ModelSerializer[Benchmark]):
     status = serializers.SerializerMethodField()
     opens_at = OffsetDateTimeField()
     closes_at = OffsetDateTimeField()
@@ -120,7 +122,7 @@ class BenchmarkSerializer(serializers.ModelSerializer):
         return benchmark.status_at(now)
 
 
-class BuildNetworkSerializer(serializers.Serializer):
+class BuildNetworkSerializer(serializers.Serializer[BuildNetworkState]):
     """The build network as the latest live check of every build host found it.
 
     Never checked: not enforced, ``checked_at`` null, empty lists. ``allowed`` (the
@@ -168,7 +170,7 @@ class BuildNetworkSerializer(serializers.Serializer):
         return data
 
 
-class HardwareSerializer(serializers.Serializer):
+class HardwareSerializer(serializers.Serializer[dict[str, Any]]):
     """The benchmark's hardware class, as its hosts give it to a scored run."""
 
     name = serializers.CharField()
@@ -179,7 +181,7 @@ class HardwareSerializer(serializers.Serializer):
     cuda = serializers.CharField(allow_null=True, help_text="The pinned CUDA version.")
 
 
-class NoiseBandSerializer(serializers.Serializer):
+class NoiseBandSerializer(serializers.Serializer[NoiseBand]):
     """A hardware class's timing noise (``portal.hosts.selectors.noise_band``)."""
 
     hardware_class = serializers.CharField()
@@ -224,7 +226,7 @@ class BenchmarkDetailSerializer(BenchmarkSerializer):
         return BuildNetworkSerializer(context={"staff": staff}).to_representation(state)
 
 
-class LeaderboardRowSerializer(serializers.Serializer):
+class LeaderboardRowSerializer(serializers.Serializer[LeaderboardRow]):
     rank = serializers.IntegerField()
     entrant = serializers.CharField()
     wall_time_ns = serializers.IntegerField()
@@ -245,14 +247,14 @@ class LeaderboardRowSerializer(serializers.Serializer):
     )
 
 
-class VerifyingRowSerializer(serializers.Serializer):
+class VerifyingRowSerializer(serializers.Serializer[VerifyingRow]):
     entrant = serializers.CharField()
     wall_time_ns = serializers.IntegerField(help_text="The official run's wall time.")
     submission_id = serializers.IntegerField()
     submitted_at = OffsetDateTimeField()
 
 
-class LeaderboardSerializer(serializers.Serializer):
+class LeaderboardSerializer(serializers.Serializer[dict[str, Any]]):
     rows = LeaderboardRowSerializer(many=True)
     verifying = VerifyingRowSerializer(
         many=True,
@@ -263,7 +265,9 @@ class LeaderboardSerializer(serializers.Serializer):
     )
 
 
-class QuotaKindSerializer(serializers.Serializer):
+# One kind's Quota; its subclass QuotaSerializer renders a dict (the official Quota's
+# fields, both kinds and the timezone).
+class QuotaKindSerializer(serializers.Serializer[Quota | dict[str, Any]]):
     attempts_per_day = serializers.IntegerField(source="per_day")
     used_today = serializers.IntegerField()
     remaining_today = serializers.IntegerField()
@@ -279,17 +283,17 @@ class QuotaSerializer(QuotaKindSerializer):
     timezone = serializers.CharField()
 
 
-class PracticeAnswerSerializer(serializers.Serializer):
+class PracticeAnswerSerializer(serializers.Serializer[CohortItem]):
     path = serializers.CharField(source="canonical_name")
     # "class" is a keyword: declared below through the fields mapping.
 
-    def get_fields(self) -> dict[str, serializers.Field]:
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()
         fields["class"] = serializers.IntegerField(source="reference_class")
         return fields
 
 
-class PracticeSerializer(serializers.Serializer):
+class PracticeSerializer(serializers.Serializer[dict[str, Any]]):
     download_url = serializers.URLField()
     answers = PracticeAnswerSerializer(many=True)
     count = serializers.IntegerField()
@@ -298,13 +302,15 @@ class PracticeSerializer(serializers.Serializer):
 # Environments -----------------------------------------------------------------------
 
 
-class TimelineEventSerializer(serializers.Serializer):
+class TimelineEventSerializer(
+    serializers.Serializer[EnvironmentEvent | SubmissionEvent | TimelineEvent]
+):
     status = serializers.CharField()
     at = OffsetDateTimeField()
     note = serializers.CharField()
 
 
-class EnvironmentSerializer(serializers.ModelSerializer):
+class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
     benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
@@ -334,7 +340,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         return environment.image_digest or None
 
 
-class EnvironmentCreateSerializer(serializers.Serializer):
+class EnvironmentCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(min_length=1, max_length=100)
     dockerfile = UploadField(help_text="The Dockerfile, UTF-8 text.")
     context = UploadField(  # type: ignore[assignment]
@@ -345,7 +351,7 @@ class EnvironmentCreateSerializer(serializers.Serializer):
 # Submissions ------------------------------------------------------------------------
 
 
-class SubmissionCreateSerializer(serializers.Serializer):
+class SubmissionCreateSerializer(serializers.Serializer[dict[str, Any]]):
     environment = serializers.IntegerField(help_text="Id of one of your ready environments.")
     source = UploadField(  # type: ignore[assignment]
         help_text="The source archive: .tar.gz, .tar or .zip."
@@ -355,14 +361,14 @@ class SubmissionCreateSerializer(serializers.Serializer):
     )
 
 
-class DigestsSerializer(serializers.Serializer):
+class DigestsSerializer(serializers.Serializer[dict[str, str | None]]):
     source = serializers.CharField()  # type: ignore[assignment]
     environment_image = serializers.CharField(allow_null=True)
     submission_image = serializers.CharField(allow_null=True)
     output = serializers.CharField(allow_null=True)
 
 
-class AttemptSerializer(serializers.Serializer):
+class AttemptSerializer(serializers.Serializer[dict[str, bool]]):
     charged = serializers.BooleanField()
     refunded = serializers.BooleanField()
 
@@ -381,7 +387,7 @@ def latest_run(submission: Submission, purpose: str = Run.SCORE) -> Run | None:
     return max(runs, key=lambda run: run.try_number) if runs else None
 
 
-class ResourcesSerializer(serializers.Serializer):
+class ResourcesSerializer(serializers.Serializer[dict[str, Any]]):
     """The meter: the scored container's cgroup, read after its process tree was reaped,
     and on a GPU class the GPU meter's figures."""
 
@@ -413,7 +419,7 @@ class ResourcesSerializer(serializers.Serializer):
     )
 
 
-class VerificationSerializer(serializers.Serializer):
+class VerificationSerializer(serializers.Serializer[dict[str, Any]]):
     status = serializers.ChoiceField(choices=[s for s, _ in Run.STATUSES])
     passed = serializers.BooleanField(allow_null=True)
     wall_time_ns = serializers.IntegerField(allow_null=True)
@@ -426,7 +432,7 @@ class VerificationSerializer(serializers.Serializer):
     of = serializers.IntegerField(help_text="At most this many verification runs are judged.")
 
 
-class SubmissionSerializer(serializers.ModelSerializer):
+class SubmissionSerializer(serializers.ModelSerializer[Submission]):
     """One submission as its entrant sees it: aggregates only, never per-image data.
 
     Expects ``events``, ``ledger`` and ``runs`` prefetched when rendering many.
@@ -586,11 +592,11 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return resources_of(run.resources) if run is not None else None
 
 
-class StaffReasonSerializer(serializers.Serializer):
+class StaffReasonSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
-class DisqualifySerializer(serializers.Serializer):
+class DisqualifySerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(
         min_length=1, help_text="Why the submission is disqualified (recorded)."
     )
@@ -604,7 +610,7 @@ def error_responses(*statuses: int) -> dict[int, Any]:
 # Scoring hosts ------------------------------------------------------------------------
 
 
-class HostCalibrationSerializer(serializers.Serializer):
+class HostCalibrationSerializer(serializers.Serializer[dict[str, Any]]):
     """A host's latest calibration: the calibration workload, timed as a scored run."""
 
     median_ns = serializers.IntegerField(
@@ -621,7 +627,7 @@ class HostCalibrationSerializer(serializers.Serializer):
     )
 
 
-class HostCpuIsolationSerializer(serializers.Serializer):
+class HostCpuIsolationSerializer(serializers.Serializer[dict[str, Any]]):
     """The CPUs a host keeps for scored runs, and the rest; or why it does not split them."""
 
     shared = serializers.BooleanField(
@@ -637,7 +643,7 @@ class HostCpuIsolationSerializer(serializers.Serializer):
     reason = serializers.CharField(help_text='Why the CPUs are shared; "" when split.')
 
 
-class HostSerializer(serializers.Serializer):
+class HostSerializer(serializers.Serializer[HostRow]):
     """One scoring host (``portal.hosts.selectors.HostRow``): its machine, its state and its
     class's queue; never what it runs or for whom."""
 

@@ -19,7 +19,7 @@ from portal.errors import PodiumError
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyMixin, admin.ModelAdmin[AuditEvent]):
     list_display = ["at", "actor", "action", "target", "remote_addr", "reason"]
     list_filter = ["action"]
     search_fields = ["actor__username", "action", "target", "reason", "remote_addr"]

@@ -47,7 +47,7 @@ def _require(request: HttpRequest) -> None:
 
 
 @admin.register(Campaign)
-class CampaignAdmin(admin.ModelAdmin):
+class CampaignAdmin(admin.ModelAdmin[Campaign]):
     list_display = ["__str__", "hardware_class", "round_size", "slice_count", "paused", "baseline"]
     list_select_related = ["benchmark"]
     actions = ["start_round", "pause", "resume"]
@@ -139,14 +139,14 @@ class CampaignAdmin(admin.ModelAdmin):
         )
 
 
-class RoundEntryInline(ReadOnlyMixin, admin.TabularInline):
+class RoundEntryInline(ReadOnlyMixin, admin.TabularInline[RoundEntry, Round]):
     model = RoundEntry
     fields = ["position", "role", "submission", "verdict", "score", "agreement", "reason"]
     extra = 0
 
 
 @admin.register(Round)
-class RoundAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RoundAdmin(ReadOnlyMixin, admin.ModelAdmin[Round]):
     list_display = [
         "__str__",
         "campaign",
@@ -211,6 +211,6 @@ class RoundAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Crown)
-class CrownAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class CrownAdmin(ReadOnlyMixin, admin.ModelAdmin[Crown]):
     list_display = ["campaign", "submission", "score", "round", "since"]
     list_select_related = ["campaign__benchmark", "submission", "round"]

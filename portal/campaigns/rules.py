@@ -136,7 +136,9 @@ def capacity_backoff(tries: int) -> dt.timedelta:
     doubling each time, at most an hour."""
     if tries < 1:
         return dt.timedelta(0)
-    return min(CAPACITY_FIRST_WAIT * (2 ** min(tries - 1, 16)), CAPACITY_MAX_WAIT)
+    # int ** int is Any to mypy (a negative power is a float).
+    doublings: int = 2 ** min(tries - 1, 16)
+    return min(CAPACITY_FIRST_WAIT * doublings, CAPACITY_MAX_WAIT)
 
 
 # Which requests --------------------------------------------------------------------------

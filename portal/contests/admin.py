@@ -27,7 +27,7 @@ from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEnt
 
 
 @admin.register(Benchmark)
-class BenchmarkAdmin(admin.ModelAdmin):
+class BenchmarkAdmin(admin.ModelAdmin[Benchmark]):
     list_display = [
         "slug",
         "title",
@@ -114,7 +114,7 @@ def _tsv(text: str, filename: str) -> HttpResponse:
 
 
 @admin.register(Cohort)
-class CohortAdmin(admin.ModelAdmin):
+class CohortAdmin(admin.ModelAdmin[Cohort]):
     """Counts and digests on sight; members and answers only through audited exports."""
 
     list_display = ["benchmark", "kind", "members", "created_at"]
@@ -237,7 +237,7 @@ class CohortAdmin(admin.ModelAdmin):
 
 
 @admin.register(CohortItem)
-class CohortItemAdmin(admin.ModelAdmin):
+class CohortItemAdmin(admin.ModelAdmin[CohortItem]):
     """Members, canonical names and hashes: staff only, every view audited; no answers here."""
 
     list_display = ["cohort", "position", "canonical_name", "sha256"]
@@ -284,7 +284,7 @@ class CohortItemAdmin(admin.ModelAdmin):
 
 
 @admin.register(LeaderboardEntry)
-class LeaderboardEntryAdmin(admin.ModelAdmin):
+class LeaderboardEntryAdmin(admin.ModelAdmin[LeaderboardEntry]):
     """Derived from the runs by services; read-only here."""
 
     list_display = [

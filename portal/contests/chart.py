@@ -82,7 +82,7 @@ def progress_chart(
     version = version or leaderboard_version(benchmark)
     end = _chart_end(benchmark, now)
     key = f"podium:progress:{benchmark.pk}:{version.key}:{end.timestamp()}"
-    chart = cache.get(key)
+    chart: ProgressChart | None = cache.get(key)
     if chart is None:
         series = progress_series(benchmark)
         start = min([benchmark.opens_at, *(s.improvements[0].at for s in series)])

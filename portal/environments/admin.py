@@ -34,14 +34,14 @@ class ReadOnlyMixin:
         return False
 
 
-class EnvironmentEventInline(ReadOnlyMixin, admin.TabularInline):
+class EnvironmentEventInline(ReadOnlyMixin, admin.TabularInline[EnvironmentEvent, Environment]):
     model = EnvironmentEvent
     fields = ["status", "at", "note"]
     extra = 0
 
 
 @admin.register(Environment)
-class EnvironmentAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class EnvironmentAdmin(ReadOnlyMixin, admin.ModelAdmin[Environment]):
     list_display = ["id", "name", "owner", "benchmark", "status", "image_bytes", "created_at"]
     list_filter = ["status", "benchmark"]
     search_fields = ["name", "owner__username", "image_digest"]
@@ -56,7 +56,7 @@ class EnvironmentAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(EnvironmentEvent)
-class EnvironmentEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class EnvironmentEventAdmin(ReadOnlyMixin, admin.ModelAdmin[EnvironmentEvent]):
     list_display = ["environment", "status", "at", "note"]
     list_filter = ["status"]
     search_fields = ["environment__name", "environment__owner__username", "note"]
@@ -64,7 +64,7 @@ class EnvironmentEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(BuildNetworkCheck)
-class BuildNetworkCheckAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class BuildNetworkCheckAdmin(ReadOnlyMixin, admin.ModelAdmin[BuildNetworkCheck]):
     list_display = ["host", "enforced", "checked_at", "problems"]
     list_filter = ["enforced"]
     search_fields = ["host", "problems"]

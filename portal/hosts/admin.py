@@ -29,7 +29,7 @@ HostService = Callable[..., ScoringHost]
 
 
 @admin.register(ScoringHost)
-class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin[ScoringHost]):
     list_display = [
         "name",
         "hardware_class",
@@ -185,7 +185,7 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(HardwareClass)
-class HardwareClassAdmin(admin.ModelAdmin):
+class HardwareClassAdmin(admin.ModelAdmin[HardwareClass]):
     """Staff describe each class once: platform, GPUs and the pinned GPU software."""
 
     list_display = ["name", "platform", "gpus", "gpu_model", "pin_gpu_driver", "pin_cuda"]
@@ -193,7 +193,7 @@ class HardwareClassAdmin(admin.ModelAdmin):
 
 
 @admin.register(HostCalibration)
-class HostCalibrationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class HostCalibrationAdmin(ReadOnlyMixin, admin.ModelAdmin[HostCalibration]):
     """Each host's calibrations, as recorded (hosts write them; nobody edits them)."""
 
     list_display = [
@@ -225,7 +225,7 @@ FlagService = Callable[..., CalibrationFlag]
 
 
 @admin.register(CalibrationFlag)
-class CalibrationFlagAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class CalibrationFlagAdmin(ReadOnlyMixin, admin.ModelAdmin[CalibrationFlag]):
     """Runs of hosts whose calibration drifted, for staff to rescore (free) or dismiss.
 
     Both actions need ``submissions.rescore_submission`` (the "contest staff" group) and

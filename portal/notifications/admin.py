@@ -4,7 +4,7 @@ from portal.notifications.models import NotificationPreference
 
 
 @admin.register(NotificationPreference)
-class NotificationPreferenceAdmin(admin.ModelAdmin):
+class NotificationPreferenceAdmin(admin.ModelAdmin[NotificationPreference]):
     list_display = ("user", "verdict_emails")
     list_filter = ("verdict_emails",)
     search_fields = ("user__username", "user__email")

@@ -57,19 +57,19 @@ def _require(request: HttpRequest, permission: str) -> None:
         raise PermissionDenied
 
 
-class SubmissionEventInline(ReadOnlyMixin, admin.TabularInline):
+class SubmissionEventInline(ReadOnlyMixin, admin.TabularInline[SubmissionEvent, Submission]):
     model = SubmissionEvent
     fields = ["status", "at", "note"]
     extra = 0
 
 
-class AttemptLedgerInline(ReadOnlyMixin, admin.TabularInline):
+class AttemptLedgerInline(ReadOnlyMixin, admin.TabularInline[AttemptLedger, Submission]):
     model = AttemptLedger
     fields = ["kind", "attempt_day", "delta", "reason", "at"]
     extra = 0
 
 
-class RunInline(ReadOnlyMixin, admin.TabularInline):
+class RunInline(ReadOnlyMixin, admin.TabularInline[Run, Submission]):
     """Every run of the submission, each verification run with its wall time, gate
     verdict and what it decided (confirmed, re-measure, rejected)."""
 
@@ -91,7 +91,7 @@ class RunInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(Submission)
-class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin[Submission]):
     list_display = [
         "id",
         "entrant",
@@ -282,7 +282,7 @@ class SubmissionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RunAdmin(ReadOnlyMixin, admin.ModelAdmin[Run]):
     list_display = [
         "id",
         "submission",
@@ -364,7 +364,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(AttemptLedger)
-class AttemptLedgerAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AttemptLedgerAdmin(ReadOnlyMixin, admin.ModelAdmin[AttemptLedger]):
     list_display = [
         "entrant",
         "benchmark",
@@ -381,14 +381,14 @@ class AttemptLedgerAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(SubmissionEvent)
-class SubmissionEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class SubmissionEventAdmin(ReadOnlyMixin, admin.ModelAdmin[SubmissionEvent]):
     list_display = ["submission", "status", "at", "note"]
     list_filter = ["status"]
     search_fields = ["submission__id", "submission__entrant__username", "note"]
 
 
 @admin.register(VerificationSet)
-class VerificationSetAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class VerificationSetAdmin(ReadOnlyMixin, admin.ModelAdmin[VerificationSet]):
     """The verification pool (``portal.submissions.pool``): each set the builds side
     prepared ahead of need, how long it took, and the run that took it. Read-only: sets
     come and go with the pool's fill and sweep, never by hand. A pool that stays empty
@@ -436,7 +436,7 @@ class ReviewedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Anomaly)
-class AnomalyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AnomalyAdmin(ReadOnlyMixin, admin.ModelAdmin[Anomaly]):
     """The anomalies list: read-only; "Mark reviewed" (``submissions.review_anomaly``)
     asks for a note, then records it on each anomaly with one audit event each."""
 

@@ -15,7 +15,7 @@ from portal.submissions.models import Submission
 SOURCE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 
 
-class EnvironmentChoiceField(forms.ModelChoiceField):
+class EnvironmentChoiceField(forms.ModelChoiceField[Environment]):
     def label_from_instance(self, obj: Environment) -> str:
         return obj.name
 

@@ -33,7 +33,8 @@ def staff_addresses() -> list[str]:
 
 
 def _link(name: str, run_id: int) -> str:
-    return settings.PODIUM_SITE_URL.rstrip("/") + reverse(name, args=[run_id])
+    site_url: str = settings.PODIUM_SITE_URL
+    return site_url.rstrip("/") + reverse(name, args=[run_id])
 
 
 def _run_lines(title: str, run_id: int | None) -> list[str]:

@@ -558,11 +558,11 @@ def containers() -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture
-def freezer(host, lock, containers) -> Iterator[Callable[[], machine.BuildFreezer]]:
+def freezer(host, lock, containers) -> Iterator[Callable[[], freezer_module.BuildFreezer]]:
     """Start this host's freezer; stopped (everything thawed) before the containers go."""
-    started: list[machine.BuildFreezer] = []
+    started: list[freezer_module.BuildFreezer] = []
 
-    def start() -> machine.BuildFreezer:
+    def start() -> freezer_module.BuildFreezer:
         frozen = machine.BuildFreezer(lock)
         started.append(frozen)
         frozen.start()

@@ -24,8 +24,9 @@ def _zone(name: str) -> ZoneInfo:
         return ZoneInfo(DISPLAY_ZONE)
 
 
+# The number filters also get "" (a missing or empty template value) and show "-" for it.
 @register.filter
-def ns(value: int | None) -> str:
+def ns(value: int | str | None) -> str:
     """Integer nanoseconds as milliseconds with three decimals: 123456000 -> "123.456 ms"."""
     if value is None or value == "":
         return "-"
@@ -71,7 +72,7 @@ def clock(value: dt.datetime | None, zone_name: str = DISPLAY_ZONE) -> str:
 
 
 @register.filter
-def thousands(value: int | None) -> str:
+def thousands(value: int | str | None) -> str:
     """9900 -> "9,900"."""
     if value is None or value == "":
         return "-"
@@ -79,7 +80,7 @@ def thousands(value: int | None) -> str:
 
 
 @register.filter
-def binary_size(value: int | None) -> str:
+def binary_size(value: int | str | None) -> str:
     """Bytes in the largest binary unit that keeps the number at least 1: "16 GiB"."""
     if value is None or value == "":
         return "-"
@@ -93,7 +94,7 @@ def binary_size(value: int | None) -> str:
 
 
 @register.filter
-def minutes(seconds: int | None) -> str:
+def minutes(seconds: int | str | None) -> str:
     """1800 -> "30 minutes"."""
     if seconds is None or seconds == "":
         return "-"
