@@ -199,7 +199,7 @@ class BuildLeftovers:
                 continue
             except engine.EngineError:
                 # The engine is removing it itself (a cancelled build): wait for that.
-                while time.monotonic() < deadline and _container_exists(container_id):
+                while time.monotonic() < deadline and engine.container_exists(container_id):
                     time.sleep(0.2)
 
     def _remove_images(self) -> None:
@@ -220,14 +220,6 @@ class BuildLeftovers:
         for image_id in unnamed:  # the newest first: each removal frees its parent
             if image_id not in recorded:
                 engine.remove_unnamed_image(image_id)
-
-
-def _container_exists(container_id: str) -> bool:
-    try:
-        engine.state(container_id)
-    except engine.NoSuchObject:
-        return False
-    return True
 
 
 # Environment builds ----------------------------------------------------------------
@@ -559,9 +551,7 @@ def build_submission(submission_id: int) -> None:
         log.exception("platform error while building submission %s", submission_id)
         build_platform_fault_record(target=f"submission:{submission_id}", detail=repr(exc))
         if image is not None:  # committed, then the log failed: leave nothing behind
-            _discard_image(image.tag)
-            if image.ref:
-                _discard_pushed(image.ref)
+            _discard_submission_image(image)
         # The entrant's sentence names no engine internals (addresses, ids, host paths).
         submission_build_platform_failure(submission_id, reason=ENGINE_FAULT_REASON.lower())
         return
@@ -578,9 +568,7 @@ def build_submission(submission_id: int) -> None:
         image_digest=image.digest,
         image_bytes=image.size,
     ):
-        _discard_image(image.tag)  # settled elsewhere meanwhile (cancelled): leave nothing
-        if image.ref:
-            _discard_pushed(image.ref)
+        _discard_submission_image(image)  # settled elsewhere meanwhile (cancelled)
 
 
 @dataclass(frozen=True)
@@ -598,6 +586,13 @@ def _discard_pushed(ref: str) -> None:
         registry.delete_manifest(ref)
     except registry.RegistryError:
         log.exception("could not delete %s from the registry", ref)
+
+
+def _discard_submission_image(image: SubmissionImage) -> None:
+    """Leave nothing of a built submission image: its tag here, its manifest there."""
+    _discard_image(image.tag)
+    if image.ref:
+        _discard_pushed(image.ref)
 
 
 def _build_submission_image(

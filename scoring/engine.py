@@ -530,6 +530,15 @@ def state(container_id: str) -> dict[str, Any]:
     return dict(_wrap(lambda: client().api.inspect_container(container_id))["State"])
 
 
+def container_exists(container_id: str) -> bool:
+    """Whether the engine still has container ``container_id`` (in any state)."""
+    try:
+        state(container_id)
+    except NoSuchObject:
+        return False
+    return True
+
+
 def cgroup_parent(container_id: str) -> str:
     """The cgroup parent the container was created under ("" for the engine's default)."""
     data = _wrap(lambda: client().api.inspect_container(container_id))

@@ -280,7 +280,7 @@ class HostHeartbeat(threading.Thread):
     def __init__(
         self,
         interval_s: float | None = None,
-        on_registered: Callable[[], object] | None = None,
+        on_registered: Callable[[], threading.Thread | None] | None = None,
     ) -> None:
         super().__init__(daemon=True, name="scoring-host-heartbeat")
         # Called once, after the first registration: the host's calibration at start.
@@ -292,7 +292,7 @@ class HostHeartbeat(threading.Thread):
         # Set once the first registration and ``on_registered`` are done; what that
         # returned (the start's calibration thread) is kept in ``after_registration``.
         self.started = threading.Event()
-        self.after_registration: object = None
+        self.after_registration: threading.Thread | None = None
         self._disk_at = -DISK_REPORT_S  # time.monotonic() of the last disk report
         self._stopping = threading.Event()
 
@@ -308,10 +308,10 @@ class HostHeartbeat(threading.Thread):
                             self.after_registration = self.on_registered()
                     finally:
                         self.started.set()
-                self._report_disk(force=True)  # after what the start collected
+                self._report_disk()  # after what the start collected
             elif self._disk_due():
                 reaper.collect_leftovers()  # never raises
-                self._report_disk(force=True)
+                self._report_disk()
         except HostRefused:
             pass  # register() said why, in one line; the next beat tries again
         except Exception:
@@ -321,11 +321,10 @@ class HostHeartbeat(threading.Thread):
     def _disk_due(self) -> bool:
         return time.monotonic() - self._disk_at >= DISK_REPORT_S
 
-    def _report_disk(self, force: bool = False) -> None:
-        """Record the engine's disk use at registration and every ``DISK_REPORT_S``."""
-        if force or self._disk_due():
-            record_disk(scoring_host())
-            self._disk_at = time.monotonic()
+    def _report_disk(self) -> None:
+        """Record the engine's disk use (at registration and every ``DISK_REPORT_S``)."""
+        record_disk(scoring_host())
+        self._disk_at = time.monotonic()
 
     def run(self) -> None:
         try:
@@ -346,10 +345,10 @@ class HostHeartbeat(threading.Thread):
         if not self.started.wait(timeout_s):
             return False
         follow_up = self.after_registration
-        if isinstance(follow_up, threading.Thread):
-            follow_up.join(max(0.0, deadline - time.monotonic()))
-            return not follow_up.is_alive()
-        return True
+        if follow_up is None:
+            return True
+        follow_up.join(max(0.0, deadline - time.monotonic()))
+        return not follow_up.is_alive()
 
     def stop(self) -> None:
         self._stopping.set()

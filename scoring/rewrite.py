@@ -839,14 +839,3 @@ def write_file(dest: Path, data: bytes) -> None:
     with os.fdopen(fd, "wb") as handle:
         os.fchmod(handle.fileno(), 0o644)
         handle.write(data)
-
-
-def rewrite_jpeg(src: Path, dest: Path, rng: random.Random, *, jpegtran: str | None = None) -> None:
-    """Write a perturbed re-encode of the JPEG ``src`` to the new file ``dest`` (mode 0644).
-
-    Raises :class:`RewriteError` when ``src`` is not a JPEG (by its bytes) or cannot be
-    rewritten, and ``OSError`` when a file cannot be read or written. Nothing is
-    written on failure. (Preparing a verification set reads and hashes the member
-    itself, then calls :func:`rewrite_jpeg_data` on the very bytes it checked.)
-    """
-    write_file(dest, rewrite_jpeg_data(src.read_bytes(), rng, jpegtran=jpegtran))

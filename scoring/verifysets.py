@@ -41,7 +41,7 @@ from pathlib import Path
 from portal import storage
 from portal.contests.models import Cohort, CohortItem
 from portal.submissions import pool, services
-from portal.submissions.models import Submission
+from portal.submissions.models import Run, Submission
 from scoring import rewrite, staging
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def _wake_waiting(cohort_id: int) -> None:
     if cohort is None:
         return
     if Submission.objects.filter(
-        status=Submission.VERIFYING, runs__cohort_id=cohort_id, runs__status="queued"
+        status=Submission.VERIFYING, runs__cohort_id=cohort_id, runs__status=Run.QUEUED
     ).exists():
         services.score_wake(hardware_class=cohort.benchmark.hardware_class)
 

@@ -16,6 +16,19 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = b"FROM localhost/podium/busybox:1\nCOPY run /submission/run\n"
 
 
+def build_dockerfile(tag: str, dockerfile: str) -> None:
+    """Build ``dockerfile`` (no other context) as ``tag`` on the real engine."""
+    data = dockerfile.encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    outcome = engine.build_image(context=context, tag=tag, on_log=lambda _: None, timeout_s=120)
+    assert outcome.ok, outcome.error
+
+
 def supervisor() -> Path:
     """The supervisor, built by the Makefile when missing or stale."""
     subprocess.run(

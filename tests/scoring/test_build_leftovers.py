@@ -8,11 +8,10 @@ test runs sharing the engine neither hide a leftover nor pass for one.
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import docker.errors
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from portal import storage
 from portal.environments.models import Environment
 from scoring import builds, engine
+from tests.scoring.images import build_dockerfile
 from tests.scoring.test_builds import new_environment
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
@@ -63,15 +63,7 @@ def build_log(environment: Environment) -> str:
 def volumed() -> Iterator[str]:
     """A base image under the benchmark's allowed prefix that declares ``VOLUME /data``."""
     tag = f"localhost/podium/volumed-{uuid.uuid4().hex[:8]}:1"
-    dockerfile = f"FROM {BASE}\nVOLUME /data\n".encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile))
-    context.seek(0)
-    outcome = engine.build_image(context=context, tag=tag, on_log=lambda _: None, timeout_s=60)
-    assert outcome.ok, outcome.error
+    build_dockerfile(tag, f"FROM {BASE}\nVOLUME /data\n")
     assert engine.image_volumes(tag) == ["/data"]
     yield tag
     engine.remove_image(tag)
@@ -80,17 +72,23 @@ def volumed() -> Iterator[str]:
 # Nothing left behind -------------------------------------------------------------------
 
 
-def test_a_failed_build_leaves_no_image_of_its_steps(alice, benchmark, sent, made):
+def build_after_a_committed_step(alice: Any, benchmark: Any, last_step: str) -> tuple[Any, str]:
+    """Build an environment whose first step writes 32 MiB and is committed, then runs
+    ``last_step``; the environment (refreshed) and the marker its first step printed."""
     marker = f"leftover-{uuid.uuid4().hex}"
     environment = new_environment(
         alice,
         benchmark,
-        f"FROM {BASE}\nRUN dd if=/dev/zero of=/f bs=1M count=32 && echo {marker}\nRUN false\n",
+        f"FROM {BASE}\nRUN dd if=/dev/zero of=/f bs=1M count=32 && echo {marker}\n{last_step}\n",
     )
-
     builds.build_environment(environment.pk)
-
     environment.refresh_from_db()
+    return environment, marker
+
+
+def test_a_failed_build_leaves_no_image_of_its_steps(alice, benchmark, sent, made):
+    environment, marker = build_after_a_committed_step(alice, benchmark, "RUN false")
+
     assert environment.status == Environment.FAILED
     assert "returned a non-zero code: 1" in environment.failure_reason
     log = build_log(environment)
@@ -105,16 +103,9 @@ def test_a_failed_build_leaves_no_image_of_its_steps(alice, benchmark, sent, mad
 def test_a_build_past_the_cap_leaves_no_image_of_its_steps(alice, benchmark, sent, made):
     benchmark.build_timeout_s = 8
     benchmark.save(update_fields=["build_timeout_s"])
-    marker = f"leftover-{uuid.uuid4().hex}"
-    environment = new_environment(
-        alice,
-        benchmark,
-        f"FROM {BASE}\nRUN dd if=/dev/zero of=/f bs=1M count=32 && echo {marker}\nRUN sleep 60\n",
-    )
 
-    builds.build_environment(environment.pk)
+    environment, marker = build_after_a_committed_step(alice, benchmark, "RUN sleep 60")
 
-    environment.refresh_from_db()
     assert environment.status == Environment.TIMED_OUT
     log = build_log(environment)
     assert STEP_IMAGE.findall(log.split(marker, 1)[1]), log  # the 32 MiB step was committed

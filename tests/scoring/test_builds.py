@@ -35,11 +35,7 @@ BASE = "localhost/podium/busybox:1"
 
 
 def container_gone(container_id: str) -> bool:
-    try:
-        engine.state(container_id)
-    except engine.NoSuchObject:
-        return True
-    return False
+    return not engine.container_exists(container_id)
 
 
 def new_environment(owner: Any, benchmark: Any, dockerfile: str, **kw: Any) -> Environment:

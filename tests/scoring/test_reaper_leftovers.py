@@ -68,14 +68,6 @@ def make_container(made: list[str], labels: dict[str, str], *, run: bool = True)
     return container_id
 
 
-def exists(container_id: str) -> bool:
-    try:
-        engine.state(container_id)
-    except engine.NoSuchObject:
-        return False
-    return True
-
-
 def voided_round(benchmark: Benchmark, host: str) -> Round:
     """A campaign's round that ran on ``host`` and was voided as stale."""
     benchmark.kind = Benchmark.CAMPAIGN
@@ -125,11 +117,11 @@ def test_the_reaper_collects_what_dead_workers_left_and_spares_a_live_run(
 
     reaper.reap()
 
-    assert not exists(calibrating)
-    assert not exists(slice_left)
-    assert not exists(over_container)
+    assert not engine.container_exists(calibrating)
+    assert not engine.container_exists(slice_left)
+    assert not engine.container_exists(over_container)
     assert engine.state(live_container)["Running"]
-    assert exists(elsewhere)  # another host name's containers are its own business
+    assert engine.container_exists(elsewhere)  # another host name's containers are its own business
 
 
 def test_a_host_collects_them_when_it_starts(host, containers, benchmark):
@@ -140,8 +132,8 @@ def test_a_host_collects_them_when_it_starts(host, containers, benchmark):
 
     hosts.on_host_registered()
 
-    assert not exists(calibrating)
-    assert not exists(slice_left)
+    assert not engine.container_exists(calibrating)
+    assert not engine.container_exists(slice_left)
 
 
 def test_a_running_rounds_slices_and_a_held_machines_calibration_stay(
@@ -155,7 +147,7 @@ def test_a_running_rounds_slices_and_a_held_machines_calibration_stay(
     monkeypatch.setattr(machine, "builds_frozen", lambda _host: True)  # a calibration holds it
 
     assert reaper.collect_leftovers().containers == ()
-    assert exists(slice_running) and exists(calibrating)
+    assert engine.container_exists(slice_running) and engine.container_exists(calibrating)
 
 
 def test_pulled_images_nothing_needs_are_removed_and_a_queued_runs_stays(

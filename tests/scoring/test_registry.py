@@ -484,3 +484,25 @@ def test_retention_deletes_the_manifests_from_the_registry(
         engine.pull_image(pushed.ref)
     again = retention.artifacts_purge(benchmark=benchmark, now=now)
     assert pushed.ref not in again.images_removed  # idempotent: nothing new to delete
+
+
+@pytest.mark.docker
+def test_a_base_image_its_registry_does_not_have_fails_the_build_saying_so(
+    registry_server, alice, benchmark, sent
+):
+    """The base image is looked at (for declared volumes) before anything runs: one the
+    allowed registry answers 'unknown' for fails the build, in one sentence."""
+    from portal.environments.models import Environment
+    from tests.scoring.test_builds import new_environment
+
+    missing = f"{registry_server.address}/podium/nothing-{uuid.uuid4().hex[:8]}:1"
+    benchmark.allowed_registries = f"localhost/podium/\n{registry_server.address}/\n"
+    benchmark.save(update_fields=["allowed_registries"])
+    environment = new_environment(alice, benchmark, f"FROM {missing}\nRUN true\n")
+
+    builds.build_environment(environment.pk)
+
+    environment.refresh_from_db()
+    assert environment.status == Environment.FAILED
+    assert f"{missing}" in environment.failure_reason
+    assert "was not found in its registry" in environment.failure_reason

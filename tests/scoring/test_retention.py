@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from portal.submissions.services import source_path
 from scoring import engine
 from scoring.retention import PurgeNotAllowed, artifacts_purge
 from tests import factories
+from tests.scoring.images import build_dockerfile
 
 UTC = dt.UTC
 OPENS_AT = dt.datetime(2026, 2, 1, 0, 0, tzinfo=UTC)
@@ -456,17 +456,7 @@ def test_after_a_purge_log_tails_are_empty_and_the_source_is_no_longer_kept(
 
 
 def build_tiny_image(tag: str) -> None:
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        dockerfile = (
-            f"FROM localhost/podium/busybox:1\nLABEL purge-test={uuid.uuid4().hex}\n".encode()
-        )
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile))
-    context.seek(0)
-    outcome = engine.build_image(context=context, tag=tag, on_log=lambda _: None, timeout_s=120)
-    assert outcome.ok, outcome.error
+    build_dockerfile(tag, f"FROM localhost/podium/busybox:1\nLABEL purge-test={uuid.uuid4().hex}\n")
 
 
 @pytest.fixture
