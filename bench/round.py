@@ -23,7 +23,13 @@ image (``bench/score_overhead.py``'s builder), a campaign and its round created 
 domain's services. Nothing reaches a broker. Images, containers and the temp folder are
 removed at the end (``--keep`` keeps the folder).
 
-Exit status: 0 when the round was scored, 1 when it was void or not run, 2 when a
+With ``--rounds N`` it runs N rounds one after the other on the same campaign (fresh
+challengers each time; the leader, once crowned, runs in every later round, as on the
+portal) and prints the **void rate** with each void's cause and reason. ``--busy`` keeps
+one core of the host busy (a spinning process) during the rounds: the noise a host's own
+background work makes.
+
+Exit status: 0 when every round was scored, 1 when one was void or not run, 2 when a
 prerequisite (Docker, the base image, the starter kit) is missing.
 """
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import multiprocessing
 import os
 import shlex
 import shutil
@@ -57,8 +64,18 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="pass the idle-CPU health gate whatever the load (a busy development machine)",
     )
+    parser.add_argument("--rounds", type=int, default=1, help="rounds to run (default 1)")
+    parser.add_argument(
+        "--busy", action="store_true", help="keep one host core busy during the rounds"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp data folder")
     return parser.parse_args()
+
+
+def spin() -> None:
+    """Burn one core until killed (``--busy``)."""
+    while True:
+        pass
 
 
 def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
@@ -105,14 +122,16 @@ def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> i
     from portal.submissions.models import Submission
     from scoring import engine
 
-    entrant = get_user_model().objects.create(username="bench")
-    environment = Environment.objects.create(
+    entrant, _ = get_user_model().objects.get_or_create(username="bench")
+    environment, _ = Environment.objects.get_or_create(
         owner=entrant,
         benchmark=campaign.benchmark,
         name="starter-kit",
-        status=Environment.READY,
-        dockerfile=(KIT / "Dockerfile").read_text(),
-        image_tag=env_image,
+        defaults={
+            "status": Environment.READY,
+            "dockerfile": (KIT / "Dockerfile").read_text(),
+            "image_tag": env_image,
+        },
     )
     now = timezone.now()
     digest = engine.image_info(image).id
@@ -173,6 +192,18 @@ def passes(evidence: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     return [(label, list(run.get("slices", []))) for label, run in found if run]
 
 
+def void_rate(round_ids: list[int], *, busy: bool) -> None:
+    """The void rate over the rounds run, with each void's cause and reason."""
+    from portal.campaigns.models import Round
+
+    rounds_run = list(Round.objects.filter(pk__in=round_ids).order_by("ordinal"))
+    void = [round_ for round_ in rounds_run if round_.status == Round.VOID]
+    load = "one host core busy" if busy else "a quiet host"
+    print(f"\nvoid rate over {len(rounds_run)} rounds ({load}): {len(void)}/{len(rounds_run)}")
+    for round_ in void:
+        print(f"  round {round_.ordinal}: void ({round_.void_cause}): {round_.void_reason}")
+
+
 def report(round_id: int, marks: dict[str, float]) -> bool:
     from portal.campaigns.models import Round, RoundEntry
 
@@ -215,6 +246,8 @@ def main() -> int:
         + shlex.quote(str(REPO))
         + " && .venv/bin/python bench/round.py "
         + f"--images {args.images} --slices {args.slices} --challengers {args.challengers}"
+        + f" --rounds {args.rounds}"
+        + (" --busy" if args.busy else "")
         + (" --ignore-cpu-gate" if args.ignore_cpu_gate else "")
         + "\n"
     )
@@ -228,16 +261,31 @@ def main() -> int:
         from portal.celery import app
 
         env_image, kit_image = starter_kit_images(tag_root, made)
-        # Nothing may reach a broker from here (the round's message, a wait for capacity).
-        with mock.patch.object(app, "send_task"):
-            campaign = make_campaign(args, work, kit_image)
-            round_id = make_round(campaign, args.challengers, kit_image, env_image)
-            print(
-                f"round of {args.challengers} challengers over {args.images} images "
-                f"in {args.slices} slices...\n"
-            )
-            marks = timed_round(round_id)
-        return 0 if report(round_id, marks) else 1
+        spinner = None
+        if args.busy:
+            spinner = multiprocessing.Process(target=spin, daemon=True)
+            spinner.start()
+        scored = 0
+        round_ids = []
+        try:
+            # Nothing may reach a broker from here (the round's message, a wait for capacity).
+            with mock.patch.object(app, "send_task"):
+                campaign = make_campaign(args, work, kit_image)
+                for number in range(1, args.rounds + 1):
+                    round_id = make_round(campaign, args.challengers, kit_image, env_image)
+                    round_ids.append(round_id)
+                    print(
+                        f"round {number} of {args.rounds}: {args.challengers} challengers over "
+                        f"{args.images} images in {args.slices} slices...\n"
+                    )
+                    marks = timed_round(round_id)
+                    scored += report(round_id, marks)
+                    print()
+        finally:
+            if spinner is not None:
+                spinner.kill()
+        void_rate(round_ids, busy=args.busy)
+        return 0 if scored == args.rounds else 1
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ ROUND_STATUSES = [status for status, _ in Round.STATUSES]
 VERDICTS = [verdict for verdict, _ in RoundEntry.VERDICTS]
 ROLES = [role for role, _ in RoundEntry.ROLES]
 QUEUE_STATES = [
+    "closed",
     "running",
     "waiting_for_capacity",
     "waiting_for_host",
@@ -111,6 +112,22 @@ class RoundSerializer(serializers.Serializer[RoundRow]):
     tries = serializers.IntegerField(help_text="Claims that found no host.")
     next_try_at = OffsetDateTimeField(allow_null=True)
     host = serializers.SerializerMethodField()
+    void_cause = BlankAsNullField(
+        help_text="Who caused a void: host, baseline, leader, challengers or staff; null "
+        "unless void."
+    )
+    material = serializers.CharField(
+        help_text="Published when the round is created, before it runs: the request set is "
+        "drawn from sha256(material || campaign id) over the positions 0 .. pool_size - 1 "
+        "of the official cohort (the campaign's id and pool_size)."
+    )
+    request_count = serializers.IntegerField(help_text="Requests in the round's request set.")
+    request_digest = serializers.CharField(
+        help_text="sha256 of the drawn positions, one decimal per line, in draw order."
+    )
+    evidence_digest = BlankAsNullField(
+        help_text="sha256 of the finished round's evidence; the next round's material."
+    )
     entries = EntrySerializer(many=True)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
@@ -135,9 +152,16 @@ class CrownSerializer(serializers.Serializer[CrownView]):
 class QueueEntrySerializer(serializers.Serializer[QueueRow]):
     submission = serializers.IntegerField(source="submission_id")
     entrant = serializers.CharField()
-    queued_at = OffsetDateTimeField(allow_null=True)
+    queued_at = OffsetDateTimeField(
+        allow_null=True, help_text="Its latest queued event: the wait trigger's clock."
+    )
+    first_queued_at = OffsetDateTimeField(
+        allow_null=True,
+        help_text="Its place in the queue: rounds take entries by first queued time, kept "
+        "across requeues and voids.",
+    )
     in_next_round = serializers.BooleanField(
-        help_text="Among the oldest queued, as many as a round takes beside the leader."
+        help_text="Among the first queued, as many as a round takes beside the leader."
     )
 
 
@@ -148,7 +172,8 @@ class QueueSerializer(serializers.Serializer[QueueState]):
         choices=QUEUE_STATES,
         help_text="running: a round runs now; waiting_for_capacity: the pending round found "
         "no free host and retries at next_try_at; waiting_for_host: the pending round waits "
-        "for its first claim; paused / no_baseline: no round starts; empty: nothing queued; "
+        "for its first claim; closed: the campaign has closed, no round starts and the "
+        "crown is final; paused / no_baseline: no round starts; empty: nothing queued; "
         "due: a round starts at the next check; waiting: fewer queued than the trigger, "
         "and the oldest has not waited long enough.",
     )
@@ -163,7 +188,7 @@ class QueueSerializer(serializers.Serializer[QueueState]):
     due_at = OffsetDateTimeField(
         allow_null=True, help_text="When the wait rule starts a round; null with nothing queued."
     )
-    entries = QueueEntrySerializer(many=True, help_text="Oldest queued first.")
+    entries = QueueEntrySerializer(many=True, help_text="First queued first.")
 
 
 class CampaignRulesSerializer(serializers.Serializer[CampaignOverview]):
@@ -176,6 +201,9 @@ class CampaignRulesSerializer(serializers.Serializer[CampaignOverview]):
     )
     reproducibility_ceiling = serializers.FloatField()
     min_agreement = serializers.FloatField()
+    leader_void_limit = serializers.IntegerField(
+        help_text="A leader whose own entry voids this many rounds in a row loses the crown."
+    )
 
 
 class CampaignSerializer(serializers.Serializer[CampaignPage]):
@@ -190,8 +218,29 @@ class CampaignSerializer(serializers.Serializer[CampaignPage]):
     hardware_class = serializers.CharField(source="overview.hardware_class")
     baseline_image_digest = BlankAsNullField(source="overview.baseline_image_digest")
     rules = CampaignRulesSerializer(source="overview")
+    id = serializers.IntegerField(
+        source="overview.campaign_id", help_text="The campaign id in each round's draw seed."
+    )
+    pool_size = serializers.IntegerField(
+        source="overview.pool_size",
+        help_text="Items in the official cohort: the positions a round's requests are drawn from.",
+    )
+    closed = serializers.BooleanField(
+        source="overview.closed",
+        help_text="The campaign has closed: no round starts, and the crown is final.",
+    )
     crown = CrownSerializer(
         source="overview.crown", allow_null=True, help_text="null: the crown is vacant."
+    )
+    crown_note = BlankAsNullField(
+        source="overview.crown_note",
+        help_text="Why the crown is vacant (its leader was disqualified, voided rounds by its "
+        "own entry, or lost on correctness or score); null while someone holds it.",
+    )
+    voids_by_cause = serializers.DictField(
+        source="overview.voids_by_cause",
+        child=serializers.IntegerField(),
+        help_text="Void rounds counted by cause: host, baseline, leader, challengers, staff.",
     )
     queue = QueueSerializer()
     rounds = RoundSerializer(
@@ -209,18 +258,31 @@ class ReportRowSerializer(serializers.Serializer[ReportRow]):
         allow_null=True, help_text="The baseline's seconds for this slice (opening pass)."
     )
     candidate_s = serializers.FloatField(allow_null=True, help_text="This image's seconds.")
+    compared = serializers.IntegerField(
+        source="total",
+        allow_null=True,
+        help_text="Requests both images were compared on in this slice (null: not run).",
+    )
+    matches = serializers.IntegerField(
+        allow_null=True, help_text="Of those, answers equal to the reference."
+    )
     speedup = serializers.FloatField(
         allow_null=True,
-        help_text="(baseline_s - candidate_s) / baseline_s; null: it scored nothing.",
+        help_text="What the slice counted in the median: (baseline_s - candidate_s) / "
+        "baseline_s, or min(that, 0) under tolerance; null: it counted nothing.",
     )
-    reason = BlankAsNullField(help_text="Why the slice scored nothing; null when it scored.")
+    reason = BlankAsNullField(
+        help_text="Why the slice did not score in full (under tolerance, not run, its "
+        "verdict, a void round); null when it did."
+    )
 
 
 class ReportSummarySerializer(serializers.Serializer[ReportSummary]):
     slices = serializers.IntegerField()
     slices_scored = serializers.IntegerField()
     slices_under_tolerance = serializers.IntegerField(
-        help_text="Slices whose own agreement is below the campaign's min_agreement."
+        help_text="Slices whose own agreement is below the campaign's min_agreement: they "
+        "earn nothing (min(speedup, 0) in the median)."
     )
 
 

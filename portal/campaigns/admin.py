@@ -54,8 +54,8 @@ class CampaignAdmin(admin.ModelAdmin[Campaign]):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
-            return [name for name in PINNED if name != "benchmark"]
-        return PINNED
+            return [name for name in PINNED if name != "benchmark"] + ["crown_note"]
+        return [*PINNED, "crown_note"]
 
     def save_model(self, request: HttpRequest, obj: Campaign, form: Any, change: bool) -> None:
         """A new campaign runs on its benchmark's hardware class."""
@@ -165,6 +165,8 @@ class RoundAdmin(ReadOnlyMixin, admin.ModelAdmin[Round]):
         "ordinal",
         "status",
         "void_reason",
+        "void_cause",
+        "void_by",
         "created_at",
         "started_at",
         "finished_at",

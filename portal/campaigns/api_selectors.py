@@ -1,8 +1,9 @@
 """Reads the campaign API and pages need beyond :mod:`portal.campaigns.selectors`.
 
 - :func:`queue_state`: what the next round waits for, as a state and one sentence: an
-  open round (running, or pending and waiting for capacity), a pause, a missing baseline,
-  or the trigger (so many queued, or the oldest queued event so old).
+  open round (running, or pending and waiting for capacity), the campaign's close (no
+  round starts; the crown is final), a pause, a missing baseline, or the trigger (so many
+  queued, or the oldest queued event so old).
 - :func:`campaign_page` / :func:`campaign_pages`: the selector's overview with that state.
 - :func:`round_rows`: every round of a campaign, newest first, a page at a time.
 - :func:`campaign_submission`: one submission's timeline and its latest round entry.
@@ -30,6 +31,7 @@ from portal.campaigns.selectors import (
 )
 from portal.submissions.models import Submission
 
+CLOSED = "closed"
 RUNNING = "running"
 WAITING_FOR_CAPACITY = "waiting_for_capacity"
 WAITING_FOR_HOST = "waiting_for_host"
@@ -63,7 +65,7 @@ class QueueState:
     trigger_queued: int
     trigger_wait_s: int
     due_at: dt.datetime | None
-    entries: list[QueueRow]  # oldest queued first
+    entries: list[QueueRow]  # first queued first
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,12 @@ def queue_state(campaign: Campaign, overview: CampaignOverview, now: dt.datetime
     elif open_round is not None:
         state = WAITING_FOR_HOST
         explanation = f"Round {open_round.ordinal} is waiting for a {cls} host to start it."
+    elif overview.closed:
+        state = CLOSED
+        explanation = (
+            f"The campaign closed at {_utc(overview.closes_at)}: no round starts, and the "
+            "crown is final."
+        )
     elif overview.paused:
         state, explanation = PAUSED, "The campaign is paused: no round starts."
     elif not overview.has_baseline:

@@ -2,7 +2,8 @@
 
 A benchmark of kind ``campaign`` has one :class:`Campaign`. Official submissions of it
 wait ``bench_queued`` after their build; a :class:`Round` takes the leader (the
-:class:`Crown`'s submission, if any) plus up to five of them, oldest first, runs every
+:class:`Crown`'s submission, if any) plus up to five of them, first queued first
+(:class:`QueuePlace`), runs every
 image on the same request set on one host of the campaign's class, and records one
 :class:`RoundEntry` per image. Scores compare only within a round.
 
@@ -88,9 +89,19 @@ class Campaign(models.Model):
     max_challengers = models.PositiveIntegerField(
         default=5, validators=[POSITIVE], help_text="Challengers per round, beside the leader."
     )
+    leader_void_limit = models.PositiveIntegerField(
+        default=2,
+        validators=[POSITIVE],
+        help_text=(
+            "A leader whose own entry voids this many rounds in a row (its own exit, its "
+            "slices over the reproducibility ceiling, its deadline) loses the crown."
+        ),
+    )
     paused = models.BooleanField(
         default=False, help_text="A paused campaign starts no round (running ones finish)."
     )
+    # Why the crown is vacant (or why its last holder lost it); "" while someone holds it.
+    crown_note = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -141,6 +152,9 @@ class Round(models.Model):
     )
     status = models.CharField(max_length=16, choices=STATUSES, default=PENDING)
     void_reason = models.TextField(blank=True)
+    # Who caused a void (``rules.VOID_CAUSES``) and the submissions whose own entry did.
+    void_cause = models.CharField(max_length=16, blank=True)
+    void_by = models.JSONField(default=list, blank=True)
     material = models.CharField(max_length=64)
     request_positions = models.JSONField(default=list)
     request_digest = models.CharField(max_length=64)
@@ -230,6 +244,30 @@ class Crown(models.Model):
     score = models.FloatField()
     round = models.ForeignKey(Round, on_delete=models.PROTECT, related_name="+")
     since = models.DateTimeField(help_text="When this submission took the crown.")
+    own_voids = models.PositiveIntegerField(
+        default=0, help_text="Voids its own entry caused in a row (a scored round resets it)."
+    )
 
     def __str__(self) -> str:
         return f"crown of {self.campaign_id}: submission {self.submission_id}"
+
+
+class QueuePlace(models.Model):
+    """A campaign submission's place in the queue: when it was first queued.
+
+    Rounds take entries by it (then by id), so a requeued entry (after a void, or after
+    an infrastructure failure) keeps its place; only the wait trigger restarts, from the
+    submission's latest queued event (``Submission.queued_at``). A challenger whose own
+    entry voided a round loses its place: ``since`` moves to its requeue.
+    """
+
+    submission = models.OneToOneField(
+        "submissions.Submission",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="queue_place",
+    )
+    since = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"submission {self.submission_id} queued since {self.since:%Y-%m-%d %H:%M}"

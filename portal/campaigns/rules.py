@@ -30,6 +30,24 @@ Definitions the rules text left open, fixed here:
   there), is failed_correctness.
   Correctness is judged before reproducibility: a wrong answer is the entrant's verdict
   even on a noisy run.
+* **Under tolerance.** A slice whose own agreement (its matches / its requests) is below
+  ``min_agreement`` earns nothing: it counts as ``min(speedup, 0)`` in the median (0 when
+  it was faster, its loss when slower), so a few such slices pull the score down and
+  never up. The entry still passes when its whole request set is over the gate.
+* **Staff disqualification.** An entry whose submission staff disqualified while its
+  round was open runs (the host already has the round), but its verdict is disqualified,
+  it scores nothing and it cannot take the crown; a disqualified leader is no leader (the
+  crown was vacated when staff disqualified it), so its own failure voids nothing.
+* **Who caused a void.** Each void has one cause: ``host`` (the host's own void, another
+  request set), ``baseline`` (the opening or closing baseline failed, or drifted),
+  ``leader`` (the leader failed on infrastructure) or ``challengers`` (no challenger got a
+  verdict). Its *own* doing, named in ``void_by``: the leader's own exit (remapped to
+  infra_failed), its slice times over the reproducibility ceiling, or its kill at the
+  deadline; for ``challengers``, each challenger that infra_failed by those same causes.
+  A kill from outside, the OOM killer, a platform fault or a missing report is nobody's.
+  A leader whose own entry voids ``leader_void_limit`` rounds in a row (only a scored
+  round resets the count; voids of other causes neither count nor reset it) loses the
+  crown (:func:`leader_void_streak`).
 * **Crown.** Taking a vacant crown, or one the leader lost (failed correctness, or a score
   of 0 or less), needs a passing challenger scoring strictly above 0, the same bar as
   holding it. Ties between challengers go to the earlier entry (the older queued one).
@@ -56,6 +74,17 @@ DISQUALIFIED = "disqualified"
 INFRA_FAILED = "infra_failed"
 NONE = "none"
 
+# Why a round was void (module docstring, "Who caused a void").
+VOID_HOST = "host"
+VOID_BASELINE = "baseline"
+VOID_LEADER = "leader"
+VOID_CHALLENGERS = "challengers"
+VOID_STAFF = "staff"
+VOID_CAUSES = (VOID_HOST, VOID_BASELINE, VOID_LEADER, VOID_CHALLENGERS, VOID_STAFF)
+
+UNDER_TOLERANCE = "under tolerance"  # how a report row that earned nothing begins
+STAFF_DISQUALIFIED = "disqualified by staff while its round was open"
+
 LEADER = "leader"
 CHALLENGER = "challenger"
 
@@ -71,10 +100,17 @@ CAPACITY_MAX_WAIT = dt.timedelta(hours=1)
 
 @dataclass(frozen=True)
 class Queued:
-    """One submission waiting for a round, since its current queued event."""
+    """One submission waiting for a round: ``since`` its current queued event (the wait
+    trigger), and its place in the queue (``place``: its first queued time, kept across
+    requeues and voids; None means ``since``)."""
 
     submission_id: int
     since: dt.datetime
+    place: dt.datetime | None = None
+
+    @property
+    def order(self) -> tuple[dt.datetime, int]:
+        return (self.place or self.since, self.submission_id)
 
 
 @dataclass(frozen=True)
@@ -122,11 +158,12 @@ class Composition:
 def compose_round(
     leader_id: int | None, queued: Sequence[Queued], *, max_challengers: int
 ) -> Composition:
-    """The leader (if any) plus up to ``max_challengers`` of ``queued``, oldest queued event
-    first (then lowest id); the rest stay queued. The leader never challenges itself."""
+    """The leader (if any) plus up to ``max_challengers`` of ``queued``, by place in the
+    queue (first queued time, then lowest id); the rest stay queued. The leader never
+    challenges itself."""
     waiting = sorted(
         (item for item in queued if item.submission_id != leader_id),
-        key=lambda item: (item.since, item.submission_id),
+        key=lambda item: item.order,
     )
     return Composition(leader_id, tuple(item.submission_id for item in waiting[:max_challengers]))
 
@@ -198,6 +235,10 @@ class Judgement:
     agreement: float | None = None
     seconds: tuple[float, ...] | None = None
     spread: float | None = None
+    # Per slice: whether its own agreement reached the gate (None until it ran them all).
+    in_tolerance: tuple[bool, ...] | None = None
+    # infra_failed by the image's own doing (module docstring, "Who caused a void").
+    own: bool = False
 
 
 def relative_range(values: Sequence[float]) -> float:
@@ -235,7 +276,9 @@ def judge_run(
         if item.oom_killed:
             return Judgement(INFRA_FAILED, f"{where}: killed by the OOM killer")
         if item.killed:
-            return Judgement(INFRA_FAILED, f"{where}: killed at the deadline or from outside")
+            return Judgement(
+                INFRA_FAILED, f"{where}: killed at the deadline or from outside", own=True
+            )
         if item.signal is not None and item.signal in OUTSIDE_SIGNALS:
             return Judgement(INFRA_FAILED, f"{where}: killed by {_signal_name(item.signal)}")
         if item.signal is not None or (item.exit_code is not None and item.exit_code != 0):
@@ -247,7 +290,7 @@ def judge_run(
             when = "after writing its output" if item.output_ok else "before producing output"
             if incumbent:
                 return Judgement(
-                    INFRA_FAILED, f"{where}: {how} {when} (on an image that ran before)"
+                    INFRA_FAILED, f"{where}: {how} {when} (on an image that ran before)", own=True
                 )
             return Judgement(DISQUALIFIED, f"{where}: {how} {when}")
         if item.exit_code is None:
@@ -265,12 +308,16 @@ def judge_run(
     requests = sum(slice_totals)
     agreement = sum(item.matches for item in ordered) / requests if requests else 0.0
     seconds = tuple((item.wall_ns or 0) / 1e9 for item in ordered)
+    in_tolerance = tuple(
+        item.total > 0 and item.matches / item.total >= limits.min_agreement for item in ordered
+    )
     if agreement < limits.min_agreement:
         return Judgement(
             FAILED_CORRECTNESS,
             f"agreement {agreement:.4f} is below the gate {limits.min_agreement:.4f}",
             agreement=agreement,
             seconds=seconds,
+            in_tolerance=in_tolerance,
         )
     spread = relative_range(seconds)
     if spread > limits.reproducibility_ceiling:
@@ -281,8 +328,17 @@ def judge_run(
             agreement=agreement,
             seconds=seconds,
             spread=spread,
+            in_tolerance=in_tolerance,
+            own=True,
         )
-    return Judgement(PASSED, "", agreement=agreement, seconds=seconds, spread=spread)
+    return Judgement(
+        PASSED,
+        "",
+        agreement=agreement,
+        seconds=seconds,
+        spread=spread,
+        in_tolerance=in_tolerance,
+    )
 
 
 def speedup(baseline_s: float, candidate_s: float) -> float:
@@ -290,9 +346,24 @@ def speedup(baseline_s: float, candidate_s: float) -> float:
     return (baseline_s - candidate_s) / baseline_s
 
 
-def score_slices(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    """The entry's score: the median over slices of :func:`speedup`."""
-    return statistics.median(speedup(b, c) for b, c in zip(baseline, candidate, strict=True))
+def score_slices(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    in_tolerance: Sequence[bool] | None = None,
+) -> float:
+    """The entry's score: the median over slices of :func:`speedup`, a slice under
+    tolerance (``in_tolerance`` False) counting ``min(speedup, 0)`` (module docstring)."""
+    kept = in_tolerance if in_tolerance is not None else [True] * len(baseline)
+    return statistics.median(
+        counted_speedup(speedup(b, c), ok)
+        for b, c, ok in zip(baseline, candidate, kept, strict=True)
+    )
+
+
+def counted_speedup(value: float, in_tolerance: bool) -> float:
+    """What a slice adds to the median: its speedup, or ``min(speedup, 0)`` under
+    tolerance (it earns nothing and keeps any loss)."""
+    return value if in_tolerance else min(value, 0.0)
 
 
 def drift(opening: Sequence[float], closing: Sequence[float]) -> float:
@@ -306,10 +377,13 @@ def slice_rows(
     baseline: Sequence[float] | None,
     *,
     void_reason: str = "",
+    excluded: str = "",
 ) -> list[dict[str, Any]]:
     """One row per slice for the entry report: ``slice``, ``baseline_s``, ``candidate_s``,
-    ``speedup``, ``matches``, ``total`` and ``reason`` (why it scored nothing; "" when it
-    scored). A slice scores only in a passed entry of a scored round."""
+    ``speedup`` (what the slice counted in the median; None when it counted nothing),
+    ``matches``, ``total`` (the requests both images were compared on) and ``reason``
+    (why it did not score in full; "" when it did). A slice counts only in a passed entry
+    of a scored round; under tolerance it counts ``min(speedup, 0)``."""
     ran = {item.slice: item for item in (run.slices if run else [])}
     count = len(baseline) if baseline is not None else len(ran)
     rows = []
@@ -326,14 +400,23 @@ def slice_rows(
             "total": item.total if item is not None else None,
             "reason": "",
         }
+        tolerated = judgement.in_tolerance
         if void_reason:
             row["reason"] = f"round void: {void_reason}"
-        elif judgement.verdict == PASSED and baseline_s and candidate_s is not None:
-            row["speedup"] = speedup(baseline_s, candidate_s)
+        elif excluded:
+            row["reason"] = excluded
         elif item is None:
             row["reason"] = "not run"
-        else:
+        elif judgement.verdict != PASSED or not baseline_s or candidate_s is None:
             row["reason"] = f"{judgement.verdict}: {judgement.reason}"
+        elif tolerated is not None and index < len(tolerated) and not tolerated[index]:
+            row["speedup"] = counted_speedup(speedup(baseline_s, candidate_s), False)
+            row["reason"] = (
+                f"{UNDER_TOLERANCE}: {item.matches} of {item.total} answers agree, below "
+                "the gate; the slice earns nothing (it counts min(speedup, 0))"
+            )
+        else:
+            row["speedup"] = speedup(baseline_s, candidate_s)
         rows.append(row)
     return rows
 
@@ -423,8 +506,9 @@ class EntryResult:
 
 @dataclass(frozen=True)
 class RoundDecision:
-    """A void round (``void_reason``) changes nothing but the round; a scored one writes
-    ``entries`` (by entry id) and ``crown``."""
+    """A void round (``void_reason``, ``void_cause``, ``void_by``) changes nothing but the
+    round (and the void counts); a scored one writes ``entries`` (by entry id) and
+    ``crown``."""
 
     void_reason: str
     drift: float | None
@@ -432,6 +516,8 @@ class RoundDecision:
     baseline_close: Judgement
     entries: dict[int, EntryResult] = field(default_factory=dict)
     crown: CrownChange | None = None
+    void_cause: str = ""  # one of VOID_CAUSES when void
+    void_by: tuple[int, ...] = ()  # submissions whose own entry caused the void
 
 
 def decide_round(
@@ -442,6 +528,7 @@ def decide_round(
     baseline_digest: str,
     slice_totals: Sequence[int],
     limits: Limits,
+    excluded: frozenset[int] = frozenset(),
 ) -> RoundDecision:
     """Judge every image of a finished round and decide void or scored, and the crown.
 
@@ -450,6 +537,8 @@ def decide_round(
     baseline failed (or was another image), drift above the ceiling, the leader
     infra_failed, no challenger reached passed, failed_correctness or disqualified.
     An entry that ran an image other than its submission's is infra_failed.
+    ``excluded``: submissions staff disqualified while the round was open (module
+    docstring): disqualified, no score, no crown; an excluded leader is no leader.
     """
     ran = {run.entry_id: run for run in outcome.entries}
     results: dict[int, EntryResult] = {}
@@ -464,7 +553,9 @@ def decide_round(
     closing = judge_baseline(outcome.baseline_close)
     for entry in planned:
         run = ran.get(entry.entry_id)
-        if run is not None and run.image_digest != entry.image_digest:
+        if entry.submission_id in excluded:
+            judged[entry.entry_id] = Judgement(DISQUALIFIED, STAFF_DISQUALIFIED)
+        elif run is not None and run.image_digest != entry.image_digest:
             judged[entry.entry_id] = Judgement(INFRA_FAILED, "the host ran another image")
         else:
             judged[entry.entry_id] = judge_run(
@@ -473,29 +564,37 @@ def decide_round(
     round_drift = None
     if opening.seconds is not None and closing.seconds is not None:
         round_drift = drift(opening.seconds, closing.seconds)
-    void = ""
-    leader = next((entry for entry in planned if entry.role == LEADER), None)
+    void = cause = ""
+    void_by: tuple[int, ...] = ()
+    leader = next(
+        (e for e in planned if e.role == LEADER and e.submission_id not in excluded), None
+    )
     challengers = [entry for entry in planned if entry.role == CHALLENGER]
     if outcome.void_reason:
-        void = outcome.void_reason
+        void, cause = outcome.void_reason, VOID_HOST
     elif outcome.request_digest != request_digest:
-        void = "the host staged another request set than the round's"
+        void, cause = "the host staged another request set than the round's", VOID_HOST
     elif opening.verdict != PASSED:
-        void = f"the opening baseline failed: {opening.reason}"
+        void, cause = f"the opening baseline failed: {opening.reason}", VOID_BASELINE
     elif closing.verdict != PASSED:
-        void = f"the closing baseline failed: {closing.reason}"
+        void, cause = f"the closing baseline failed: {closing.reason}", VOID_BASELINE
     elif round_drift is not None and round_drift > limits.drift_ceiling:
         void = (
             f"the baseline drifted {round_drift:.4f} between the opening and the closing "
             f"run (the ceiling is {limits.drift_ceiling:.4f})"
         )
+        cause = VOID_BASELINE
     elif leader is not None and judged[leader.entry_id].verdict == INFRA_FAILED:
         void = f"the leader failed on infrastructure: {judged[leader.entry_id].reason}"
+        cause = VOID_LEADER
+        if judged[leader.entry_id].own:
+            void_by = (leader.submission_id,)
     elif not any(
         judged[entry.entry_id].verdict in (PASSED, FAILED_CORRECTNESS, DISQUALIFIED)
         for entry in challengers
     ):
-        void = "no challenger got a verdict"
+        void, cause = "no challenger got a verdict", VOID_CHALLENGERS
+        void_by = tuple(entry.submission_id for entry in challengers if judged[entry.entry_id].own)
     for entry in planned:
         judgement = judged[entry.entry_id]
         score = None
@@ -505,7 +604,7 @@ def decide_round(
             and opening.seconds is not None
             and judgement.seconds is not None
         ):
-            score = score_slices(opening.seconds, judgement.seconds)
+            score = score_slices(opening.seconds, judgement.seconds, judgement.in_tolerance)
         reason = judgement.reason
         if void:  # what was seen, kept for the page; it changes nothing
             reason = f"round void; seen: {judgement.verdict}" + (f" ({reason})" if reason else "")
@@ -516,7 +615,11 @@ def decide_round(
             agreement=judgement.agreement,
             reason=reason,
             slices=slice_rows(
-                judgement, ran.get(entry.entry_id), opening.seconds, void_reason=void
+                judgement,
+                ran.get(entry.entry_id),
+                opening.seconds,
+                void_reason=void,
+                excluded=STAFF_DISQUALIFIED if entry.submission_id in excluded else "",
             ),
         )
     crown = None
@@ -531,7 +634,27 @@ def decide_round(
             [contender(entry) for entry in challengers],
             moat=limits.moat,
         )
-    return RoundDecision(void, round_drift, opening, closing, results, crown)
+    return RoundDecision(
+        void, round_drift, opening, closing, results, crown, void_cause=cause, void_by=void_by
+    )
+
+
+def leader_void_streak(streak: int, decision: RoundDecision, leader_id: int | None) -> int:
+    """The leader's count of voids its own entry caused in a row, after ``decision``.
+
+    A scored round resets it; a void the leader's own entry caused adds one; a void of
+    any other cause leaves it. The crown is lost when it reaches the campaign's
+    ``leader_void_limit``.
+    """
+    if not decision.void_reason:
+        return 0
+    if (
+        leader_id is not None
+        and leader_id in decision.void_by
+        and decision.void_cause == VOID_LEADER
+    ):
+        return streak + 1
+    return streak
 
 
 def evidence_digest(evidence: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ writes. Times are aware datetimes (UTC).
   waits for, the rounds newest first with their entries.
 - :func:`round_entry_report`: one entry's arithmetic, slice by slice, the summary and
   the host's environment readings.
-- :func:`waiting_submissions`: the queue itself (services use it too).
+- :func:`waiting_submissions`: the queue itself, and :func:`queued`: it as the rules see
+  it (services use both).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, F, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.campaigns import rules
-from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
+from portal.campaigns.models import Campaign, Crown, QueuePlace, Round, RoundEntry
+from portal.contests.models import Cohort, CohortItem
 from portal.submissions.models import Submission
 
 
@@ -32,9 +35,9 @@ def campaign_by_slug(slug: str) -> Campaign | None:
 
 def waiting_submissions(campaign: Campaign) -> QuerySet[Submission]:
     """The campaign's queue: its official submissions ``bench_queued``, not disqualified by
-    staff and in no open round, oldest queued event first (``Submission.queued_at``, then
-    id). The leader is never in it (its submission is ``passed``); a disqualified entry
-    never enters a round.
+    staff and in no open round, by place (first queued time, ``QueuePlace.since``; the
+    latest queued event for one without a place), then id. The leader is never in it (its
+    submission is ``passed``); a disqualified entry never enters a round.
 
     A submission stays ``bench_queued`` while its round is pending or running (a void round
     changes no submission's state); being in an open round takes it out of the queue.
@@ -50,8 +53,25 @@ def waiting_submissions(campaign: Campaign) -> QuerySet[Submission]:
             disqualified_at__isnull=True,
         )
         .exclude(pk__in=in_open_round)
-        .order_by("queued_at", "id")
+        .order_by(Coalesce(F("queue_place__since"), F("queued_at")).asc(nulls_last=True), "id")
     )
+
+
+def queued(campaign: Campaign, now: dt.datetime) -> list[rules.Queued]:
+    """The queue as the rules see it: each entry's latest queued event (the wait trigger)
+    and its place (first queued time)."""
+    rows = waiting_submissions(campaign).values("id", "queued_at", "queue_place__since")
+    return [
+        rules.Queued(row["id"], row["queued_at"] or now, row["queue_place__since"]) for row in rows
+    ]
+
+
+def first_queued_at(submission: Submission) -> dt.datetime | None:
+    """Its place in the queue: its first queued time (its latest queued event without one)."""
+    try:
+        return submission.queue_place.since
+    except QueuePlace.DoesNotExist:
+        return submission.queued_at
 
 
 # The overview ----------------------------------------------------------------------------
@@ -71,8 +91,9 @@ class CrownView:
 class QueueRow:
     submission_id: int
     entrant: str
-    queued_at: dt.datetime | None
-    in_next_round: bool  # among the oldest max_challengers: it runs in the next round
+    queued_at: dt.datetime | None  # its latest queued event: the wait trigger's clock
+    first_queued_at: dt.datetime | None  # its place in the queue
+    in_next_round: bool  # among the first max_challengers: it runs in the next round
 
 
 @dataclass(frozen=True)
@@ -111,6 +132,7 @@ class RoundRow:
     ordinal: int
     status: str  # pending / running / scored / void
     void_reason: str
+    void_cause: str  # rules.VOID_CAUSES, "" unless void
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
@@ -119,6 +141,7 @@ class RoundRow:
     next_try_at: dt.datetime | None
     host: str
     request_count: int
+    material: str  # the draw's material, published when the round is created
     request_digest: str
     evidence_digest: str
     entries: list[EntryRow] = field(default_factory=list)
@@ -140,6 +163,13 @@ class CampaignOverview:
     reproducibility_ceiling: float
     min_agreement: float
     crown: CrownView | None  # None: the crown is vacant
+    crown_note: str  # why the crown is vacant (or how its last holder lost it)
+    closed: bool  # the benchmark has closed: no round starts, the crown is final
+    closes_at: dt.datetime
+    campaign_id: int  # with the material and the pool, anyone can redo a round's draw
+    pool_size: int  # the official cohort's item count: positions 0 .. pool_size - 1
+    leader_void_limit: int
+    voids_by_cause: dict[str, int]
     queue: list[QueueRow]
     next_round: NextRound
     rounds: list[RoundRow]  # newest first
@@ -170,6 +200,7 @@ def round_row(round_: Round) -> RoundRow:
         ordinal=round_.ordinal,
         status=round_.status,
         void_reason=round_.void_reason,
+        void_cause=round_.void_cause,
         created_at=round_.created_at,
         started_at=round_.started_at,
         finished_at=round_.finished_at,
@@ -178,6 +209,7 @@ def round_row(round_: Round) -> RoundRow:
         next_try_at=round_.next_try_at,
         host=round_.host,
         request_count=len(round_.request_positions),
+        material=round_.material,
         request_digest=round_.request_digest,
         evidence_digest=round_.evidence_digest,
         entries=_entry_rows(entries),
@@ -188,13 +220,12 @@ def next_round(campaign: Campaign, now: dt.datetime | None = None) -> NextRound:
     """What the campaign's next round waits for (see :class:`NextRound`)."""
     now = now or timezone.now()
     wait = dt.timedelta(seconds=campaign.trigger_wait_s)
-    queued = [
-        rules.Queued(row["id"], row["queued_at"] or now)
-        for row in waiting_submissions(campaign).values("id", "queued_at")
-    ]
-    trigger = rules.trigger_decision(queued, now, count=campaign.trigger_queued, wait=wait)
+    waiting = queued(campaign, now)
+    trigger = rules.trigger_decision(waiting, now, count=campaign.trigger_queued, wait=wait)
     blocked = ""
-    if campaign.paused:
+    if now >= campaign.benchmark.closes_at:
+        blocked = "the campaign has closed"
+    elif campaign.paused:
         blocked = "paused"
     elif not campaign.has_baseline:
         blocked = "no baseline image"
@@ -202,18 +233,18 @@ def next_round(campaign: Campaign, now: dt.datetime | None = None) -> NextRound:
         blocked = "a round is open"
     if blocked:
         waits_for = f"No round starts: {blocked}."
-    elif not queued:
+    elif not waiting:
         waits_for = "Waiting for a first queued submission."
     elif trigger.start:
         waits_for = "A round starts at the next check."
     else:
         waits_for = (
-            f"{len(queued)} of {campaign.trigger_queued} queued; a round starts when "
+            f"{len(waiting)} of {campaign.trigger_queued} queued; a round starts when "
             f"{campaign.trigger_queued} are, or at {trigger.due_at:%Y-%m-%d %H:%M} UTC."
         )
     return NextRound(
         blocked=blocked,
-        queued=len(queued),
+        queued=len(waiting),
         trigger_queued=campaign.trigger_queued,
         trigger_wait=wait,
         due_at=trigger.due_at,
@@ -241,12 +272,13 @@ def campaign_overview(
             round_ordinal=crown_row.round.ordinal,
             since=crown_row.since,
         )
-    waiting = list(waiting_submissions(campaign).select_related("entrant"))
+    waiting = list(waiting_submissions(campaign).select_related("entrant", "queue_place"))
     queue = [
         QueueRow(
             submission_id=submission.pk,
             entrant=submission.entrant.get_username(),
             queued_at=submission.queued_at,
+            first_queued_at=first_queued_at(submission),
             in_next_round=index < campaign.max_challengers,
         )
         for index, submission in enumerate(waiting)
@@ -268,6 +300,22 @@ def campaign_overview(
         reproducibility_ceiling=campaign.reproducibility_ceiling,
         min_agreement=campaign.min_agreement,
         crown=crown,
+        crown_note=""
+        if crown is not None
+        else Campaign.objects.filter(pk=campaign.pk).values_list("crown_note", flat=True).get(),
+        closed=now >= benchmark.closes_at,
+        closes_at=benchmark.closes_at,
+        campaign_id=campaign.pk,
+        pool_size=CohortItem.objects.filter(
+            cohort__benchmark=benchmark, cohort__kind=Cohort.OFFICIAL
+        ).count(),
+        leader_void_limit=campaign.leader_void_limit,
+        voids_by_cause=dict(
+            Round.objects.filter(campaign=campaign, status=Round.VOID)
+            .values_list("void_cause")
+            .annotate(count=Count("pk"))
+            .values_list("void_cause", "count")
+        ),
         queue=queue,
         next_round=next_round(campaign, now),
         rounds=[round_row(round_) for round_ in rounds],
@@ -285,15 +333,15 @@ class ReportRow:
     speedup: float | None
     matches: int | None
     total: int | None
-    reason: str  # why the slice scored nothing; "" when it scored
+    reason: str  # why the slice did not score in full; "" when it did
 
 
 @dataclass(frozen=True)
 class ReportSummary:
     slices: int
-    slices_scored: int
-    # Slices whose own agreement (matches / total) is below the campaign's gate. They still
-    # score when the entry passed: the gate applies to the whole request set.
+    slices_scored: int  # slices that scored in full
+    # Slices whose own agreement (matches / total) is below the campaign's gate: they earn
+    # nothing (min(speedup, 0) in the median), though the entry may still pass.
     slices_under_tolerance: int
 
 
@@ -345,7 +393,7 @@ def round_entry_report(entry_id: int) -> EntryReport | None:
         rows=rows,
         summary=ReportSummary(
             slices=len(rows),
-            slices_scored=sum(1 for row in rows if row.speedup is not None),
+            slices_scored=sum(1 for row in rows if row.speedup is not None and not row.reason),
             slices_under_tolerance=under,
         ),
         environment=dict(entry.round.evidence.get("environment", {})),

@@ -19,7 +19,10 @@ own process died; the reason says so), or on a platform fault (``infra_failed`` 
 is queued again once, and ends ``infra_failed`` with its attempt refunded the second
 time. The leader's submission stays ``passed`` whatever happens to the crown: each of its
 rounds adds a line to its timeline. A void round changes no submission's status: its
-challengers get a new queued event (their wait starts again), the leader keeps the crown.
+challengers get a new queued event (their wait starts again) and keep their place in the
+queue (``QueuePlace``: their first queued time), except a challenger whose own entry
+caused the void, which goes to the back; the leader keeps the crown unless its own entry
+voided ``leader_void_limit`` rounds in a row (``rules.leader_void_streak``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from django.utils import timezone
 from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.campaigns import rules, selectors
-from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
+from portal.campaigns.models import Campaign, Crown, QueuePlace, Round, RoundEntry
 from portal.campaigns.outcomes import RoundOutcome
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.submissions.models import Submission, SubmissionEvent
@@ -63,14 +66,25 @@ def _event(submission_id: int, status: str, note: str) -> None:
     )
 
 
-def _requeue(submission_id: int, note: str, now: dt.datetime) -> bool:
-    """A new queued event for a ``bench_queued`` submission: its wait starts again."""
+def _requeue(submission_id: int, note: str, now: dt.datetime, *, lose_place: bool = False) -> bool:
+    """A new queued event for a ``bench_queued`` submission: its wait starts again. It
+    keeps its place in the queue (its first queued time) unless ``lose_place``."""
     done = Submission.objects.filter(pk=submission_id, status=Submission.BENCH_QUEUED).update(
         queued_at=now
     )
     if done:
+        if lose_place:
+            QueuePlace.objects.update_or_create(
+                submission_id=submission_id, defaults={"since": now}
+            )
         _event(submission_id, Submission.BENCH_QUEUED, note)
     return bool(done)
+
+
+def _vacate(campaign_id: int, note: str) -> None:
+    """The crown is vacant, and the page says why."""
+    Crown.objects.filter(campaign_id=campaign_id).delete()
+    Campaign.objects.filter(pk=campaign_id).update(crown_note=note)
 
 
 # Setting a campaign up -------------------------------------------------------------------
@@ -142,21 +156,59 @@ def campaign_baseline_record(
 def campaign_entry_disqualified(
     submission: Submission, *, actor: Any, reason: str, origin: Origin = NOWHERE
 ) -> bool:
-    """Staff disqualified ``submission``: if it holds its campaign's crown, the crown is
-    vacant at once (audited as ``campaign.crown_vacated``), not at the next round's start.
-    Whether it held the crown. Queued, it never enters a round (``waiting_submissions``)."""
+    """Staff disqualified ``submission``: it is out of the campaign at once.
+
+    Holding the crown, the crown is vacant now (audited as ``campaign.crown_vacated``; the
+    page says why), not at the next round's start. In a round that has not started (pending)
+    its entry is removed, and a round left with no challenger is void (audited as
+    ``campaign.round_void``). In a running round it still runs, but ``round_record`` gives
+    it no verdict but disqualified and no crown. Queued, it never enters a round
+    (``waiting_submissions``). Whether it held the crown.
+    """
+    now = timezone.now()
     with transaction.atomic():
+        for entry in RoundEntry.objects.select_for_update().filter(
+            submission=submission, round__status=Round.PENDING
+        ):
+            round_ = Round.objects.select_related("campaign").get(pk=entry.round_id)
+            entry.delete()
+            audit_record(
+                actor=actor,
+                action="campaign.entry_removed",
+                target=_target(round_.campaign),
+                origin=origin,
+                reason=reason,
+                details={"round_id": round_.pk, "submission_id": submission.pk},
+            )
+            if not round_.entries.filter(role=RoundEntry.CHALLENGER).exists():
+                why = f"no challenger left: submission {submission.pk} was disqualified"
+                _void(
+                    round_,
+                    f"voided by staff: {why}",
+                    {**_round_facts(round_, round_.campaign), "host": round_.host},
+                    now,
+                    cause=rules.VOID_STAFF,
+                )
+                audit_record(
+                    actor=actor,
+                    action="campaign.round_void",
+                    target=_target(round_.campaign),
+                    origin=origin,
+                    reason=why,
+                    details={"round_id": round_.pk, "ordinal": round_.ordinal},
+                )
         crown = Crown.objects.select_for_update().filter(submission=submission).first()
         if crown is None:
             return False
         campaign_id = crown.campaign_id
-        crown.delete()
+        why = f"its leader, submission {submission.pk}, was disqualified: {reason}"
+        _vacate(campaign_id, f"The crown is vacant: {why}.")
         audit_record(
             actor=actor,
             action="campaign.crown_vacated",
             target=f"campaign:{campaign_id}",
             origin=origin,
-            reason=f"its leader, submission {submission.pk}, was disqualified: {reason}",
+            reason=why,
         )
     log.info(
         "campaign %s: the crown is vacant (leader %s disqualified)", campaign_id, submission.pk
@@ -165,16 +217,19 @@ def campaign_entry_disqualified(
 
 
 def campaign_entry_queue(submission: Submission) -> bool:
-    """A campaign submission that just became ``bench_queued``: collapse duplicates, then
-    maybe start a round. True when it stays queued.
+    """A campaign submission that just became ``bench_queued``: collapse duplicates, give
+    it its place in the queue, then maybe start a round. True when it stays queued.
 
-    Byte-identical images (the same ``image_digest``) collapse to the earliest submitted
+    Duplicates are judged on content: the same source archive (``source_sha256``) built in
+    the same environment image (``environment_image_digest``) is the same image, whatever
+    digest the build's commit gave it. Copies collapse to the earliest submitted
     (``submitted_at``, then id) among those entered (see :data:`ENTERED`). Once an image
     has run in a round, or is already queued from an earlier submission, a later copy is
     refused. A copy queued before an *earlier* submission of the same image finished
     building (and that has not run) is refused in its favour. A refused submission ends
-    ``duplicate_image`` and its attempt is refunded. Holds the campaign's row lock.
-    Called by ``submissions.services.submission_build_finished``, inside its transaction.
+    ``duplicate_image`` and its attempt is refunded (it never ran). Holds the campaign's
+    row lock. Called by ``submissions.services.submission_build_finished``, inside its
+    transaction.
     """
     with transaction.atomic():
         campaign = (
@@ -189,13 +244,15 @@ def campaign_entry_queue(submission: Submission) -> bool:
             Submission.objects.filter(
                 benchmark_id=submission.benchmark_id,
                 kind=Submission.OFFICIAL,
-                image_digest=submission.image_digest,
+                source_sha256=submission.source_sha256,
+                environment_image_digest=submission.environment_image_digest,
                 status__in=ENTERED,
             )
             .exclude(pk=submission.pk)
             .order_by("submitted_at", "id")
         )
-        if submission.image_digest and same:
+        content_known = bool(submission.source_sha256 and submission.environment_image_digest)
+        if content_known and same:
             ran = set(
                 RoundEntry.objects.filter(submission__in=same).values_list(
                     "submission_id", flat=True
@@ -214,6 +271,9 @@ def campaign_entry_queue(submission: Submission) -> bool:
                 return False
             for later in same:  # queued, never ran, submitted after this one
                 _reject_duplicate(later, original=submission)
+        QueuePlace.objects.get_or_create(
+            submission=submission, defaults={"since": submission.queued_at or timezone.now()}
+        )
         if campaign is not None:
             transaction.on_commit(lambda: _maybe_start_after_commit(campaign.pk))
         return True
@@ -227,8 +287,8 @@ def _maybe_start_after_commit(campaign_id: int) -> None:
 
 def _reject_duplicate(submission: Submission, *, original: Submission) -> None:
     reason = (
-        f"{DUPLICATE_IMAGE}: the same image (byte for byte) as submission #{original.pk}, "
-        "which was entered first; the attempt was refunded."
+        f"{DUPLICATE_IMAGE}: the same source archive, built in the same environment image, "
+        f"as submission #{original.pk}, which was entered first; the attempt was refunded."
     )
     if submission_transition(
         submission.pk,
@@ -253,7 +313,10 @@ def _leader(campaign: Campaign) -> Crown | None:
     if submission.status == Submission.PASSED and submission.disqualified_at is None:
         return crown
     log.info("campaign %s: leader %s is no longer eligible", campaign.slug, submission.pk)
-    crown.delete()
+    _vacate(
+        campaign.pk,
+        f"The crown is vacant: its leader, submission {submission.pk}, may no longer run.",
+    )
     return None
 
 
@@ -294,10 +357,7 @@ def round_maybe_start(
             return None
         crown = _leader(campaign)
         leader_id = crown.submission_id if crown is not None else None
-        queued = [
-            rules.Queued(row["id"], row["queued_at"] or now)
-            for row in selectors.waiting_submissions(campaign).values("id", "queued_at")
-        ]
+        queued = selectors.queued(campaign, now)
         trigger = rules.trigger_decision(
             queued,
             now,
@@ -528,11 +588,27 @@ def _round_facts(round_: Round, campaign: Campaign) -> dict[str, Any]:
     }
 
 
-def _finish(round_: Round, *, status: str, void_reason: str, evidence: dict[str, Any]) -> None:
-    evidence = {**evidence, "status": status, "void_reason": void_reason}
+def _finish(
+    round_: Round,
+    *,
+    status: str,
+    void_reason: str,
+    evidence: dict[str, Any],
+    cause: str = "",
+    void_by: tuple[int, ...] = (),
+) -> None:
+    evidence = {
+        **evidence,
+        "status": status,
+        "void_reason": void_reason,
+        "void_cause": cause,
+        "void_by": list(void_by),
+    }
     Round.objects.filter(pk=round_.pk).update(
         status=status,
         void_reason=void_reason,
+        void_cause=cause,
+        void_by=list(void_by),
         finished_at=timezone.now(),
         evidence=evidence,
         evidence_digest=rules.evidence_digest(evidence),
@@ -540,16 +616,64 @@ def _finish(round_: Round, *, status: str, void_reason: str, evidence: dict[str,
     )
 
 
-def _void(round_: Round, reason: str, evidence: dict[str, Any], now: dt.datetime) -> None:
-    """Void: record why, requeue the challengers (a new queued event), change nothing else."""
-    _finish(round_, status=Round.VOID, void_reason=reason, evidence=evidence)
+def _void(
+    round_: Round,
+    reason: str,
+    evidence: dict[str, Any],
+    now: dt.datetime,
+    *,
+    cause: str,
+    void_by: tuple[int, ...] = (),
+) -> None:
+    """Void: record why and who caused it, requeue the challengers (a new queued event;
+    a challenger whose own entry caused the void loses its place), change nothing else."""
+    _finish(
+        round_,
+        status=Round.VOID,
+        void_reason=reason,
+        evidence=evidence,
+        cause=cause,
+        void_by=void_by,
+    )
     for entry in round_.entries.all():
         if entry.role == RoundEntry.CHALLENGER:
+            own = entry.submission_id in void_by
             _requeue(
                 entry.submission_id,
-                f"round {round_.ordinal} was void ({reason}); queued again",
+                f"round {round_.ordinal} was void ({reason}); queued again"
+                + (", at the back: its own entry caused the void" if own else ""),
                 now,
+                lose_place=own,
             )
+
+
+def _count_leader_void(
+    campaign: Campaign, round_: Round, decision: rules.RoundDecision, leader_id: int | None
+) -> None:
+    """After a void: the leader's count of voids it caused in a row; at the campaign's
+    ``leader_void_limit`` it loses the crown (audited, and the page says why)."""
+    crown = Crown.objects.select_for_update().filter(campaign=campaign).first()
+    if crown is None or crown.submission_id != leader_id:
+        return
+    streak = rules.leader_void_streak(crown.own_voids, decision, leader_id)
+    if streak < campaign.leader_void_limit:
+        Crown.objects.filter(pk=crown.pk).update(own_voids=streak)
+        return
+    why = (
+        f"its leader, submission {leader_id}, voided {streak} rounds in a row by its own "
+        f"entry (the limit is {campaign.leader_void_limit}); the last, round "
+        f"{round_.ordinal}: {decision.void_reason}"
+    )
+    _vacate(campaign.pk, f"The crown is vacant: {why}.")
+    audit_record(
+        actor=None,
+        action="campaign.crown_vacated",
+        target=_target(campaign),
+        origin=NOWHERE,
+        reason=why,
+        details={"round_id": round_.pk, "submission_id": leader_id},
+    )
+    log.info("campaign %s: %s", campaign.slug, why)
 
 
 def round_record(outcome: RoundOutcome, now: dt.datetime | None = None) -> bool:
@@ -589,6 +713,11 @@ def round_record(outcome: RoundOutcome, now: dt.datetime | None = None) -> bool:
             for entry in entries
         ]
         bounds = rules.slice_bounds(len(round_.request_positions), round_.slice_count)
+        excluded = frozenset(
+            Submission.objects.filter(
+                pk__in=[entry.submission_id for entry in entries], disqualified_at__isnull=False
+            ).values_list("pk", flat=True)
+        )
         decision = rules.decide_round(
             outcome,
             planned=planned,
@@ -596,6 +725,7 @@ def round_record(outcome: RoundOutcome, now: dt.datetime | None = None) -> bool:
             baseline_digest=campaign.baseline_image_digest,
             slice_totals=[end - start for start, end in bounds],
             limits=_limits(campaign),
+            excluded=excluded,
         )
         for entry in entries:
             result = decision.entries[entry.pk]
@@ -632,13 +762,29 @@ def round_record(outcome: RoundOutcome, now: dt.datetime | None = None) -> bool:
             "crown": dataclasses.asdict(decision.crown) if decision.crown else None,
         }
         transaction.on_commit(lambda: _maybe_start_after_commit(campaign.pk))
+        leader_id = next((e.submission_id for e in entries if e.role == RoundEntry.LEADER), None)
         if decision.void_reason:
-            _void(round_, decision.void_reason, evidence, now)
+            _void(
+                round_,
+                decision.void_reason,
+                evidence,
+                now,
+                cause=decision.void_cause,
+                void_by=decision.void_by,
+            )
+            _count_leader_void(campaign, round_, decision, leader_id)
             return True
         _finish(round_, status=Round.SCORED, void_reason="", evidence=evidence)
         if decision.crown is not None:
             _crown_apply(campaign, round_, decision.crown, now)
         for entry in entries:
+            if entry.submission_id in excluded:
+                _event(
+                    entry.submission_id,
+                    Submission.objects.get(pk=entry.submission_id).status,
+                    f"round {round_.ordinal}: {rules.STAFF_DISQUALIFIED}; no verdict counts",
+                )
+                continue
             _settle(entry, round_, decision.crown, now)
         return True
 
@@ -646,15 +792,24 @@ def round_record(outcome: RoundOutcome, now: dt.datetime | None = None) -> bool:
 def _crown_apply(
     campaign: Campaign, round_: Round, change: rules.CrownChange, now: dt.datetime
 ) -> None:
+    """The crown after a scored round; a leader that ran clean starts its void count
+    again, and the page's note says why a crown went vacant."""
     current = Crown.objects.filter(campaign=campaign).first()
     if change.holder is None or change.score is None:
         if current is not None:
-            current.delete()
+            _vacate(
+                campaign.pk,
+                f"The crown is vacant: its leader, submission {current.submission_id}, "
+                f"failed correctness or scored 0 or less in round {round_.ordinal}, and no "
+                "challenger took it.",
+            )
         return
+    Campaign.objects.filter(pk=campaign.pk).update(crown_note="")
     if current is not None and current.submission_id == change.holder:
         current.score = change.score
         current.round = round_
-        current.save(update_fields=["score", "round"])
+        current.own_voids = 0
+        current.save(update_fields=["score", "round", "own_voids"])
         return
     if current is not None:
         current.delete()
@@ -789,6 +944,7 @@ def round_void(*, round_: Round, reason: str, actor: Any, origin: Origin = NOWHE
             f"voided by staff: {reason}",
             {**_round_facts(locked, campaign), "voided_by": who, "host": locked.host},
             now,
+            cause=rules.VOID_STAFF,
         )
         transaction.on_commit(lambda: _maybe_start_after_commit(campaign.pk))
         audit_record(
@@ -848,6 +1004,7 @@ def round_void_stale(now: dt.datetime | None = None) -> list[int]:
                 STALE_HEARTBEAT,
                 {**_round_facts(round_, round_.campaign), "host": round_.host},
                 now,
+                cause=rules.VOID_HOST,
             )
             voided.append(round_id)
     return voided

@@ -1,15 +1,16 @@
 """Campaign pages: the crown, the queue and what the next round waits for, the rounds
 with their entries, and one entry's report.
 
-Anyone signed in reads them (as the API: ``portal.api.campaign_views``). Every score on
-these pages sits next to the round it is from: scores compare only within a round.
+They are public, like the leaderboard: anyone reads the crown, the rounds and every
+entry's arithmetic, signed in or not (as the API: ``portal.api.campaign_views``). Build
+logs and timelines stay their owner's (the submission pages). Every score on these pages
+sits next to the round it is from: scores compare only within a round.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -34,7 +35,6 @@ def _words(wait: dt.timedelta) -> str:
     return api_selectors.duration_words(int(wait.total_seconds()))
 
 
-@login_required
 @require_GET
 def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     campaign = _campaign(slug)
@@ -52,7 +52,6 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "campaigns/campaign_detail.html", context)
 
 
-@login_required
 @require_GET
 def round_list(request: HttpRequest, slug: str) -> HttpResponse:
     """Every round, newest first (``?page=N``, fifty a page)."""
@@ -67,7 +66,6 @@ def round_list(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "campaigns/round_list.html", context)
 
 
-@login_required
 @require_GET
 def entry_report(request: HttpRequest, slug: str, round_id: int, entry_id: int) -> HttpResponse:
     """One entry's arithmetic: per-slice seconds and speedups, the summary, the host."""

@@ -1,7 +1,7 @@
 """The campaign API: campaigns with their crown, queue and rounds; an entry's report; a
 campaign submission's timeline and build log.
 
-Anyone signed in reads campaigns, rounds and reports; a submission's timeline and build
+Anyone reads campaigns, rounds and reports, signed in or not; a submission's timeline and build
 log under the campaign path are its entrant's (and staff's), like ``/submissions/``.
 """
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from portal import storage
 from portal.api.common import PagePagination
-from portal.campaigns import services
+from portal.campaigns import rules, services
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.submissions.models import Submission, SubmissionEvent
@@ -198,9 +198,14 @@ def entry_of(round_: Round, submission: Submission) -> RoundEntry:
 # Campaigns -------------------------------------------------------------------------------
 
 CAMPAIGN_KEYS = {
+    "id",
     "slug",
     "title",
     "paused",
+    "closed",
+    "pool_size",
+    "crown_note",
+    "voids_by_cause",
     "hardware_class",
     "baseline_image_digest",
     "rules",
@@ -220,6 +225,11 @@ ROUND_KEYS = {
     "tries",
     "next_try_at",
     "host",
+    "void_cause",
+    "material",
+    "request_count",
+    "request_digest",
+    "evidence_digest",
     "entries",
 }
 ENTRY_KEYS = {
@@ -282,18 +292,65 @@ def test_an_unknown_campaign_is_not_found(client_for, alice, benchmark):
         assert response.json()["code"] == "not_found"
 
 
-def test_campaigns_need_a_sign_in(anon, history):
+def test_campaigns_rounds_and_reports_are_public_but_timelines_are_not(
+    anon, client_for, bob, history
+):
+    """The score's arithmetic is public, like the leaderboard: anyone reads the crown, the
+    rounds and every entry's report without signing in, and reads what bob reads. A
+    submission's timeline and build log stay its owner's."""
     for url in (
         "/api/v1/campaigns/",
-        "/api/v1/campaigns/eva02/",
         "/api/v1/campaigns/eva02/rounds/",
         f"/api/v1/rounds/{history['scored'].pk}/entries/"
         f"{entry_of(history['scored'], history['leader']).pk}/report",
     ):
         response = anon.get(url)
 
+        assert response.status_code == 200, url
+        assert response.json() == client_for(bob).get(url).json(), url
+    detail = anon.get("/api/v1/campaigns/eva02/").json()
+    assert detail["crown"]["entrant"] == "alice"
+    leader = history["leader"].pk
+    for url in (
+        f"/api/v1/campaigns/eva02/submissions/{leader}/",
+        f"/api/v1/campaigns/eva02/submissions/{leader}/build-log",
+    ):
+        response = anon.get(url)
+
         assert response.status_code == 401, url
         assert response.json()["code"] == "not_authenticated"
+
+
+def test_a_round_publishes_the_draw_so_anyone_can_redo_it(anon, history):
+    """Material, campaign id and pool size are public from the round's creation (a pending
+    round shows them before it runs): the positions they give hash to the request digest."""
+    campaign = history["campaign"]
+    pending = history["pending"]
+    pending.material = "ab" * 32
+    positions = rules.draw_requests(rules.round_seed(pending.material, campaign.pk), range(7), 3)
+    pending.request_positions = positions
+    pending.request_digest = rules.request_digest(positions)
+    pending.save()
+    cohort = Cohort.objects.get(benchmark=campaign.benchmark, kind=Cohort.OFFICIAL)
+    CohortItem.objects.filter(cohort=cohort).delete()
+    for position in range(7):
+        CohortItem.objects.create(
+            cohort=cohort,
+            position=position,
+            canonical_name=f"{position}.jpg",
+            sha256="0" * 64,
+            reference_class=0,
+        )
+
+    body = anon.get("/api/v1/campaigns/eva02/").json()
+    row = next(r for r in body["rounds"] if r["ordinal"] == pending.ordinal)
+
+    assert row["status"] == "pending"
+    redone = rules.draw_requests(
+        rules.round_seed(row["material"], body["id"]), range(body["pool_size"]), 3
+    )
+    assert rules.request_digest(redone) == row["request_digest"]
+    assert row["request_count"] == 3
 
 
 # The queue -------------------------------------------------------------------------------
@@ -421,6 +478,8 @@ def test_a_report_gives_rows_summary_and_environment(client_for, bob, history):
     assert body["campaign"] == "eva02"
     assert body["round"] == {"id": scored.pk, "ordinal": 2, "status": "scored", "void_reason": None}
     assert (body["entry"]["id"], body["entry"]["score"]) == (entry.pk, 0.3125)
+    assert [row.pop("compared") for row in body["rows"]] == [100, 100, 100]
+    assert [row.pop("matches") for row in body["rows"]] == [90, 100, 100]
     assert body["rows"] == [
         {"slice": 0, "baseline_s": 2.0, "candidate_s": 1.5, "speedup": 0.25, "reason": None},
         {"slice": 1, "baseline_s": 2.0, "candidate_s": 1.375, "speedup": 0.3125, "reason": None},
@@ -451,7 +510,8 @@ def test_a_report_never_shows_answers_or_requests(client_for, bob, history):
     assert str(REQUEST_POSITION) not in text
     assert "request" not in text
     assert all(
-        set(row) == {"slice", "baseline_s", "candidate_s", "speedup", "reason"}
+        set(row)
+        == {"slice", "baseline_s", "candidate_s", "compared", "matches", "speedup", "reason"}
         for row in body["rows"]
     )
 

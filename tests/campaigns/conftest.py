@@ -5,6 +5,7 @@ helpers that enter built submissions and report rounds the way a scoring host do
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -88,7 +89,11 @@ def enter(campaign_benchmark: Benchmark) -> Enter:
         submitted_at: dt.datetime | None = None,
         kind: str = Submission.OFFICIAL,
         entrant: Any = None,
+        source: str | None = None,
+        environment_digest: str = "sha256:env",
     ) -> Submission:
+        """``source``: the archive's content (the same text gives the same source digest;
+        unique by default); ``digest``: the image ID its build committed."""
         at = at or timezone.now()
         entrant = entrant or factories.UserFactory()
         environment = factories.EnvironmentFactory(owner=entrant, benchmark=campaign_benchmark)
@@ -101,8 +106,11 @@ def enter(campaign_benchmark: Benchmark) -> Enter:
             submitted_at=submitted_at or at - dt.timedelta(minutes=10),
             source_name="source.tar.gz",
             source_format="tar.gz",
-            source_sha256="0" * 64,
+            source_sha256=hashlib.sha256(
+                (source if source is not None else f"unique {next(_digests)}").encode()
+            ).hexdigest(),
             source_bytes=1,
+            environment_image_digest=environment_digest,
         )
         AttemptLedger.objects.create(
             entrant=entrant,

@@ -129,20 +129,39 @@ def test_one_queued_waits_six_hours_from_its_queued_event() -> None:
 
 
 @given(
-    since_s=st.lists(st.integers(min_value=0, max_value=50), max_size=10),
+    waits=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=50),
+            st.one_of(st.none(), st.integers(min_value=0, max_value=50)),
+        ),
+        max_size=10,
+    ),
     leader=st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
     max_challengers=st.integers(min_value=1, max_value=6),
 )
-def test_a_round_holds_the_leader_and_the_oldest_challengers(
-    since_s: list[int], leader: int | None, max_challengers: int
+def test_a_round_holds_the_leader_and_the_first_queued_challengers(
+    waits: list[tuple[int, int | None]], leader: int | None, max_challengers: int
 ) -> None:
-    queued = [rules.Queued(n, T0 + dt.timedelta(seconds=s)) for n, s in enumerate(since_s)]
+    """Entries join by first queued time (``place``), not by their latest queued event:
+    a requeued entry keeps its place."""
+    queued = [
+        rules.Queued(
+            n,
+            T0 + dt.timedelta(seconds=latest),
+            None if first is None else T0 + dt.timedelta(seconds=first),
+        )
+        for n, (latest, first) in enumerate(waits)
+    ]
     composition = rules.compose_round(leader, queued, max_challengers=max_challengers)
-    # Brute force: pick the oldest (then the lowest id) again and again.
+    # Brute force: pick the first queued (then the lowest id) again and again.
     left = [item for item in queued if item.submission_id != leader]
     expected: list[int] = []
     while left and len(expected) < max_challengers:
-        oldest = min(left, key=lambda item: (item.since, item.submission_id))
+
+        def first_queued(item: rules.Queued) -> tuple[dt.datetime, int]:
+            return (item.place if item.place is not None else item.since, item.submission_id)
+
+        oldest = min(left, key=first_queued)
         expected.append(oldest.submission_id)
         left.remove(oldest)
     assert list(composition.challenger_ids) == expected
@@ -548,3 +567,212 @@ def test_evidence_digest_is_canonical_json() -> None:
         == hashlib.sha256(b'{"a":[1.5],"b":1}').hexdigest()
     )
     assert statistics.median([1, 2]) == 1.5  # the median of an even count: the middle mean
+
+
+# Tolerance, staff disqualification, who caused a void ----------------------------------------
+
+
+def one_round(
+    leader: ImageRun | None,
+    challengers: list[ImageRun],
+    *,
+    excluded: frozenset[int] = frozenset(),
+    closing_scale: float = 1.0,
+) -> tuple[rules.RoundDecision, list[rules.PlannedEntry]]:
+    """A round of the leader (submission 100, when given) and challengers (101, 102...)
+    whose runs are given with entry ids matching their position + 1."""
+    planned = []
+    runs = ([leader] if leader is not None else []) + challengers
+    for position, run in enumerate(runs):
+        role = rules.LEADER if leader is not None and position == 0 else rules.CHALLENGER
+        submission = 100 + position + (0 if leader is not None else 1)
+        planned.append(
+            rules.PlannedEntry(position + 1, submission, role, position, run.image_digest)
+        )
+    outcome = RoundOutcome(
+        round_id=1,
+        host="h",
+        request_digest="d",
+        baseline_open=image_run(BASELINE_OPEN),
+        baseline_close=image_run(BASELINE_CLOSE, seconds=[10.0 * closing_scale] * 4),
+        entries=runs,
+    )
+    decision = rules.decide_round(
+        outcome,
+        planned=planned,
+        request_digest="d",
+        baseline_digest=BASELINE_DIGEST,
+        slice_totals=TOTALS,
+        limits=LIMITS,
+        excluded=excluded,
+    )
+    return decision, planned
+
+
+def test_a_slice_under_tolerance_scores_nothing_and_pulls_the_median_down() -> None:
+    # 8 s against 10 s everywhere (speedup 0.2), one wrong answer of 5 in slice 0 (80 %,
+    # under the 99 % gate for that slice; 19 of 20 overall is 95 %, so lower the gate).
+    limits = rules.Limits(min_agreement=0.9)
+    run = image_run(ENTRY, 1, "img", [8.0] * 4, wrong=1)
+    judgement = rules.judge_run(run, slice_totals=TOTALS, limits=limits, incumbent=False)
+    assert judgement.verdict == rules.PASSED
+    assert judgement.in_tolerance == (False, True, True, True)
+    score = rules.score_slices([10.0] * 4, [8.0] * 4, judgement.in_tolerance)
+    assert score == pytest.approx(statistics.median([0.0, 0.2, 0.2, 0.2]))
+    rows = rules.slice_rows(judgement, run, [10.0] * 4)
+    assert rows[0]["speedup"] == 0.0 and "under tolerance" in rows[0]["reason"]
+    assert (rows[0]["matches"], rows[0]["total"]) == (4, 5)  # the compared count
+    assert [row["speedup"] for row in rows[1:]] == pytest.approx([0.2] * 3)
+    # Two slices under: the median falls to 0.1.
+    assert rules.score_slices([10.0] * 4, [8.0] * 4, (False, False, True, True)) == pytest.approx(
+        0.1
+    )
+
+
+@given(
+    speedups=st.lists(
+        st.floats(min_value=-0.9, max_value=0.9, allow_nan=False), min_size=1, max_size=9
+    ),
+    data=st.data(),
+)
+def test_a_slice_under_tolerance_never_lifts_a_score(
+    speedups: list[float], data: st.DataObject
+) -> None:
+    tolerated = data.draw(st.lists(st.booleans(), min_size=len(speedups), max_size=len(speedups)))
+    baseline = [10.0] * len(speedups)
+    candidate = [10.0 * (1 - s) for s in speedups]
+    all_in = rules.score_slices(baseline, candidate)
+    some_out = rules.score_slices(baseline, candidate, tolerated)
+    assert some_out <= all_in + 1e-9  # slices under tolerance never lift a score
+
+
+def test_a_challenger_disqualified_by_staff_mid_round_cannot_take_the_crown() -> None:
+    fast = image_run(ENTRY, 2, "img2", [5.0] * 4)  # 0.5: would overtake
+    slower = image_run(ENTRY, 3, "img3", [9.0] * 4)  # 0.1
+    leader = image_run(ENTRY, 1, "img1", [9.5] * 4)  # 0.05
+    decision, _ = one_round(leader, [fast, slower], excluded=frozenset({101}))
+    assert decision.void_reason == ""
+    assert decision.entries[2].verdict == rules.DISQUALIFIED
+    assert decision.entries[2].score is None
+    assert all(row["speedup"] is None for row in decision.entries[2].slices)
+    assert decision.crown == rules.CrownChange(102, pytest.approx(0.1), "overtaken")
+
+
+def test_a_leader_disqualified_mid_round_is_no_leader_and_voids_nothing() -> None:
+    leader = image_run(ENTRY, 1, "img1", exit_code=3, output_ok=False, fail_at=0)
+    challenger = image_run(ENTRY, 2, "img2", [8.0] * 4)
+    decision, _ = one_round(leader, [challenger])
+    assert decision.void_cause == rules.VOID_LEADER  # not excluded: its own exit voids
+    assert decision.void_by == (100,)
+    decision, _ = one_round(leader, [challenger], excluded=frozenset({100}))
+    assert decision.void_reason == ""
+    assert decision.crown == rules.CrownChange(101, pytest.approx(0.2), "taken")
+
+
+def model_cause(
+    host_void: bool, opening: str, closing: str, leader: str | None, challengers: list[str]
+) -> tuple[str, set[int]]:
+    """Who voided the round (submission 100 is the leader, challengers follow), in the
+    rules' words: the host; the baseline; the leader, by its own doing when it exited by
+    itself, was too noisy or was killed at the deadline ("kill" here); the challengers,
+    each by its own doing on those same causes."""
+    own = {"self_exit", "kill", "noisy"}
+    if host_void:
+        return rules.VOID_HOST, set()
+    if opening != "pass" or closing != "pass":
+        return rules.VOID_BASELINE, set()
+    if leader in (*own, "missing"):
+        return rules.VOID_LEADER, {100} if leader in own else set()
+    first = 101 if leader is not None else 100
+    return rules.VOID_CHALLENGERS, {
+        first + n for n, kind in enumerate(challengers) if kind in ("kill", "noisy")
+    }
+
+
+@given(
+    host_void=st.booleans(),
+    opening=st.sampled_from(ANY_RUN),
+    closing=st.sampled_from(ANY_RUN),
+    leader=st.one_of(st.none(), st.sampled_from(ANY_RUN)),
+    challengers=st.lists(st.sampled_from(ANY_RUN), min_size=1, max_size=5),
+)
+@settings(max_examples=300)
+def test_every_void_names_its_cause_and_whose_own_entry_caused_it(
+    host_void: bool, opening: str, closing: str, leader: str | None, challengers: list[str]
+) -> None:
+    planned = []
+    runs = []
+    kinds = ([leader] if leader is not None else []) + challengers
+    for position, kind in enumerate(kinds):
+        role = rules.LEADER if leader is not None and position == 0 else rules.CHALLENGER
+        entry = rules.PlannedEntry(position + 1, 100 + position, role, position, f"img{position}")
+        planned.append(entry)
+        run = spec_run(kind, ENTRY, entry.entry_id, entry.image_digest, 0.8)
+        if run is not None:
+            runs.append(run)
+    outcome = RoundOutcome(
+        round_id=1,
+        host="h",
+        request_digest="d",
+        baseline_open=spec_run(opening, BASELINE_OPEN, None, BASELINE_DIGEST),
+        baseline_close=spec_run(closing, BASELINE_CLOSE, None, BASELINE_DIGEST),
+        entries=runs,
+        void_reason="host died" if host_void else "",
+    )
+    decision = rules.decide_round(
+        outcome,
+        planned=planned,
+        request_digest="d",
+        baseline_digest=BASELINE_DIGEST,
+        slice_totals=TOTALS,
+        limits=LIMITS,
+    )
+    if not decision.void_reason:
+        assert (decision.void_cause, decision.void_by) == ("", ())
+        return
+    cause, by = model_cause(host_void, opening, closing, leader, challengers)
+    assert decision.void_cause == cause
+    assert set(decision.void_by) == by
+
+
+ROUND_KINDS = ["scored", "leader_own", "leader_other", "other"]
+
+
+def decision_of(kind: str) -> rules.RoundDecision:
+    """A decision standing for one kind of round, for the leader (submission 100)."""
+    nobody = rules.Judgement(rules.PASSED)
+    if kind == "scored":
+        return rules.RoundDecision("", None, nobody, nobody)
+    if kind == "leader_own":
+        return rules.RoundDecision("v", None, nobody, nobody, void_cause="leader", void_by=(100,))
+    if kind == "leader_other":  # the leader failed, but not by its own doing
+        return rules.RoundDecision("v", None, nobody, nobody, void_cause="leader")
+    return rules.RoundDecision("v", None, nobody, nobody, void_cause="baseline")
+
+
+@given(
+    kinds=st.lists(st.sampled_from(ROUND_KINDS), max_size=12),
+    limit=st.integers(min_value=1, max_value=4),
+)
+def test_a_leader_loses_the_crown_after_its_own_voids_in_a_row(
+    kinds: list[str], limit: int
+) -> None:
+    """Brute force: the crown is lost after the first round at which, reading the rounds
+    back to the latest scored one and skipping voids of other causes, ``limit`` voids
+    were the leader's own."""
+    streak = 0
+    lost_at = None
+    for index, kind in enumerate(kinds):
+        streak = rules.leader_void_streak(streak, decision_of(kind), 100)
+        if streak >= limit:
+            lost_at = index
+            break
+    expected = None
+    for index in range(len(kinds)):
+        since_scored = kinds[: index + 1]
+        if "scored" in since_scored:
+            since_scored = since_scored[len(since_scored) - since_scored[::-1].index("scored") :]
+        if since_scored.count("leader_own") >= limit:
+            expected = index
+            break
+    assert lost_at == expected

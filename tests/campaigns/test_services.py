@@ -73,25 +73,30 @@ def test_a_practice_submission_of_a_campaign_takes_the_ordinary_path(
     assert [t["name"] for t in tasks] == [jobs.SCORE_NEXT]
 
 
-def test_a_byte_identical_image_collapses_to_the_earliest_and_is_refunded(
+def test_the_same_source_in_the_same_environment_collapses_to_the_earliest_and_is_refunded(
     campaign: Campaign, enter: Enter
 ) -> None:
-    first = enter(digest="sha256:same", at=NOW - MINUTE)
-    copy = enter(digest="sha256:same", at=NOW)
-    other = enter(digest="sha256:other", at=NOW)
+    """Duplicates are judged on content: each build commits an image of its own digest,
+    but the same source archive built in the same environment image is the same entry."""
+    first = enter(source="same", at=NOW - MINUTE)
+    copy = enter(source="same", at=NOW)
+    assert first.image_digest != copy.image_digest
+    other_source = enter(source="other", at=NOW)
+    other_environment = enter(source="same", environment_digest="sha256:env2", at=NOW)
     assert status(first) == Submission.BENCH_QUEUED
     assert status(copy) == Submission.DUPLICATE_IMAGE
     assert copy.failure_reason.startswith("duplicate_image")
     assert f"#{first.pk}" in copy.failure_reason
     assert refunded(copy) and not refunded(first)
-    assert status(other) == Submission.BENCH_QUEUED
+    assert status(other_source) == Submission.BENCH_QUEUED
+    assert status(other_environment) == Submission.BENCH_QUEUED
 
 
 def test_an_earlier_submission_built_late_wins_over_a_copy_that_has_not_run(
     campaign: Campaign, enter: Enter
 ) -> None:
-    later = enter(digest="sha256:same", at=NOW, submitted_at=NOW - 2 * MINUTE)
-    earlier = enter(digest="sha256:same", at=NOW + MINUTE, submitted_at=NOW - 5 * MINUTE)
+    later = enter(source="same", at=NOW, submitted_at=NOW - 2 * MINUTE)
+    earlier = enter(source="same", at=NOW + MINUTE, submitted_at=NOW - 5 * MINUTE)
     assert status(earlier) == Submission.BENCH_QUEUED
     assert status(later) == Submission.DUPLICATE_IMAGE
     assert refunded(later)
@@ -100,11 +105,11 @@ def test_an_earlier_submission_built_late_wins_over_a_copy_that_has_not_run(
 def test_a_copy_of_an_image_that_already_ran_is_refused_even_if_submitted_earlier(
     campaign: Campaign, enter: Enter
 ) -> None:
-    ran = enter(digest="sha256:same", at=NOW, submitted_at=NOW - MINUTE)
+    ran = enter(source="same", at=NOW, submitted_at=NOW - MINUTE)
     claim = start_and_claim(campaign)
     assert services.round_record(report(claim))
     assert status(ran) == Submission.PASSED
-    late = enter(digest="sha256:same", at=NOW + MINUTE, submitted_at=NOW - 5 * MINUTE)
+    late = enter(source="same", at=NOW + MINUTE, submitted_at=NOW - 5 * MINUTE)
     assert status(late) == Submission.DUPLICATE_IMAGE
     assert status(ran) == Submission.PASSED
 
@@ -556,3 +561,150 @@ def test_staff_requeue_and_rescore_send_a_campaign_entry_back_to_the_rounds(
     Submission.objects.filter(pk=flaky.pk).update(status=Submission.BENCH_QUEUED)
     with pytest.raises(errors.InvalidParameter):
         staff_services.submission_rescore(submission=flaky, actor=staff)
+
+
+# Issue: seed 002's order, voids with a cost, disqualified means out ---------------------------
+
+
+def test_a_voided_challenger_keeps_its_place_by_first_queued_time(
+    campaign: Campaign, enter: Enter
+) -> None:
+    """Rounds take entries by first queued time: a challenger requeued after a void that
+    was not its doing goes ahead of newer entries, though its wait trigger restarted."""
+    campaign.max_challengers = 1
+    campaign.save()
+    old = enter(at=NOW)
+    claim = start_and_claim(campaign, NOW)
+    later = NOW + 10 * MINUTE
+    assert services.round_record(report(claim, closing_s=10.8), later)  # drift: the baseline's
+    assert Round.objects.get(pk=claim.round_id).void_cause == rules.VOID_BASELINE
+    newer = enter(at=later + MINUTE)
+    old.refresh_from_db()
+    assert old.queued_at == later  # the wait trigger restarted
+    assert [s.pk for s in selectors.waiting_submissions(campaign)] == [old.pk, newer.pk]
+    nxt = services.round_maybe_start(campaign, later + 2 * MINUTE, force=True)
+    assert nxt is not None
+    assert [e.submission_id for e in nxt.entries.all()] == [old.pk]
+    overview = selectors.campaign_overview(campaign, now=later + 2 * MINUTE)
+    assert overview.voids_by_cause == {rules.VOID_BASELINE: 1}
+
+
+def test_a_challenger_whose_own_entry_voided_the_round_goes_to_the_back(
+    campaign: Campaign, enter: Enter
+) -> None:
+    noisy = enter(at=NOW)
+    claim = start_and_claim(campaign, NOW)
+    newer = enter(at=NOW + MINUTE)
+    later = NOW + 10 * MINUTE
+    # Killed at the deadline: infra_failed by its own doing; no challenger got a verdict.
+    spec = {noisy.pk: {"killed": True, "exit_code": None}}
+    assert services.round_record(report(claim, spec), later)
+    round_ = Round.objects.get(pk=claim.round_id)
+    assert (round_.status, round_.void_cause, round_.void_by) == (
+        Round.VOID,
+        rules.VOID_CHALLENGERS,
+        [noisy.pk],
+    )
+    assert [s.pk for s in selectors.waiting_submissions(campaign)] == [newer.pk, noisy.pk]
+    assert "at the back" in SubmissionEvent.objects.filter(submission=noisy).last().note
+
+
+def test_a_leader_voiding_rounds_by_its_own_entry_loses_the_crown_at_the_limit(
+    campaign: Campaign, enter: Enter
+) -> None:
+    """An image with a time switch (exit 1 once it leads) must not hold the crown for ever
+    by voiding every round: at two own voids in a row it loses it, and the page says why."""
+    leader = enter(at=NOW)
+    services.round_record(report(start_and_claim(campaign, NOW)), NOW)
+    assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
+    moment = NOW
+    for number in (1, 2):
+        moment += 10 * MINUTE
+        challenger = enter(at=moment)
+        claim = start_and_claim(campaign, moment)
+        spec = {leader.pk: {"exit_code": 1}, challenger.pk: {"seconds": 9.0}}
+        assert services.round_record(report(claim, spec), moment)
+        round_ = Round.objects.get(pk=claim.round_id)
+        assert (round_.void_cause, round_.void_by) == (rules.VOID_LEADER, [leader.pk])
+        crown = Crown.objects.filter(campaign=campaign).first()
+        if number == 1:
+            assert crown is not None and crown.own_voids == 1
+    assert not Crown.objects.filter(campaign=campaign).exists()
+    overview = selectors.campaign_overview(campaign, now=moment)
+    assert "voided 2 rounds in a row" in overview.crown_note
+    assert str(leader.pk) in overview.crown_note
+    assert AuditEvent.objects.filter(action="campaign.crown_vacated").count() == 1
+    assert status(leader) == Submission.PASSED  # its verdicts stand; only the crown moved
+
+
+def test_a_void_the_leader_did_not_cause_neither_counts_nor_resets_and_a_scored_round_resets(
+    campaign: Campaign, enter: Enter
+) -> None:
+    leader = enter(at=NOW)
+    services.round_record(report(start_and_claim(campaign, NOW)), NOW)
+    moment = NOW
+
+    def next_round(spec_for_leader: dict[str, Any], **kwargs: Any) -> None:
+        nonlocal moment
+        moment += 10 * MINUTE
+        challenger = enter(at=moment)
+        claim = start_and_claim(campaign, moment)
+        spec = {leader.pk: spec_for_leader, challenger.pk: {"seconds": 9.5}}
+        assert services.round_record(report(claim, spec, **kwargs), moment)
+
+    next_round({"exit_code": 1})  # own: 1
+    next_round({}, closing_s=10.8)  # the baseline drifted: still 1
+    assert Crown.objects.get(campaign=campaign).own_voids == 1
+    next_round({})  # scored, the leader kept the crown: 0
+    assert Crown.objects.get(campaign=campaign).own_voids == 0
+    next_round({"exit_code": 1})  # own: 1 again, not 2
+    assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
+
+
+def test_a_disqualified_challenger_leaves_a_pending_round_which_voids_when_empty(
+    campaign: Campaign, enter: Enter
+) -> None:
+    first, second = queued(campaign, enter, 2)
+    round_ = services.round_maybe_start(campaign, NOW, force=True)
+    assert round_ is not None
+    reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
+    staff.submission_disqualify(submission=first, actor=reviewer, reason="plagiarism")
+    assert [e.submission_id for e in round_.entries.all()] == [second.pk]
+    round_.refresh_from_db()
+    assert round_.status == Round.PENDING
+    staff.submission_disqualify(submission=second, actor=reviewer, reason="plagiarism too")
+    round_.refresh_from_db()
+    assert round_.status == Round.VOID and round_.void_cause == rules.VOID_STAFF
+    assert "no challenger left" in round_.void_reason
+    assert AuditEvent.objects.filter(action="campaign.entry_removed").count() == 2
+
+
+def test_a_challenger_disqualified_in_a_running_round_cannot_take_the_crown(
+    campaign: Campaign, enter: Enter
+) -> None:
+    cheat, honest = queued(campaign, enter, 2)
+    claim = start_and_claim(campaign, NOW)  # running: the host has it
+    reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
+    staff.submission_disqualify(submission=cheat, actor=reviewer, reason="lookup table")
+    spec = {cheat.pk: {"seconds": 5.0}, honest.pk: {"seconds": 9.0}}
+    assert services.round_record(report(claim, spec), NOW)
+    entry = entry_of(claim, cheat)
+    assert (entry.verdict, entry.score) == (RoundEntry.DISQUALIFIED, None)
+    assert rules.STAFF_DISQUALIFIED in entry.reason
+    assert Crown.objects.get(campaign=campaign).submission_id == honest.pk
+    assert status(cheat) == Submission.BENCH_QUEUED  # as staff left it: no second verdict
+
+
+def test_the_page_says_why_the_crown_is_vacant_and_a_closed_campaign_is_final(
+    campaign: Campaign, enter: Enter
+) -> None:
+    leader = enter(at=NOW)
+    services.round_record(report(start_and_claim(campaign, NOW)), NOW)
+    reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
+    staff.submission_disqualify(submission=leader, actor=reviewer, reason="copied code")
+    overview = selectors.campaign_overview(campaign, now=NOW)
+    assert overview.crown is None and "copied code" in overview.crown_note
+    assert not overview.closed
+    after = campaign.benchmark.closes_at + MINUTE
+    closed = selectors.campaign_overview(campaign, now=after)
+    assert closed.closed and closed.next_round.blocked == "the campaign has closed"
