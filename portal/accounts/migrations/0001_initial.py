@@ -1,5 +1,6 @@
 """ApiToken, moved here from the api app: the model joins this app's state over the table
-it already has (``api_apitoken``, kept by ``db_table``); nothing in the database changes."""
+it already has (``api_apitoken``, kept by ``db_table``); the table and its rows stay. Its
+content type follows it, so the permissions and admin log entries that name it still do."""
 
 import django.db.models.deletion
 from django.conf import settings
@@ -8,12 +9,23 @@ from django.db import migrations, models
 import portal.accounts.models
 
 
+def content_type_follows(apps, schema_editor, *, frm="api", to="accounts"):
+    content_type = apps.get_model("contenttypes", "ContentType")
+    if not content_type.objects.filter(app_label=to, model="apitoken").exists():
+        content_type.objects.filter(app_label=frm, model="apitoken").update(app_label=to)
+
+
+def content_type_goes_back(apps, schema_editor):
+    content_type_follows(apps, schema_editor, frm="accounts", to="api")
+
+
 class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
         ("api", "0002_apitoken_to_accounts"),
+        ("contenttypes", "0002_remove_content_type_name"),
     ]
 
     operations = [
@@ -56,4 +68,5 @@ class Migration(migrations.Migration):
             ],
             database_operations=[],
         ),
+        migrations.RunPython(content_type_follows, content_type_goes_back),
     ]
