@@ -120,7 +120,7 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
     from django.utils import timezone
 
     from portal import storage
-    from portal.api.models import ApiToken
+    from portal.accounts.models import ApiToken
     from portal.celery import app as celery_app
     from portal.contests.models import Benchmark, Cohort
     from portal.environments.models import Environment

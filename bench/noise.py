@@ -6,7 +6,7 @@ times the CPU-bound workload of ``bench/timing.py`` (a static C loop of about 0.
 the runner's sandbox (``scoring.runner.container_spec``, the supervisor's trusted
 clock), once on a quiet host and once while ``--workers`` processes (default: one per
 CPU of the machine) loop over what web and the build worker do with large
-archives: ``portal.submissions.archives.inspect_archive`` of a ``--archive-mib`` (64)
+archives: ``portal.archives.inspect_archive`` of a ``--archive-mib`` (64)
 MiB ``tar.gz``, then packing its files into a new ``tar.gz``.
 
 Two placements, interleaved run by run so that a change in the machine's background
@@ -63,7 +63,7 @@ SHIFT_MAX = 0.02
 WORKER = """
 import io, sys, tarfile
 from pathlib import Path
-from portal.submissions.archives import inspect_archive
+from portal.archives import inspect_archive
 archive = Path(sys.argv[1])
 while True:
     inspect_archive(archive, "tar.gz", require_entrypoint=False)

@@ -86,6 +86,8 @@ INSTALLED_APPS = [
     "portal.hosts",
     "portal.notifications",
     "portal.campaigns",
+    "portal.accounts",
+    "portal.web",
     "portal.api",
     "scoring",
 ]

@@ -45,10 +45,9 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from portal import errors
-from portal.api.common import PostRateThrottle
 from portal.contests.models import Benchmark
 from portal.contests.templatetags.podium import span
-from portal.environments.services import MAX_DOCKERFILE_BYTES
+from portal.throttles import PostRateThrottle
 
 _ROUTE_ATTRIBUTE = "podium_upload_route"
 
@@ -58,6 +57,7 @@ LENGTH_MISMATCH = (
 )
 
 MULTIPART_ALLOWANCE = 1024 * 1024  # form fields and part headers around the files
+MAX_DOCKERFILE_BYTES = 256 * 1024  # an environment's Dockerfile, on every route that takes one
 
 
 class UploadThrottled(errors.PodiumError):

@@ -9,7 +9,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/", include("portal.api.urls")),
-    path("", include("portal.contests.urls")),
+    path("", include("portal.web.urls")),
     path("", include("portal.environments.urls")),
     path("", include("portal.submissions.urls")),
     path("", include("portal.campaigns.urls")),

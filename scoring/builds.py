@@ -63,10 +63,9 @@ from typing import IO, cast
 
 from django.conf import settings
 
-from portal import storage
+from portal import archives, dockerfile_policy, storage
 from portal.contests import rules
-from portal.environments import dockerfile_policy
-from portal.environments.dockerfile_policy import ENTRANT_NAMESPACE
+from portal.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.environments.models import Environment
 from portal.environments.services import (
     ENGINE_FAULT_REASON,
@@ -77,7 +76,6 @@ from portal.environments.services import (
     environment_wait_for_build_network,
 )
 from portal.hosts.selectors import class_platform
-from portal.submissions import archives
 from portal.submissions.models import Submission
 from portal.submissions.services import (
     source_path,

@@ -8,7 +8,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 
 # ``last_used_at`` is kept to the minute: no database write on every request.
 LAST_USED_PRECISION = dt.timedelta(minutes=1)

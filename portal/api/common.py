@@ -22,17 +22,14 @@ from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
-from rest_framework.settings import api_settings
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal import errors, storage
 from portal.api import serializers as s
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
-from portal.environments.services import MAX_DOCKERFILE_BYTES
-from portal.login_limits import client_address
 from portal.submissions.models import Submission
+from portal.uploads import MAX_DOCKERFILE_BYTES
 
 TAIL_DEFAULT = 200
 TAIL_MAX = 2000
@@ -54,29 +51,6 @@ class IsStaff(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return bool(request.user and request.user.is_staff)
-
-
-class PostRateThrottle(ScopedRateThrottle):
-    """The view's ``throttle_scope``, on POST only; rates read from settings at each request.
-
-    (DRF's own throttles read ``DEFAULT_THROTTLE_RATES`` once, at import.) Anonymous callers
-    are counted by address, read as the failed sign-in limits read it (``PODIUM_TRUSTED_PROXIES``),
-    signed-in ones by user; the counts live in the shared default cache. A refusal is 429
-    ``throttled``.
-    """
-
-    def allow_request(self, request: Request, view: APIView) -> bool:
-        if request.method != "POST":
-            return True
-        return super().allow_request(request, view)
-
-    def get_rate(self) -> str | None:
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get(str(self.scope))
-        return None if rate is None else str(rate)
-
-    def get_ident(self, request: Request) -> str:
-        # A plain Django request works too (the web upload form counts with this throttle).
-        return client_address(getattr(request, "_request", request))
 
 
 class PagePagination(PageNumberPagination):

@@ -18,7 +18,6 @@ from portal.api.common import (
     NOT_FOUND,
     TAIL_PARAMETER,
     TEXT_RESPONSE,
-    PostRateThrottle,
     RawAPIView,
     caller_id,
     dockerfile_text,
@@ -34,6 +33,7 @@ from portal.environments.services import (
     environment_rebuild,
     environment_remove,
 )
+from portal.throttles import PostRateThrottle
 from portal.uploads import upload_check, upload_route
 
 

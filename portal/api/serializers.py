@@ -13,14 +13,16 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.campaigns.api_selectors import TimelineEvent
 from portal.contests.models import Benchmark, CohortItem
-from portal.contests.selectors import LeaderboardRow, Quota, VerifyingRow
+from portal.contests.selectors import LeaderboardRow
 from portal.environments.models import Environment, EnvironmentEvent
 from portal.environments.selectors import BuildNetworkState
 from portal.hosts.selectors import HostRow, NoiseBand, class_hardware, noise_band
+from portal.submissions.leaderboard import VerifyingRow
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
+from portal.submissions.quota import Quota
 from portal.submissions.selectors import (
     QueueStanding,
     queue_standing,

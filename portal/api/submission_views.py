@@ -20,7 +20,6 @@ from portal.api.common import (
     NOT_FOUND,
     TAIL_PARAMETER,
     TEXT_RESPONSE,
-    PostRateThrottle,
     RawAPIView,
     caller_id,
     get_benchmark,
@@ -37,6 +36,7 @@ from portal.submissions import staff
 from portal.submissions.models import Run, Submission
 from portal.submissions.selectors import run_log_tail
 from portal.submissions.services import submission_accept
+from portal.throttles import PostRateThrottle
 from portal.uploads import upload_check, upload_route
 
 

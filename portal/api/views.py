@@ -25,22 +25,24 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal import errors
+from portal.accounts.models import ApiToken
+from portal.accounts.services import token_create, token_revoke
 from portal.api import downloads
 from portal.api import serializers as s
 from portal.api.common import (
     NOT_FOUND,
-    PostRateThrottle,
     RawAPIView,
     caller_id,
     get_benchmark,
 )
-from portal.api.models import ApiToken
-from portal.api.services import token_create, token_revoke
 from portal.contests.models import Benchmark, Cohort
-from portal.contests.selectors import leaderboard_rows, quota_for, verifying_rows
+from portal.contests.selectors import leaderboard_rows
 from portal.environments.selectors import build_network_state
 from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
+from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
+from portal.submissions.quota import quota_for
+from portal.throttles import PostRateThrottle
 
 # Tokens -----------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
+from portal.admin_helpers import ReadOnlyMixin
 from portal.audit import export
 from portal.audit.models import AuditEvent
 from portal.audit.services import Origin
-from portal.environments.admin import ReadOnlyMixin
 from portal.errors import PodiumError
 
 

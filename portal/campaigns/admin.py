@@ -18,11 +18,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
 from portal.campaigns import services
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
-from portal.environments.admin import ReadOnlyMixin, preformatted
 from portal.submissions.staff import StaffPermissionDenied, staff_permission_check
 
 MANAGE_CAMPAIGN = "campaigns.manage_campaign"

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from portal.environments import dockerfile_policy
+from portal import dockerfile_policy
 
 GIB = 1024**3
 POSITIVE = MinValueValidator(1)

@@ -1,4 +1,6 @@
-"""Reads that matter: the leaderboard and an entrant's attempt quota."""
+"""Reads of the stored board (its rows, pages, version and an entrant's standing) and of
+the benchmarks' schedules. What is read from submissions and runs is in
+``portal.submissions``: ``leaderboard.verifying_rows`` and ``quota.quota_for``."""
 
 from __future__ import annotations
 
@@ -56,101 +58,6 @@ def _entries(benchmark: Benchmark) -> Any:
 def leaderboard_rows(benchmark: Benchmark) -> list[LeaderboardRow]:
     """The board in rank order: wall time, then earlier submission, then id. One query."""
     return [_row(entry, rank) for rank, entry in enumerate(_entries(benchmark), start=1)]
-
-
-@dataclass(frozen=True)
-class VerifyingRow:
-    """A passing official run held off the board until its verification run confirms it."""
-
-    entrant: str
-    wall_time_ns: int
-    submission_id: int
-    submitted_at: dt.datetime
-
-
-def verifying_rows(benchmark: Benchmark) -> list[VerifyingRow]:
-    """Official submissions being verified, fastest first, with their official wall time.
-    One query."""
-    from portal.submissions.models import Run, Submission
-
-    runs = (
-        Run.objects.filter(
-            submission__benchmark=benchmark,
-            submission__kind=Submission.OFFICIAL,
-            submission__status=Submission.VERIFYING,
-            purpose=Run.SCORE,
-            status=Run.FINISHED,
-            passed=True,
-        )
-        .order_by("submission_id", "-try_number")
-        .values(
-            "submission_id",
-            "wall_time_ns",
-            "submission__submitted_at",
-            "submission__entrant__username",
-        )
-    )
-    latest: dict[int, VerifyingRow] = {}
-    for run in runs:
-        latest.setdefault(
-            run["submission_id"],
-            VerifyingRow(
-                entrant=run["submission__entrant__username"],
-                wall_time_ns=run["wall_time_ns"] or 0,
-                submission_id=run["submission_id"],
-                submitted_at=run["submission__submitted_at"],
-            ),
-        )
-    return sorted(latest.values(), key=lambda row: (row.wall_time_ns, row.submitted_at))
-
-
-@dataclass(frozen=True)
-class Quota:
-    kind: str
-    per_day: int
-    used_today: int
-    remaining_today: int
-    resets_at: dt.datetime
-    next_available_at: dt.datetime | None
-
-
-def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) -> int:
-    """Charges minus refunds of ``kind`` on one attempt day."""
-    from portal.submissions.models import AttemptLedger
-
-    total = AttemptLedger.objects.filter(
-        entrant=entrant, benchmark=benchmark, kind=kind, attempt_day=day
-    ).aggregate(net=Sum("delta"))["net"]
-    return int(total or 0)
-
-
-def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> Quota:
-    """How many attempts of ``kind`` the entrant has left on today's attempt day.
-
-    ``next_available_at`` is when the next upload can be accepted: now, the next reset,
-    the opening if that is later, or None once the window has closed.
-    """
-    from portal.submissions.models import Submission
-
-    per_day = (
-        benchmark.attempts_per_day if kind == Submission.OFFICIAL else benchmark.practice_per_day
-    )
-    tz_name = benchmark.attempt_timezone
-    used = net_charged_on(entrant, benchmark, kind, rules.attempt_day(now, tz_name))
-    window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
-    next_at: dt.datetime | None = rules.next_attempt_at(now, tz_name, per_day, used)
-    if window == "upcoming":
-        next_at = benchmark.opens_at
-    elif window == "closed" or (next_at is not None and next_at >= benchmark.closes_at):
-        next_at = None
-    return Quota(
-        kind=kind,
-        per_day=per_day,
-        used_today=used,
-        remaining_today=rules.remaining_attempts(per_day, used),
-        resets_at=rules.next_reset(now, tz_name),
-        next_available_at=next_at,
-    )
 
 
 # Pages of the board ----------------------------------------------------------------

@@ -17,15 +17,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors, jobs, storage
+from portal import archives, dockerfile_policy, errors, jobs, storage
 from portal.audit.services import audit_record
 from portal.contests import rules
 from portal.contests.models import Benchmark
-from portal.environments import dockerfile_policy
+from portal.environments import hooks
 from portal.environments.models import BuildNetworkCheck, Environment, EnvironmentEvent
-from portal.submissions import archives
-
-MAX_DOCKERFILE_BYTES = 256 * 1024
+from portal.uploads import MAX_DOCKERFILE_BYTES
 
 
 def allowed_prefixes(benchmark: Benchmark) -> list[str]:
@@ -83,19 +81,13 @@ def builds_in_flight(*, entrant_id: int, benchmark_id: int) -> int:
     ``accepted`` or ``building`` (its ``build.sh``); one that has ended, either way, no
     longer counts.
     """
-    from portal.submissions.models import Submission
-
     environments = Environment.objects.filter(
         owner_id=entrant_id,
         benchmark_id=benchmark_id,
         status__in=[Environment.QUEUED, Environment.BUILDING],
     ).count()
-    submissions = Submission.objects.filter(
-        entrant_id=entrant_id,
-        benchmark_id=benchmark_id,
-        status__in=[Submission.ACCEPTED, Submission.BUILDING],
-    ).count()
-    return environments + submissions
+    others = hooks.other_builds_in_flight(entrant_id=entrant_id, benchmark_id=benchmark_id)
+    return environments + others
 
 
 def entrant_check_build_slots(*, entrant_id: int, benchmark: Benchmark) -> None:
@@ -203,16 +195,9 @@ def environment_rebuild(*, environment: Environment) -> Environment:
 
 def environment_remove(*, environment: Environment) -> Environment:
     """Remove an environment no unfinished submission uses; frees a place; drops its image."""
-    from portal.submissions.models import Submission
-
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=environment.owner_id).first()
-        in_use = (
-            Submission.objects.filter(environment=environment)
-            .exclude(status__in=Submission.FINAL)
-            .exists()
-        )
-        if in_use:
+        if hooks.in_use(environment):
             raise errors.EnvironmentInUse(
                 "An unfinished submission uses this environment; remove it once that is done."
             )

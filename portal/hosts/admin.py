@@ -18,8 +18,8 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
-from portal.environments.admin import ReadOnlyMixin, preformatted
 from portal.hosts import calibrations, services
 from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text

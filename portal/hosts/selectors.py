@@ -259,6 +259,12 @@ def noise_band(hardware_class: str) -> NoiseBand | None:
     return band
 
 
+def noise_band_percent(hardware_class: str) -> float | None:
+    """The class's published noise band in percent (:func:`noise_band`); None before any."""
+    band = noise_band(hardware_class)
+    return band.percent if band else None
+
+
 @dataclass(frozen=True)
 class ClassCpuIsolation:
     """Where the scored runs of a class compute, over its ``active`` hosts that reported

@@ -52,6 +52,12 @@ def verdict_mail_on_commit(*, submission_id: int, status: str) -> None:
     jobs.enqueue(jobs.SEND_VERDICT_MAIL, submission_id, status, robust=True)
 
 
+def verdict_mail_on_status(submission_id: int, status: str) -> None:
+    """:func:`verdict_mail_on_commit` as a listener of every status a submission enters
+    (``portal.submissions.hooks.status_listen``, registered in ``apps.py``)."""
+    verdict_mail_on_commit(submission_id=submission_id, status=status)
+
+
 def verdict_mail_send(*, submission_id: int, status: str) -> bool:
     """Send the verdict mail now, unless the submission's status is no longer ``status``
     (staff requeued it since: its next verdict mails; or a stray message), or the entrant

@@ -26,13 +26,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from portal import storage
-from portal.audit.reasons import reason_given, reason_page, reasoned_action
-from portal.audit.services import Origin
-from portal.environments.admin import (
+from portal.admin_helpers import (
     ReadOnlyMixin,
     log_tail_html,
     preformatted,
 )
+from portal.audit.reasons import reason_given, reason_page, reasoned_action
+from portal.audit.services import Origin
 from portal.submissions import anomalies, evidence, staff
 from portal.submissions.models import (
     Anomaly,

@@ -18,12 +18,32 @@ from django.utils import timezone
 from portal import storage
 from portal.contests.models import Benchmark
 from portal.contests.templatetags.podium import minutes, ns, span, zoned, zoned_seconds
-from portal.hosts.selectors import hosts_online
-from portal.submissions import dispatch
+from portal.environments.models import Environment
+from portal.submissions import dispatch, hooks
 from portal.submissions.models import AttemptLedger, Run, Submission
 
 NO_OUTPUT = "(no output yet)"
 RUNTIME_LINE_CHARS = 1000
+
+
+def builds_in_flight(entrant_id: int, benchmark_id: int) -> int:
+    """How many of the entrant's submissions on the benchmark wait for or hold a build slot
+    (``accepted`` or ``building``: their ``build.sh``). The environments floor adds them to
+    its own builds (``portal.environments.hooks``)."""
+    return Submission.objects.filter(
+        entrant_id=entrant_id,
+        benchmark_id=benchmark_id,
+        status__in=[Submission.ACCEPTED, Submission.BUILDING],
+    ).count()
+
+
+def environment_in_use(environment: Environment) -> bool:
+    """Whether an unfinished submission uses the environment (it may not be removed)."""
+    return (
+        Submission.objects.filter(environment=environment)
+        .exclude(status__in=Submission.FINAL)
+        .exists()
+    )
 
 
 def run_log_tail(*, submission: Submission, run_id: int, lines: int, staff: bool = False) -> str:
@@ -178,7 +198,7 @@ def queue_standing(submission: Submission, now: dt.datetime | None = None) -> Qu
     if submission.pk not in order:
         return None  # claimed meanwhile
     position = order.index(submission.pk) + 1
-    online = hosts_online(hardware_class, now)
+    online = hooks.hosts_online(hardware_class, now)
     mean_s = class_run_seconds(hardware_class) if online else None
     eta = None if mean_s is None else round(-(-position // online) * mean_s)
     return QueueStanding(position, hardware_class, online, eta)

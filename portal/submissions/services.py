@@ -23,25 +23,24 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from portal import errors, jobs, storage
-from portal.contests import rules, selectors
+from portal import archives, errors, jobs, storage
+from portal.contests import rules
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
-from portal.contests.services import leaderboard_refresh_entrant
 from portal.environments.models import Environment
 from portal.environments.services import (
     BUILD_NETWORK_WAIT_NOTE,
     entrant_check_build_slots,
     entrant_check_verified,
 )
-from portal.hosts.selectors import noise_band
-from portal.notifications.services import verdict_mail_on_commit
-from portal.submissions import anomalies, archives, dispatch, notify, pool
+from portal.submissions import anomalies, dispatch, hooks, notify, pool
+from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import (
     AttemptLedger,
     Run,
     Submission,
     SubmissionEvent,
 )
+from portal.submissions.quota import quota_for
 
 SOURCE_FILE = "source.archive"
 PLATFORM_RETRY_NOTE = "platform error, build will be retried"
@@ -160,7 +159,7 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
             f"This benchmark has no {cohort_kind} cohort yet, so {kind} uploads cannot be "
             "scored; nothing was charged. Try again once the organizers have published it."
         )
-    quota = selectors.quota_for(entrant, benchmark, kind, now)
+    quota = quota_for(entrant, benchmark, kind, now)
     if quota.remaining_today <= 0:
         raise errors.QuotaExhausted(
             f"You have used all {quota.per_day} {kind} attempts of today "
@@ -286,7 +285,7 @@ def submission_transition(
         )
         if done:
             _event(submission_id, to, note)
-            verdict_mail_on_commit(submission_id=submission_id, status=to)
+            hooks.status_entered(submission_id=submission_id, status=to)
         return bool(done)
 
 
@@ -324,7 +323,8 @@ def submission_build_finished(
     """building -> queued (and the score enqueued) or -> build_failed (the attempt counts).
 
     An official submission of a campaign benchmark goes ``bench_queued`` instead, to wait
-    for a round (``portal.campaigns.services.campaign_entry_queue``: duplicates collapse).
+    for a round (its kind's ``entry_queued``, ``portal.submissions.hooks``: for a campaign,
+    ``portal.campaigns.services.campaign_entry_queue``, where duplicates collapse).
     """
     with transaction.atomic():
         if not ok:
@@ -336,13 +336,8 @@ def submission_build_finished(
                 failure_reason=reason,
             )
         submission = Submission.objects.select_related("benchmark").get(pk=submission_id)
-        if (
-            submission.benchmark.kind == Benchmark.CAMPAIGN
-            and submission.kind == Submission.OFFICIAL
-        ):
-            # Imported here: portal.campaigns.services builds on this module.
-            from portal.campaigns.services import campaign_entry_queue
-
+        entry = hooks.official_entry(submission)
+        if entry is not None:
             done = submission_transition(
                 submission_id,
                 frm=[Submission.BUILDING],
@@ -353,7 +348,7 @@ def submission_build_finished(
                 image_bytes=image_bytes,
                 queued_at=timezone.now(),
             )
-            return campaign_entry_queue(submission) if done else False
+            return entry.entry_queued(submission) if done else False
         done = submission_transition(
             submission_id,
             frm=[Submission.BUILDING],
@@ -845,7 +840,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             return False
         submission = run.submission
         official = official_run(submission)
-        band = noise_band(submission.benchmark.hardware_class)
+        band_pct = hooks.noise_band_pct(submission.benchmark.hardware_class)
         verdict = rules.verification_decision(
             official_ns=(official.wall_time_ns or 0) if official else 0,
             status=status,
@@ -854,7 +849,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
                 _judged_verifications(submission, official).values_list("wall_time_ns", flat=True)
             ),
             tolerance_pct=submission.benchmark.verify_tolerance_pct,
-            noise_band_pct=band.percent if band else None,
+            noise_band_pct=band_pct,
             noise_factor=float(settings.PODIUM_VERIFY_NOISE_FACTOR),
             max_runs=int(settings.PODIUM_VERIFY_MAX_RUNS),
             slack_ns=int(settings.PODIUM_VERIFY_SLACK_MS) * 1_000_000,

@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
-from portal.contests.models import Benchmark
-from portal.contests.services import leaderboard_refresh_entrant
+from portal.submissions import hooks
+from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     attempt_refund,
@@ -131,7 +131,8 @@ def submission_disqualify(
     """Flag a submission as disqualified (once) and take its runs off the leaderboard.
 
     The entrant's next best passing run takes the place, in the same transaction. A
-    campaign's leader loses the crown at once (``campaign_entry_disqualified``).
+    campaign's leader loses the crown at once (its kind's ``entry_disqualified``:
+    ``campaign_entry_disqualified``, see ``portal.submissions.hooks``).
     """
     reason = reason.strip()
     if not reason:
@@ -147,11 +148,9 @@ def submission_disqualify(
         leaderboard_refresh_entrant(
             benchmark=submission.benchmark, entrant_id=submission.entrant_id
         )
-        if _in_campaign(submission):
-            # Imported here: portal.campaigns.services builds on the submissions services.
-            from portal.campaigns.services import campaign_entry_disqualified
-
-            campaign_entry_disqualified(submission, actor=actor, reason=reason, origin=origin)
+        entry = hooks.official_entry(submission)
+        if entry is not None:
+            entry.entry_disqualified(submission, actor=actor, reason=reason, origin=origin)
         audit_record(
             actor=actor,
             action="submission.disqualify",
@@ -164,18 +163,18 @@ def submission_disqualify(
 
 
 def _in_campaign(submission: Submission) -> bool:
-    """An official submission of a campaign benchmark waits for a round, not a score."""
-    return (
-        submission.kind == Submission.OFFICIAL and submission.benchmark.kind == Benchmark.CAMPAIGN
-    )
+    """An official submission of a campaign benchmark waits for a round, not a score
+    (its benchmark's kind registered hooks: ``portal.submissions.hooks``)."""
+    return hooks.official_entry(submission) is not None
 
 
 def _enter_rounds(submission: Submission, note: str) -> bool:
     """Back to ``bench_queued`` (a new queued event: its wait starts again), then the
-    campaign's duplicate check and round trigger (``campaign_entry_queue``)."""
-    # Imported here: portal.campaigns.services builds on the submissions services.
-    from portal.campaigns.services import campaign_entry_queue
-
+    campaign's duplicate check and round trigger (its kind's ``entry_queued``:
+    ``campaign_entry_queue``)."""
+    entry = hooks.official_entry(submission)
+    if entry is None:  # the callers ask _in_campaign first
+        raise ValueError(f"Submission {submission.pk} waits for no round.")
     done = submission_transition(
         submission.pk,
         frm=[submission.status],
@@ -184,7 +183,7 @@ def _enter_rounds(submission: Submission, note: str) -> bool:
         failure_reason="",
         queued_at=timezone.now(),
     )
-    return done and campaign_entry_queue(submission)
+    return done and entry.entry_queued(submission)
 
 
 def submission_requeue(

@@ -11,12 +11,13 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from portal import uploads
 from portal.contests.models import Benchmark
-from portal.contests.selectors import quota_for, schedule_at
+from portal.contests.selectors import schedule_at
 from portal.environments.models import Environment
 from portal.errors import PodiumError
 from portal.submissions import services
 from portal.submissions.forms import SubmissionForm
 from portal.submissions.models import Submission
+from portal.submissions.quota import quota_for
 from portal.submissions.selectors import submission_state, submissions_with_latest_run
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
 from portal.submissions.services import submission_accept

@@ -26,9 +26,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal import storage
+from portal.accounts.models import ApiToken
 from portal.api import urls as api_urls
 from portal.api.common import PagePagination
-from portal.api.models import ApiToken
 from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem

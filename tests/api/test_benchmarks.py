@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from portal import storage
 from portal.contests.models import Cohort, CohortItem
-from portal.contests.services import leaderboard_refresh_entrant
+from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
 from tests import factories
 

@@ -14,8 +14,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from podium_cli.errors import Refused
+from portal import archives
 from portal.contests.models import Benchmark, Cohort
-from portal.submissions import archives
 from portal.submissions.models import AttemptLedger, Submission
 from tests import factories
 

@@ -24,8 +24,8 @@ from django.urls import resolve
 from hypothesis import HealthCheck, settings
 
 from portal import storage
+from portal.accounts.models import ApiToken
 from portal.api.common import IsStaff
-from portal.api.models import ApiToken
 from portal.contests.models import Cohort, CohortItem
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import submission_accept

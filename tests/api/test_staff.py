@@ -11,7 +11,7 @@ import pytest
 from portal import jobs
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort, LeaderboardEntry
-from portal.contests.services import leaderboard_refresh_entrant
+from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import AttemptLedger, Run, Submission
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.test import APIClient
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 
 URL = "/api/v1/tokens/"
 

@@ -15,7 +15,7 @@ from django.db.models.deletion import ProtectedError
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent, AuditEventImmutable
 from portal.audit.services import Origin, audit_record
 from tests import factories

@@ -15,7 +15,7 @@ from django.core import signing
 from rest_framework.test import APIClient
 
 from podium_cli import config
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.login_limits import DEVICE_SALT
 from tests.cli.conftest import PASSWORD, Podium
 

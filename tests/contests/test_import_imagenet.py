@@ -21,7 +21,7 @@ from django.test import Client
 from PIL import Image
 from rest_framework.test import APIClient
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent
 from portal.contests.cohorts import cohort_path
 from portal.contests.models import Benchmark, Cohort

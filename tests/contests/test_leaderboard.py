@@ -25,9 +25,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from portal import errors
-from portal.contests import services as contest_services
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
+from portal.submissions import leaderboard as contest_services
 from portal.submissions import staff
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (

@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import call_command
 
+from portal import dockerfile_policy
 from portal.contests.models import Benchmark, Cohort, CohortItem
-from portal.environments import dockerfile_policy
 from portal.environments.services import allowed_prefixes
 from portal.hosts.models import HardwareClass
 

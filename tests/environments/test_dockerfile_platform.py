@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from portal import storage
-from portal.environments.dockerfile_policy import (
+from portal.dockerfile_policy import (
     Violation,
     check_dockerfile,
     check_platforms,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal.environments.dockerfile_policy import (
+from portal.dockerfile_policy import (
     ENTRANT_NAMESPACE,
     Violation,
     base_images,

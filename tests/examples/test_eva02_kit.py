@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from portal.contests.management.commands.seed_eva02 import ALLOWED_REGISTRIES
-from portal.environments import dockerfile_policy
+from portal import dockerfile_policy
+from portal.web.management.commands.seed_eva02 import ALLOWED_REGISTRIES
 
 KIT = Path(__file__).resolve().parents[2] / "examples" / "eva02"
 

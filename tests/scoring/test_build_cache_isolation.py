@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from portal import storage
-from portal.environments.dockerfile_policy import build_cache_salt
+from portal.dockerfile_policy import build_cache_salt
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
 from scoring import builds, engine

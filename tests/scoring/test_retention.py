@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from portal import storage
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent
 from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
 from portal.environments.models import Environment, EnvironmentEvent

@@ -23,8 +23,8 @@ from allauth.account.models import EmailAddress
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
+from portal.accounts.models import ApiToken
 from portal.api import downloads
-from portal.api.models import ApiToken
 from portal.contests.cohorts import cohort_import
 from portal.contests.models import Cohort
 from portal.environments.models import Environment

@@ -29,7 +29,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.file_cache import SharedFileCache
 from portal.login_limits import DEVICE_COOKIE, DEVICE_SALT, login_key
 from tests import factories

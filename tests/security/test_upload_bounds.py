@@ -28,11 +28,10 @@ from django.urls import resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import uploads
-from portal.contests.selectors import quota_for
+from portal import archives, uploads
 from portal.environments.models import Environment
-from portal.submissions import archives
 from portal.submissions.models import AttemptLedger, Submission
+from portal.submissions.quota import quota_for
 from tests import factories
 
 BOUNDARY = "AttackerBoundary7MA4YWxkTrZu0gW"

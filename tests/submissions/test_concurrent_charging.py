@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.submissions.models import AttemptLedger, Submission
 from tests import factories
 

@@ -18,9 +18,9 @@ import time_machine
 from portal import errors, jobs
 from portal.contests import rules
 from portal.contests.models import Cohort
-from portal.contests.selectors import quota_for
 from portal.submissions import staff
 from portal.submissions.models import AttemptLedger, Run, Submission
+from portal.submissions.quota import quota_for
 from portal.submissions.services import (
     attempt_refund,
     run_claim,

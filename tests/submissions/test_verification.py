@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from portal import errors, jobs
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.contests import rules
 from portal.contests.models import Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows

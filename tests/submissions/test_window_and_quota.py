@@ -20,7 +20,7 @@ import time_machine
 from rest_framework.test import APIClient
 
 from portal import jobs
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.environments.models import Environment
 from portal.environments.services import environment_create, environment_rebuild
 from portal.submissions.models import AttemptLedger, Submission

@@ -7,7 +7,7 @@ import datetime as dt
 from django.utils import timezone
 
 from portal.contests.models import Cohort, LeaderboardEntry
-from portal.contests.services import leaderboard_refresh_entrant
+from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
 from tests import factories
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 from portal.campaigns.models import Round
 from portal.contests.models import Cohort
 from portal.environments.models import Environment

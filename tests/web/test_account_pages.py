@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 
 
 def test_the_account_page_needs_a_sign_in(client, db):

@@ -25,7 +25,7 @@ MODELS = [
     "submissions.attemptledger",
     "submissions.submissionevent",
     "audit.auditevent",
-    "api.apitoken",
+    "accounts.apitoken",
 ]
 
 

@@ -7,10 +7,10 @@ import re
 
 from django.utils import timezone
 
-from portal.contests.chart import progress_chart, render_progress_svg
 from portal.contests.models import LeaderboardEntry
-from portal.contests.progress import progress_series
 from portal.submissions.models import Submission
+from portal.submissions.progress import progress_series
+from portal.web.chart import progress_chart, render_progress_svg
 from tests import factories
 from tests.web.boards import official_run
 

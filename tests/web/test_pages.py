@@ -398,7 +398,7 @@ def test_the_board_pages_run_a_fixed_number_of_queries(
 
 
 def test_the_chart_reads_a_fixed_number_of_queries(benchmark, django_assert_num_queries):
-    from portal.contests.chart import progress_chart
+    from portal.web.chart import progress_chart
 
     for count in (5, 45):
         _fill_board(benchmark, count)

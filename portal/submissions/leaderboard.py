@@ -1,12 +1,18 @@
-"""Writes that keep the stored leaderboard equal to a from-scratch computation."""
+"""The board as submissions and runs make it: the writes that keep the stored leaderboard
+(``contests.LeaderboardEntry``) equal to a from-scratch computation, and the official
+submissions held off it while they are verified."""
 
 from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from portal.contests import rules
 from portal.contests.models import Benchmark, LeaderboardEntry
+from portal.submissions.models import Run, Submission
 
 
 def leaderboard_candidates(
@@ -15,8 +21,6 @@ def leaderboard_candidates(
     """Every passing official scored run of non-disqualified submissions (optionally one
     entrant's). Verification runs never rank by themselves, and a submission that is being
     verified or failed its verification ranks with none of its runs."""
-    from portal.submissions.models import Run, Submission
-
     runs = Run.objects.filter(
         submission__benchmark=benchmark,
         submission__kind=Submission.OFFICIAL,
@@ -66,8 +70,6 @@ def leaderboard_refresh_entrant(*, benchmark: Benchmark, entrant_id: int) -> Non
     reference the entrant (a ledger row written earlier in the same transaction) take
     key-share locks, which it does not wait for.
     """
-    from portal.submissions.models import Run
-
     with transaction.atomic():
         list(
             get_user_model()
@@ -93,3 +95,47 @@ def leaderboard_refresh_entrant(*, benchmark: Benchmark, entrant_id: int) -> Non
                 "submitted_at": top.submitted_at,
             },
         )
+
+
+@dataclass(frozen=True)
+class VerifyingRow:
+    """A passing official run held off the board until its verification run confirms it."""
+
+    entrant: str
+    wall_time_ns: int
+    submission_id: int
+    submitted_at: dt.datetime
+
+
+def verifying_rows(benchmark: Benchmark) -> list[VerifyingRow]:
+    """Official submissions being verified, fastest first, with their official wall time.
+    One query."""
+    runs = (
+        Run.objects.filter(
+            submission__benchmark=benchmark,
+            submission__kind=Submission.OFFICIAL,
+            submission__status=Submission.VERIFYING,
+            purpose=Run.SCORE,
+            status=Run.FINISHED,
+            passed=True,
+        )
+        .order_by("submission_id", "-try_number")
+        .values(
+            "submission_id",
+            "wall_time_ns",
+            "submission__submitted_at",
+            "submission__entrant__username",
+        )
+    )
+    latest: dict[int, VerifyingRow] = {}
+    for run in runs:
+        latest.setdefault(
+            run["submission_id"],
+            VerifyingRow(
+                entrant=run["submission__entrant__username"],
+                wall_time_ns=run["wall_time_ns"] or 0,
+                submission_id=run["submission_id"],
+                submitted_at=run["submission__submitted_at"],
+            ),
+        )
+    return sorted(latest.values(), key=lambda row: (row.wall_time_ns, row.submitted_at))

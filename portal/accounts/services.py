@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from portal import errors
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 
 
 def token_create(*, user: Any, label: str = "") -> ApiToken:

@@ -23,6 +23,7 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        db_table = "api_apitoken"  # its table since it lived in the api app
 
     def __str__(self) -> str:
         return f"{self.label or 'token'} ({self.user})"

@@ -8,7 +8,6 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from portal.contests import rules
-from portal.contests.chart import progress_chart
 from portal.contests.models import Benchmark
 from portal.contests.selectors import (
     LeaderboardRow,
@@ -17,13 +16,14 @@ from portal.contests.selectors import (
     leaderboard_standing,
     leaderboard_version,
     practice_cohort_size,
-    quota_for,
     schedule_at,
-    verifying_rows,
 )
 from portal.environments.selectors import build_network_state
 from portal.hosts.selectors import class_hardware
+from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
+from portal.submissions.quota import quota_for
+from portal.web.chart import progress_chart
 
 BOARD_PREVIEW_ROWS = 20
 BOARD_PAGE_ROWS = 100

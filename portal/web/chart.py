@@ -20,9 +20,9 @@ from django.core.cache import cache
 from pygal.style import Style
 
 from portal.contests.models import Benchmark
-from portal.contests.progress import ProgressSeries, progress_series
 from portal.contests.selectors import BoardVersion, leaderboard_version
 from portal.contests.templatetags.podium import ns, zoned
+from portal.submissions.progress import ProgressSeries, progress_series
 
 CHART_ID = "progress-chart"
 CACHE_S = 15 * 60

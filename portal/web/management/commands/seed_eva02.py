@@ -16,14 +16,14 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from portal.contests.management.commands.seed_demo import (
+from portal.contests.models import GIB, Benchmark, Cohort
+from portal.hosts.models import HardwareClass
+from portal.web.management.commands.seed_demo import (
     FLAGSHIP_CLOSES_AT,
     FLAGSHIP_DESCRIPTION,
     FLAGSHIP_OPENS_AT,
     FLAGSHIP_SLUG,
 )
-from portal.contests.models import GIB, Benchmark, Cohort
-from portal.hosts.models import HardwareClass
 
 HARDWARE_CLASS = "gpu-h200"
 HARDWARE = {

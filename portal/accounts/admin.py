@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.api.models import ApiToken
+from portal.accounts.models import ApiToken
 
 
 @admin.register(ApiToken)

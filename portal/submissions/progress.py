@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from portal.contests.models import Benchmark, LeaderboardEntry
 from portal.contests.selectors import RANK_ORDER
+from portal.submissions.models import Run, Submission
 
 TOP_ENTRANTS = 8
 
@@ -36,12 +37,10 @@ def progress_series(benchmark: Benchmark, *, top: int = TOP_ENTRANTS) -> list[Pr
     their best time, in upload order. Two queries, whatever the number of runs.
 
     The runs counted are exactly the board's candidates (see
-    ``contests.services.leaderboard_candidates``): passing, finished official runs of
+    ``submissions.leaderboard.leaderboard_candidates``): passing, finished official runs of
     submissions neither disqualified nor cancelled. So each series ends at the wall
     time the board shows for that entrant.
     """
-    from portal.submissions.models import Run, Submission
-
     leaders = list(
         LeaderboardEntry.objects.filter(benchmark=benchmark)
         .select_related("entrant")

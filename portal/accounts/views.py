@@ -1,7 +1,7 @@
 """The entrant's account page: who they are, links to allauth's pages, mail preferences
 and API tokens.
 
-Tokens are issued and revoked by ``portal.api.services`` (the same functions the REST
+Tokens are issued and revoked by ``portal.accounts.services`` (the same functions the REST
 API calls). A new token's key is shown once, in the response to the POST that made it,
 and is never put in a message or the session.
 """
@@ -18,8 +18,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.api import services
-from portal.api.models import ApiToken
+from portal.accounts import services
+from portal.accounts.models import ApiToken
 from portal.errors import PodiumError
 from portal.notifications.forms import NotificationPreferenceForm
 from portal.notifications.selectors import verdict_emails_wanted
@@ -55,7 +55,7 @@ def account(request: HttpRequest) -> HttpResponse:
             notification_preference_set(user=request.user, verdict_emails=wanted)
             messages.success(request, f"Verdict emails are {'on' if wanted else 'off'}.")
             return redirect("contests:account")
-    return render(request, "contests/account.html", _account_context(request, TokenForm()))
+    return render(request, "accounts/account.html", _account_context(request, TokenForm()))
 
 
 @never_cache
@@ -66,10 +66,10 @@ def token_create(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
         context = _account_context(request, form)
-        return render(request, "contests/account.html", context, status=400)
+        return render(request, "accounts/account.html", context, status=400)
     token = services.token_create(user=request.user, label=form.cleaned_data["label"])
     context = _account_context(request, TokenForm(), new_token=token)
-    return render(request, "contests/account.html", context, status=201)
+    return render(request, "accounts/account.html", context, status=201)
 
 
 @login_required
@@ -78,7 +78,7 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     """GET asks for confirmation; POST revokes. Another user's token is a 404."""
     token = get_object_or_404(ApiToken, pk=pk, user_id=request.user.pk)
     if request.method == "GET":
-        return render(request, "contests/token_confirm_revoke.html", {"token": token})
+        return render(request, "accounts/token_confirm_revoke.html", {"token": token})
     try:
         services.token_revoke(user=request.user, token_id=token.pk)
     except PodiumError as exc:

@@ -1,6 +1,10 @@
+"""The benchmark pages and the account pages, under the namespace they always had
+(``contests:``: ``contests:benchmark_detail``, ``contests:account``...)."""
+
 from django.urls import path
 
-from portal.contests import account_views, views
+from portal.accounts import views as account_views
+from portal.web import views
 
 app_name = "contests"
 
