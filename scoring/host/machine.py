@@ -1,7 +1,7 @@
 """Holding a scoring host (docs/architecture.md, "The scored run", steps 1 and 2): its
 machine lock (the lease rows of ``portal.hosts.leases``), its build freezer
-(``scoring.freezer``) and its health gates (``scoring.health`` measures,
-``scoring.gates`` decides).
+(``scoring.host.freezer``) and its health gates (``scoring.host.health`` measures,
+``scoring.host.gates`` decides).
 
 One score at a time per scoring host (per Docker Engine), across any number of scoring
 worker processes:
@@ -32,13 +32,13 @@ worker processes:
   reaper of one thawing) the other's score. Build workers start no new step while the
   lock of their engine is held, and count their cap only over time it was not
   (:func:`builds_frozen`, :func:`wait_while_frozen`).
-- **Health gates** (``scoring.gates`` decides; this module measures): pinned engine,
+- **Health gates** (``scoring.host.gates`` decides; this module measures): pinned engine,
   kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
   freeze, GPU idle and temperature where configured. A failing gate (or an engine that
   does not answer) releases the lock and reschedules the score with backoff (5 minutes
   doubling to an hour); the submission stays ``queued`` with a timeline note.
 
-Only the scoring worker calls :func:`hold` (through ``scoring.runner.machine``) and
+Only the scoring worker calls :func:`hold` (through ``scoring.run.runner.machine``) and
 :meth:`Session.spare` (for its scored container, before starting it); build workers
 call :func:`builds_frozen` and :func:`wait_while_frozen`; the reaper calls :func:`reap`
 and :func:`frozen_seconds`.
@@ -75,10 +75,11 @@ from portal.hosts.leases import (
 )
 from portal.submissions.models import MachineLease, Run
 from portal.submissions.services import run_record_infra_failure, submission_wait_for_machine
-from scoring import engine, gates
-from scoring.freezer import BuildFreezer, thaw
-from scoring.gates import Reading
-from scoring.health import limits, measure
+from scoring import engine
+from scoring.host import gates
+from scoring.host.freezer import BuildFreezer, thaw
+from scoring.host.gates import Reading
+from scoring.host.health import limits, measure
 
 log = logging.getLogger(__name__)
 

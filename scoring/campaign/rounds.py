@@ -4,7 +4,7 @@ timed per slice by the trusted supervisor, reported as one ``RoundOutcome``.
 :func:`run_round` is what the Celery task ``scoring.run_round`` calls, on a worker of the
 round's hardware class. In order:
 
-1. Hold the machine exactly as a scored run does (``scoring.machine.hold``: the lock,
+1. Hold the machine exactly as a scored run does (``scoring.host.machine.hold``: the lock,
    every other container paused, the health gates) and keep the host calibrated. A host
    that is not ready, draining or just drained by its calibration claims nothing: the
    round goes back to waiting for capacity (``round_wait_for_capacity``, the domain's
@@ -22,7 +22,7 @@ round's hardware class. In order:
    (``runner.container_spec``: the supervisor as PID 1, the benchmark's limits, the
    host's GPUs), started under the host's outer timer (``runner.supervise``). With a
    registry each image is first pulled by digest and refused unless it is the recorded
-   image (``scoring.registry``); every container of a pass is created from the image's
+   image (``scoring.images.registry``); every container of a pass is created from the image's
    ID, which is the digest reported. Nothing of an image ever runs outside its
    supervisor.
 5. Off the clock, each slice's output is checked (4 bytes per request, every class in
@@ -78,9 +78,13 @@ from portal.campaigns.services import (
 from portal.contests.models import Benchmark, CohortItem
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import latest_calibration
-from scoring import calibration, engine, health, hosts, registry, runner, staging, verdict
-from scoring import machine as machine_lock
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.cohort import staging
+from scoring.cohort.staging import StagedRun
+from scoring.host import health, hosts
+from scoring.host import machine as machine_lock
+from scoring.images import registry
+from scoring.run import calibration, runner, verdict
 
 log = logging.getLogger(__name__)
 
