@@ -14,7 +14,7 @@ worker side's rooms"). From the top:
 - ``run`` (a timed, scored run and the calibration timed like one) and ``build`` (the
   two builds and what confines them), side by side;
 - ``host``: holding a scoring host (its machine lock, freezer and health gates), its
-  GPUs, its registration and heartbeat;
+  GPUs, its registration and the one heartbeat thread;
 - ``cohort`` (staging a run's input, verification sets) and ``images`` (platforms and
   the registry), side by side;
 - ``engine``: the one module that talks to the Docker Engine.

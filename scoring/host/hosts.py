@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from portal import cpus
@@ -35,6 +34,7 @@ from portal.hosts.selectors import class_platform, hardware_class
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
 from scoring import engine
 from scoring.host import gpus as gpu_devices
+from scoring.host.heartbeat import Heartbeat
 from scoring.host.machine import scoring_host
 from scoring.images.platforms import platform_problem
 
@@ -257,11 +257,12 @@ def record_disk(name: str) -> dict[str, Any]:
     return report
 
 
-class HostHeartbeat(threading.Thread):
+class HostHeartbeat(Heartbeat):
     """Registers this host, then records a heartbeat every ``interval_s`` until
-    :meth:`stop`. A beat that fails (database down, say) is logged and the next one tries
-    again, registering first if the host was never registered or its row is gone. Uses
-    its own database connection, closed when it ends.
+    :meth:`stop` (``scoring.host.heartbeat``: it beats once at its start, and reopens a
+    connection the database dropped before each beat). A beat that fails (database down,
+    say) is logged and the next one tries again, registering first if the host was never
+    registered or its row is gone. Uses its own database connection, closed when it ends.
 
     ``on_registered`` is called once, after the first registration; ``collect`` before
     each disk report but the first, every ``DISK_REPORT_S`` (the worker gives them, as
@@ -274,21 +275,26 @@ class HostHeartbeat(threading.Thread):
         on_registered: Callable[[], threading.Thread | None] | None = None,
         collect: Callable[[], object] | None = None,
     ) -> None:
-        super().__init__(daemon=True, name="scoring-host-heartbeat")
+        super().__init__(
+            name="scoring-host-heartbeat",
+            interval_s=float(
+                settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
+            ),
+            failure="scoring host: heartbeat failed",
+            at_start=True,
+            reconnect=True,
+        )
         # Called once, after the first registration: the host's calibration at start.
         self.on_registered = on_registered
         # Called before each later disk report: what dead workers left is collected.
         self.collect = collect
-        self.interval_s = float(
-            settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
-        )
+        self.join_s = self.interval_s + 30
         self.registered = False
         # Set once the first registration and ``on_registered`` are done; what that
         # returned (the start's calibration thread) is kept in ``after_registration``.
         self.started = threading.Event()
         self.after_registration: threading.Thread | None = None
         self._disk_at = -DISK_REPORT_S  # time.monotonic() of the last disk report
-        self._stopping = threading.Event()
 
     def beat(self) -> None:
         """One beat: register when needed, else record the heartbeat. Never raises."""
@@ -321,17 +327,6 @@ class HostHeartbeat(threading.Thread):
         record_disk(scoring_host())
         self._disk_at = time.monotonic()
 
-    def run(self) -> None:
-        try:
-            while True:
-                # A connection the database dropped since the last beat is reopened.
-                close_old_connections()
-                self.beat()
-                if self._stopping.wait(self.interval_s):
-                    return
-        finally:
-            connections.close_all()
-
     def wait_started(self, timeout_s: float) -> bool:
         """Wait until the host registered and what follows its registration finished
         (its calibration at start, when ``on_registered`` returned that thread), for at
@@ -344,11 +339,6 @@ class HostHeartbeat(threading.Thread):
             return True
         follow_up.join(max(0.0, deadline - time.monotonic()))
         return not follow_up.is_alive()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.is_alive():
-            self.join(self.interval_s + 30)
 
 
 def accepts_work(name: str) -> bool:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from portal.hosts.models import ScoringHost
 from scoring import engine, worker
+from scoring.host import heartbeat as heartbeat_module
 from scoring.host import hosts
 
 NVIDIA_SMI_L = """\
@@ -397,8 +398,8 @@ def test_the_thread_beats_until_stopped(machine, monkeypatch):
             enough.set()
 
     monkeypatch.setattr(hosts.HostHeartbeat, "beat", beat)
-    monkeypatch.setattr(hosts, "connections", SimpleNamespace(close_all=lambda: None))
-    monkeypatch.setattr(hosts, "close_old_connections", lambda: None)
+    monkeypatch.setattr(heartbeat_module, "connections", SimpleNamespace(close_all=lambda: None))
+    monkeypatch.setattr(heartbeat_module, "close_old_connections", lambda: None)
     thread = hosts.HostHeartbeat(interval_s=0.01)
 
     thread.start()

@@ -179,7 +179,7 @@ def test_the_heartbeat_keeps_the_lock_and_the_run_alive_and_notices_losing_them(
         submission=queued, cohort=queued.benchmark.cohorts.get(), status=Run.RUNNING
     )
     lost: list[int | None] = []
-    heartbeat = machine.Heartbeat(lock=lock, holder="me", lease_s=0.6, on_lost=lost.append)
+    heartbeat = machine.LockHeartbeat(lock=lock, holder="me", lease_s=0.6, on_lost=lost.append)
     heartbeat.run_id = run.pk
     heartbeat.start()
     try:
@@ -636,7 +636,7 @@ def test_the_scored_container_is_spared_and_never_paused(host, lock, containers,
         host,
         "me",
         {},
-        machine.Heartbeat(lock=lock, holder="me", lease_s=60, on_lost=lambda run_id: None),
+        machine.LockHeartbeat(lock=lock, holder="me", lease_s=60, on_lost=lambda run_id: None),
         frozen,
     )
     # What the runner does: create, spare, then start, after the freeze began. Labels
