@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 SUPERVISOR := scoring/supervisor/supervise
-# The calibration workload (scoring/calibration.py), built like the supervisor.
+# The calibration workload (scoring/run/calibration.py), built like the supervisor.
 CALIBRATE := scoring/calibrate/calibrate
 # The arm64 supervisor, cross-built on any host (Debian: gcc-aarch64-linux-gnu).
 SUPERVISOR_AARCH64 := scoring/supervisor/supervise-aarch64

@@ -5,7 +5,7 @@ Targets (issue "Builds are a sandbox too"):
 1. Allowed traffic is not slowed down: downloading the same file from an allow-listed
    mirror inside a build container, with the policy applied and without it, the median
    time with it is at most 1.05x the median without.
-2. The check that runs before every build (``scoring.buildnet.inspect``: the engine's
+2. The check that runs before every build (``scoring.build.buildnet.inspect``: the engine's
    network, then ``iptables-save`` of each family compared rule by rule) is timed too.
 
 Everything stays on this machine: the "mirror" is an HTTP server in a network namespace
@@ -82,7 +82,7 @@ def main() -> int:
         setup_django(Path(temp) / "data")
         from django.conf import settings
 
-        from scoring import buildnet
+        from scoring.build import buildnet
         from tests import testhosts
 
         folder = Path(temp) / "mirror"

@@ -3,7 +3,7 @@
 Target (issue "Hosts that stay clean"): after 10 failed environment builds of 1 GiB
 each, under 10 MiB left on the host.
 
-Each build is a real environment build (``scoring.builds.build_environment``, in the
+Each build is a real environment build (``scoring.build.builds.build_environment``, in the
 build sandbox, on the build network) of::
 
     FROM localhost/podium/busybox:1
@@ -120,7 +120,7 @@ def main() -> int:
         from portal.celery import app as celery_app
         from portal.contests.models import Benchmark
         from portal.environments.models import Environment
-        from scoring import buildnet, builds
+        from scoring.build import buildnet, builds
 
         celery_app.send_task = lambda *a, **k: None  # type: ignore[method-assign,assignment]
         problems = buildnet.apply().problems

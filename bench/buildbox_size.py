@@ -1,8 +1,8 @@
 """Benchmark: what one measurement of a build's writable layer costs the build guard.
 
 Where the engine cannot size a build container's layer (it reports ``SizeRw`` -1), the
-guard (``scoring.buildbox.Guard``) walks the layer's upper directory itself with
-``scoring.buildbox.layer_bytes`` once every ``GUARD_PERIOD_S`` while the step runs.
+guard (``scoring.build.buildbox.Guard``) walks the layer's upper directory itself with
+``scoring.build.buildbox.layer_bytes`` once every ``GUARD_PERIOD_S`` while the step runs.
 This makes a layer of ``--files`` (100,000) small files, ``--per-dir`` (1,000) to a
 directory, in a temp folder under ``--dir`` (the system's temp folder by default; name
 a folder on the engine's storage to measure there), walks it ``--runs`` (5) times and
@@ -46,7 +46,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="podium-bench-layer-") as folder:
         setup_django(Path(folder) / "data")
-        from scoring import buildbox
+        from scoring.build import buildbox
 
         top = Path(folder) / "upper"
         top.mkdir()

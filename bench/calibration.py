@@ -1,8 +1,8 @@
 """Benchmark: the calibration workload's noise, how long a calibration takes, and the scored
 run's noise against the same workload run natively.
 
-Figures (a measurement, not a test), all through Podium's own code (``scoring.calibration``
-under ``scoring.machine.hold``, as a scoring worker runs it):
+Figures (a measurement, not a test), all through Podium's own code (``scoring.run.calibration``
+under ``scoring.host.machine.hold``, as a scoring worker runs it):
 
 1. **quiet**: ``--calibrations`` (3) whole calibrations of ``--repetitions`` (7) runs each
    on this machine as it is: each one's median, its noise (half the range of its runs, in
@@ -102,7 +102,7 @@ def spread(walls: list[int]) -> dict[str, float]:
 
 def hold_and(work: Any) -> Any:
     """Run ``work(session)`` holding the machine, as a scoring worker would."""
-    from scoring import machine
+    from scoring.host import machine
 
     def waiting(reason: str) -> None:
         raise SystemExit(f"the machine could not be held: {reason}")
@@ -118,7 +118,8 @@ def retried(what: str, work: Any) -> Any:
     """``work()``, tried again (up to ``TRIES`` times) when it failed: on a shared engine
     another process's score can pause our container until our 60-second limit."""
     from portal.hosts.models import HostCalibration
-    from scoring import calibration, engine, runner
+    from scoring import engine
+    from scoring.run import calibration, runner
 
     for attempt in range(1, TRIES + 1):
         try:
@@ -138,7 +139,7 @@ def calibrate_once(repetitions: int) -> tuple[Any, float, int]:
     """One whole calibration under the hold: its row, its duration (s), containers paused."""
     from django.conf import settings
 
-    from scoring import calibration
+    from scoring.run import calibration
 
     settings.PODIUM_CALIBRATION_REPETITIONS = repetitions
 
@@ -170,7 +171,7 @@ def start_busy_container() -> str:
 
 def native_run(supervisor: Path, workload: Path, work_dir: Path) -> int:
     """The workload straight under the supervisor on this host: its trusted wall time."""
-    from scoring import runner
+    from scoring.run import runner
 
     logs = work_dir / "logs"
     shutil.rmtree(logs, ignore_errors=True)
@@ -206,7 +207,7 @@ def native_vs_sandbox(runs: int, work_dir: Path) -> tuple[list[int], list[int]]:
 
     from django.conf import settings
 
-    from scoring import calibration
+    from scoring.run import calibration
 
     supervisor = Path(settings.PODIUM_SUPERVISOR)
     workload = Path(settings.PODIUM_CALIBRATION_WORKLOAD)
@@ -240,7 +241,7 @@ def unfrozen_repetitions(repetitions: int) -> list[int]:
     """Calibration repetitions without the hold: nothing is paused beside them."""
     from django.conf import settings
 
-    from scoring import calibration
+    from scoring.run import calibration
 
     session = SimpleNamespace(
         host=str(settings.PODIUM_HOST_NAME),
@@ -269,7 +270,9 @@ def main() -> int:
         from django.conf import settings
 
         from portal.hosts.services import host_register
-        from scoring import calibration, engine, machine
+        from scoring import engine
+        from scoring.host import machine
+        from scoring.run import calibration
 
         for path in (settings.PODIUM_SUPERVISOR, settings.PODIUM_CALIBRATION_WORKLOAD):
             if not Path(path).exists():

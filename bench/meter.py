@@ -1,15 +1,15 @@
 """Benchmark: how long the supervisor's meter takes to read the container's cgroup.
 
-The meter (``supervise.c``, decoded by ``scoring.meter``) reads a fixed list of cgroup
+The meter (``supervise.c``, decoded by ``scoring.run.meter``) reads a fixed list of cgroup
 files after the entrant's process tree is reaped and after the clock's second
 reading, so it never touches the trusted interval; but it delays the result line and
 the machine's next run. Target: ``meter_ns`` at most 50 ms at the 99th percentile of
 ``--runs`` (50) runs.
 
 Each run goes through the runner's own sandbox, as ``bench/timing.py`` does:
-``scoring.runner.container_spec`` with a default Benchmark's limits, the engine module
+``scoring.run.runner.container_spec`` with a default Benchmark's limits, the engine module
 to create, start, wait for and remove the container, ``parse_supervisor_line`` and
-``scoring.meter.from_line`` for the result. The workload is a static C program
+``scoring.run.meter.from_line`` for the result. The workload is a static C program
 (compiled here with ``cc -O2 -static``) that touches ``--memory-mib`` (16) MiB and
 burns ``--burn-ms`` (20) ms of CPU, committed onto ``localhost/podium/busybox:1`` as
 ``/submission/run``; the image, every container and the temp folder are removed at
@@ -102,7 +102,7 @@ def commit_image(binary: Path) -> str:
 
 
 def staged_run(folder: Path) -> Any:
-    from scoring.staging import StagedRun
+    from scoring.cohort.staging import StagedRun
 
     input_dir = folder / "runs" / "0" / "input"
     (input_dir / "images").mkdir(parents=True, exist_ok=True)
@@ -123,9 +123,10 @@ def staged_run(folder: Path) -> Any:
 
 
 def one_run(image: str, supervisor: Path, staged: Any) -> Any:
-    """One run in the runner's sandbox; its :class:`scoring.meter.Resources`."""
+    """One run in the runner's sandbox; its :class:`scoring.run.meter.Resources`."""
     from portal.contests.models import Benchmark
-    from scoring import engine, runner
+    from scoring import engine
+    from scoring.run import runner
 
     spec = runner.container_spec(
         image=image,

@@ -3,7 +3,7 @@
 While a run is timed, the freezer pauses containers but not the host's processes: web
 inspecting an uploaded archive, the build worker packing a build context. This bench
 times the CPU-bound workload of ``bench/timing.py`` (a static C loop of about 0.4 s) in
-the runner's sandbox (``scoring.runner.container_spec``, the supervisor's trusted
+the runner's sandbox (``scoring.run.runner.container_spec``, the supervisor's trusted
 clock), once on a quiet host and once while ``--workers`` processes (default: one per
 CPU of the machine) loop over what web and the build worker do with large
 archives: ``portal.archives.inspect_archive`` of a ``--archive-mib`` (64)

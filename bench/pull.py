@@ -10,7 +10,7 @@ free loopback port with its storage in the temp folder:
 
 1. the submission image is pushed to the registry (as the build host does) and every
    submission records its digest reference;
-2. ``--runs`` scored runs through ``scoring.runner.score_submission``, the image's layers
+2. ``--runs`` scored runs through ``scoring.run.runner.score_submission``, the image's layers
    already on this engine (the steady state of a scoring host: the environment and the
    base are shared by many submissions): the pull is the registry round trip for the
    manifest and the ID check;
@@ -91,7 +91,7 @@ def score(submission_ids: list[int]) -> list[dict[str, Any]]:
     """Score each submission once; its official run's figures (a passing official run
     also queues a verification run, which is not scored here)."""
     from portal.submissions.models import Run
-    from scoring import runner
+    from scoring.run import runner
 
     rows = []
     for submission_id in submission_ids:
@@ -174,7 +174,8 @@ def main() -> int:
 
             from portal.celery import app
             from portal.submissions.models import Submission
-            from scoring import engine, registry
+            from scoring import engine
+            from scoring.images import registry
 
             env_image, submission_image = kit.starter_kit_images(tag_root, made)
             try:

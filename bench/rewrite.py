@@ -1,8 +1,8 @@
-"""Benchmark: re-encoding demo images for a verification set (``scoring.rewrite``).
+"""Benchmark: re-encoding demo images for a verification set (``scoring.cohort.rewrite``).
 
 A verification set (docs/rules.md, "Verification before ranking") holds every cohort JPEG
 re-encoded with a fresh imperceptible perturbation (``rewrite.rewrite_jpeg_data``),
-prepared ahead of need on a thread pool (``scoring.verifysets``, two threads per CPU
+prepared ahead of need on a thread pool (``scoring.cohort.verifysets``, two threads per CPU
 like ``staging.threads_for``). Off the clock, but it holds a machine meanwhile, and the
 pictures must stay what the entrant's model saw. This measures, on ``--images`` demo
 images (``democohort.encode_class_image``, made in memory: no Django, no database):
@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from PIL import Image  # noqa: E402
 
 from portal.contests import democohort  # noqa: E402
-from scoring import rewrite  # noqa: E402
+from scoring.cohort import rewrite  # noqa: E402
 
 # As staging.threads_for (importing staging needs Django): two per CPU, at most 32.
 THREADS_PER_CPU = 2

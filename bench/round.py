@@ -3,7 +3,7 @@
 A round at the demo size: a pool of ``--images`` (20) demo images, all of them the round's
 requests, cut into ``--slices`` (4) slices; the starter kit as the baseline and as each of
 ``--challengers`` (5) challengers (starter-kit-like images: the same kit, one submission
-each). The round runs as a scoring host runs it: ``scoring.rounds.run_round`` in this
+each). The round runs as a scoring host runs it: ``scoring.campaign.rounds.run_round`` in this
 process (the machine lock, the freezer, the health gates, a warm-up pass, the opening
 baseline, every challenger, the closing baseline; one supervised container per slice).
 
@@ -158,7 +158,7 @@ def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> i
 
 def timed_round(round_id: int) -> dict[str, float]:
     """Run the round in this process; the host time of each step (seconds)."""
-    from scoring import rounds
+    from scoring.campaign import rounds
 
     marks: dict[str, float] = {}
     real = {name: getattr(rounds, name) for name in ("run_claimed", "stage_slices", "round_record")}

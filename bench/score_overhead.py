@@ -14,7 +14,7 @@ What it does, all on this machine and nothing of the developer's own data:
 3. The starter kit (``examples/starter-kit``) built as an environment image on the
    local base ``localhost/podium/python:bookworm`` (``scripts/base-images`` makes it), then its
    ``build.sh`` run and committed as the submission image, as the build worker does.
-4. ``--runs`` scored runs through ``scoring.runner.score_submission``, one fresh
+4. ``--runs`` scored runs through ``scoring.run.runner.score_submission``, one fresh
    submission each, then a table of the figures and PASS/MISS against the target.
 
 Images, containers and the temp folder are removed at the end (``--keep`` keeps the
@@ -259,7 +259,7 @@ def import_cohort(images: int, seed: int, work: Path) -> None:
 
 def score(submission_ids: list[int]) -> list[dict[str, Any]]:
     from portal.submissions.models import Run
-    from scoring import runner
+    from scoring.run import runner
 
     rows = []
     for submission_id in submission_ids:

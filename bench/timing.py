@@ -12,7 +12,7 @@ Three comparisons, side by side in one run (a measurement, not a test):
 - **noise**: (max - min) / median of those same ``--runs`` runs, container vs host.
   Target: at most 1.2x the host's.
 
-The container runs go through the runner's own sandbox: ``scoring.runner.container_spec``
+The container runs go through the runner's own sandbox: ``scoring.run.runner.container_spec``
 (network none, read-only, non-root, no capabilities, our seccomp filter on top of
 Docker's default, tmpfs, limits of a default Benchmark, this machine's scoring CPUs), the
 engine module to create, start, wait for and remove the container, and
@@ -187,7 +187,7 @@ class Sandbox:
         return tag
 
     def staged(self) -> Any:
-        from scoring.staging import StagedRun
+        from scoring.cohort.staging import StagedRun
 
         input_dir = self.folder / "runs" / "0" / "input"
         (input_dir / "images").mkdir(parents=True, exist_ok=True)
@@ -210,7 +210,8 @@ class Sandbox:
         """One run in the container (on ``scoring_cpus``; None: this machine's scoring
         CPUs); the trusted wall time in ns."""
         from portal.contests.models import Benchmark
-        from scoring import engine, runner
+        from scoring import engine
+        from scoring.run import runner
 
         spec = runner.container_spec(
             image=image,
@@ -236,7 +237,7 @@ class Sandbox:
 
     def run_native(self, binary: Path) -> int:
         """The same supervisor, natively on the host; the trusted wall time in ns."""
-        from scoring import runner
+        from scoring.run import runner
 
         logs, out = self.folder / "native-logs", self.folder / "native-out"
         logs.mkdir(exist_ok=True)

@@ -35,7 +35,7 @@ DC coefficients ("coefficients"), and the SHA-256 of its decoded pixels ("pixels
 must pass its official run (all hits) and be rejected by its verification (no hits: the
 verification cohort is re-encoded), and says how many images its table answered.
 
-Verification runs copy a prepared set (``scoring.verifysets``), made before each one on
+Verification runs copy a prepared set (``scoring.cohort.verifysets``), made before each one on
 the builds side, off the scoring host's hold; its time is reported apart. The figures:
 each verification call's host time against its official call's (the target is at most
 1.3), and the honest entries' self-agreement (their verification answers against their
@@ -109,7 +109,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def timed_score(submission_id: int) -> float:
-    from scoring import runner
+    from scoring.run import runner
 
     started = time.perf_counter_ns()
     runner.score_submission(submission_id)
@@ -120,7 +120,7 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
     """Score each submission, then run each of its verification runs (one call each, as
     the scoring worker takes them) until it leaves ``verifying``."""
     from portal.submissions.models import Run, Submission
-    from scoring import verifysets
+    from scoring.cohort import verifysets
 
     rows = []
     for submission_id in submission_ids:
@@ -416,7 +416,8 @@ def calibrate(times: int) -> None:
     from django.utils import timezone
 
     from portal.hosts.models import HostCalibration, ScoringHost
-    from scoring import calibration, machine
+    from scoring.host import machine
+    from scoring.run import calibration
 
     host = machine.scoring_host()
     now = timezone.now()

@@ -764,7 +764,7 @@ def _flag_values(flags: Sequence[str], name: str) -> list[str]:
 PlatformLookup = Callable[[str], Collection[str] | None]
 
 # uname -m's and Go's spellings of an architecture -> Docker's (the scoring side folds
-# engine and host facts with it too, scoring/platforms.py).
+# engine and host facts with it too, scoring/images/platforms.py).
 ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
 # Docker's automatic platform build arguments that FROM --platform= may use.
 _TARGET_ARGS = ("TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT")
@@ -1277,7 +1277,7 @@ def format_violations(violations: Sequence[Violation]) -> str:
 CACHE_LABEL = "podium.cache"  # the label :func:`salt_build_cache` puts after every FROM
 # And the line after it: no build step sees a GPU, whatever the engine's default runtime
 # and whatever the base image sets (CUDA images set "all"). A scored run names its own
-# GPUs in its container's environment (``scoring.gpus.container_gpus``), which wins.
+# GPUs in its container's environment (``scoring.host.gpus.container_gpus``), which wins.
 NO_BUILD_GPU = "ENV NVIDIA_VISIBLE_DEVICES=void"
 _SALT = re.compile(r"[0-9a-f]{1,128}")
 

@@ -286,7 +286,7 @@ PODIUM_DOCKER_PLATFORM = env.str("PODIUM_DOCKER_PLATFORM", default="")
 # A container registry (CNCF Distribution) as "host:port" ("http://host:port" for one
 # without TLS off loopback; loopback is plain HTTP): the build host pushes each submission
 # image there, and a scoring host pulls it by digest, refuses any other content and
-# removes it after the run (scoring/registry.py). "" (the default): one engine builds and
+# removes it after the run (scoring/images/registry.py). "" (the default): one engine builds and
 # scores, and images never leave it.
 PODIUM_REGISTRY = env.str("PODIUM_REGISTRY", default="")
 PODIUM_RUN_UID = env.int("PODIUM_RUN_UID", default=65534)
@@ -303,7 +303,7 @@ PODIUM_STARTER_BASE_IMAGE = env.str(
     "PODIUM_STARTER_BASE_IMAGE", default="localhost/podium/python:bookworm"
 )
 
-# The build sandbox (scoring/buildnet.py, scoring/buildbox.py). Every build container
+# The build sandbox (scoring/build/buildnet.py, scoring/build/buildbox.py). Every build container
 # (Dockerfile RUN steps, build.sh) joins only this bridge network; host firewall rules
 # scoped to its bridge keep builds off the host, private, link-local, CGNAT, multicast
 # and reserved ranges. `manage.py build_network --apply` installs them; a build waits
@@ -334,13 +334,13 @@ PODIUM_BUILD_CGROUP_PARENT = env.str("PODIUM_BUILD_CGROUP_PARENT", default="podi
 # Podium process (web, workers, beat, build containers) pins itself to the rest at start.
 PODIUM_SCORING_CPUS = env.str("PODIUM_SCORING_CPUS", default="auto")
 
-# The scoring fleet (portal/hosts, scoring/hosts.py). A worker that consumes a scoring queue
+# The scoring fleet (portal/hosts, scoring/host/hosts.py). A worker that consumes a scoring queue
 # registers its host under PODIUM_HOST_NAME, for benchmarks of PODIUM_HARDWARE_CLASS (a
 # benchmark's hardware_class), with its machine's facts, then heartbeats every
 # PODIUM_HOST_HEARTBEAT_S; a host whose last heartbeat is older than PODIUM_HOST_STALE_S
 # is offline. "" names the host after its Docker Engine, which every worker talking to
 # that engine sees alike (the machine lock is the engine's own in any case, see
-# scoring/machine.py). A scoring worker takes no work until its host has registered and
+# scoring/host/machine.py). A scoring worker takes no work until its host has registered and
 # finished its first calibration, for at most PODIUM_HOST_READY_WAIT_S (then it takes
 # work anyway, and a run waits for the machine as for any other holder).
 PODIUM_HOST_NAME = env.str("PODIUM_HOST_NAME", default="")
@@ -348,7 +348,7 @@ PODIUM_HARDWARE_CLASS = env.str("PODIUM_HARDWARE_CLASS", default=f"cpu-{platform
 PODIUM_HOST_HEARTBEAT_S = env.int("PODIUM_HOST_HEARTBEAT_S", default=30)
 PODIUM_HOST_STALE_S = env.int("PODIUM_HOST_STALE_S", default=90)
 PODIUM_HOST_READY_WAIT_S = env.float("PODIUM_HOST_READY_WAIT_S", default=900.0)
-# Calibration (scoring/calibration.py): each host runs a fixed workload, timed as a scored
+# Calibration (scoring/run/calibration.py): each host runs a fixed workload, timed as a scored
 # run, when its worker starts and again before claiming a run once PODIUM_CALIBRATE_EVERY_RUNS
 # runs or PODIUM_CALIBRATE_EVERY_S seconds passed (0: that rule off). A median more than
 # PODIUM_CALIBRATION_DRIFT_PCT off its class's reference drains the host. The noise band
@@ -383,7 +383,7 @@ PODIUM_VERIFY_MAX_RUNS = env.int("PODIUM_VERIFY_MAX_RUNS", default=3)
 # calibration's container, to slow the real workload on purpose. None: as a scored run.
 PODIUM_CALIBRATION_CPUS: float | None = None
 
-# The machine lock and the health gates (scoring/machine.py, scoring/gates.py): one lock
+# The machine lock and the health gates (scoring/host/machine.py, scoring/host/gates.py): one lock
 # per scoring host (PODIUM_HOST_NAME above).
 # A wake-up taken by a draining or retired host goes back to its queue after this long.
 PODIUM_DRAIN_REQUEUE_S = env.float("PODIUM_DRAIN_REQUEUE_S", default=10.0)
@@ -408,7 +408,7 @@ PODIUM_GATE_MIN_DISK_BYTES = env.int("PODIUM_GATE_MIN_DISK_BYTES", default=5 << 
 # CPUs' worth of busy time allowed over a short sample, taken after builds are frozen.
 PODIUM_GATE_CPU_BUSY_MAX = env.float("PODIUM_GATE_CPU_BUSY_MAX", default=1.5)
 PODIUM_GATE_CPU_SAMPLE_S = env.float("PODIUM_GATE_CPU_SAMPLE_S", default=0.5)
-# GPUs (scoring/gpus.py): a host of a hardware class with GPUs (portal/hosts HardwareClass)
+# GPUs (scoring/host/gpus.py): a host of a hardware class with GPUs (portal/hosts HardwareClass)
 # gives a scored container exactly PODIUM_GPU_DEVICES (indices or UUIDs, as nvidia-smi -L
 # shows them) and gates every run on them through NVML: no compute process, idle over
 # PODIUM_GPU_UTIL_SAMPLES samples, memory, temperature, persistence, ECC, XID, and the
@@ -424,7 +424,7 @@ PODIUM_GPU_QUERY_COMMAND = env.str("PODIUM_GPU_QUERY_COMMAND", default="nvidia-s
 PODIUM_GPU_MAX_UTIL_PERCENT = env.int("PODIUM_GPU_MAX_UTIL_PERCENT", default=5)
 PODIUM_GPU_MAX_MEMORY_MIB = env.int("PODIUM_GPU_MAX_MEMORY_MIB", default=1024)
 PODIUM_GPU_MAX_TEMP_C = env.int("PODIUM_GPU_MAX_TEMP_C", default=60)
-# The GPU meter (scoring/gpumeter.py): on a host whose scored container gets GPUs, the
+# The GPU meter (scoring/run/gpumeter.py): on a host whose scored container gets GPUs, the
 # worker samples each of them through NVML (utilization, memory, power, energy counter)
 # every PODIUM_GPU_SAMPLE_MS milliseconds (at least 10) from just before the container
 # starts until it exited; the run's energy per image and mean GPU utilization are
@@ -449,7 +449,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
 
-# Prepared verification cohorts (portal.submissions.pool, scoring.verifysets): each
+# Prepared verification cohorts (portal.submissions.pool, scoring.cohort.verifysets): each
 # official cohort that verification may need keeps this many sets ready, made on the
 # builds side; a set preparing for longer than PODIUM_VERIFY_PREPARE_STALE_S is dropped
 # (its worker died) and made again.

@@ -60,7 +60,7 @@ class BuildBounds:
     runtime and ``NVIDIA_VISIBLE_DEVICES=void``, whatever the engine's default runtime
     and the image's ENV. ``POST /build`` takes no runtime, and a build argument never
     overrides an image's ENV, so RUN steps get the engine's default runtime: the build
-    guard (scoring/buildbox.py) stops a step that one would hand GPUs."""
+    guard (scoring/build/buildbox.py) stops a step that one would hand GPUs."""
 
     network: str
     cgroup_parent: str

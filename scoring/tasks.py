@@ -11,14 +11,18 @@ from celery.signals import worker_ready
 
 from portal import task_names as names
 from portal.submissions import services
-from scoring import builds, engine, reaper, rounds, runner, verifysets
-from scoring.hosts import on_builds_worker_ready, on_worker_ready
+from scoring import engine, worker
+from scoring.build import builds
+from scoring.campaign import rounds
+from scoring.cohort import verifysets
+from scoring.upkeep import reaper
+from scoring.worker import on_builds_worker_ready, on_worker_ready
 
 # Connected here rather than in apps.py: every worker imports this module when it starts
 # (autodiscovery, before it is ready), and the web never does, so the web process keeps
 # clear of the worker side. A worker that consumes a scoring queue registers its host.
-worker_ready.connect(on_worker_ready, dispatch_uid="scoring.hosts.on_worker_ready")
-worker_ready.connect(on_builds_worker_ready, dispatch_uid="scoring.hosts.on_builds_worker_ready")
+worker_ready.connect(on_worker_ready, dispatch_uid="scoring.worker.on_worker_ready")
+worker_ready.connect(on_builds_worker_ready, dispatch_uid="scoring.worker.on_builds_worker_ready")
 
 
 @shared_task(name=names.BUILD_ENVIRONMENT)
@@ -35,7 +39,7 @@ def build_submission(submission_id: int) -> None:
 def score_next(hardware_class: str, waits: int = 0) -> None:
     """A wake-up on the class queue: claim the next waiting run in the fair order, score it.
     ``waits``: how often a host had not been ready when this was sent (backoff)."""
-    runner.score_next(hardware_class, waits)
+    worker.score_next(hardware_class, waits)
 
 
 @shared_task(name=names.SCORE_SWEEP)
@@ -60,7 +64,7 @@ def verification_pool_sweep() -> None:
 @shared_task(name=names.RUN_ROUND)
 def run_round(round_id: int) -> None:
     """A campaign round, on a host of its class (sent to ``jobs.scoring_queue(class)``):
-    claim it, run every image over its slices, record the outcome (``scoring.rounds``)."""
+    claim it, run every image over its slices, record the outcome (``scoring.campaign.rounds``)."""
     rounds.run_round(round_id)
 
 

@@ -54,7 +54,7 @@ def build_network_problems() -> tuple[str, ...]:
     without them); what could not be put in place."""
     from django.conf import settings
 
-    from scoring import buildnet
+    from scoring.build import buildnet
 
     if "PODIUM_BUILD_EGRESS_ALLOW" not in os.environ:
         # As `make test` sets it: the rules are one per host, so every test session

@@ -69,7 +69,7 @@ class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):
 def ready_sets(cohort: Cohort, count: int = 1) -> list[VerificationSet]:
     """``count`` prepared verification sets of ``cohort`` marked ready, rows only (no
     files): enough for a verification run to be claimed. A test that stages the run
-    prepares a real set instead (``scoring.verifysets.prepare``)."""
+    prepares a real set instead (``scoring.cohort.verifysets.prepare``)."""
     return [
         VerificationSet.objects.create(
             cohort=cohort, status=VerificationSet.READY, ready_at=timezone.now()

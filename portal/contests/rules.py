@@ -241,7 +241,7 @@ def needs_verification(
 
 
 # The visual bound of a verification cohort: every re-encoded image decodes to within
-# this PSNR (dB) of the original's pixels (``scoring.rewrite`` holds it; its tests check
+# this PSNR (dB) of the original's pixels (``scoring.cohort.rewrite`` holds it; its tests check
 # it on every JPEG shape they cover).
 VERIFY_PSNR_FLOOR_DB = 45.0
 

@@ -2,7 +2,7 @@
 staff's answer to the runs a drift flagged.
 
 Who calls what: a scoring worker records its own host's calibrations
-(``scoring.calibration``, while it holds the machine); staff rescore or dismiss flagged
+(``scoring.run.calibration``, while it holds the machine); staff rescore or dismiss flagged
 runs from the admin (which checks ``submissions.rescore_submission`` first).
 """
 

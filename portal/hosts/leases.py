@@ -1,10 +1,10 @@
 """The machine lock of each Docker Engine, as rows: ``MachineLease``, one per engine
-(keyed by ``scoring.machine.machine_key``, whatever host names drive that engine).
+(keyed by ``scoring.host.machine.machine_key``, whatever host names drive that engine).
 
 A holder takes it with one conditional UPDATE (free, or its holder's lease expired),
 keeps it by pushing ``expires_at`` forward (its heartbeat, which renews its run's lease
 too), and frees it conditionally on still holding it; the reaper frees a lock whose
-holder stopped heartbeating. ``scoring.machine`` holds and heartbeats; builds ask
+holder stopped heartbeating. ``scoring.host.machine`` holds and heartbeats; builds ask
 :func:`machine_held` whether their host is frozen.
 """
 

@@ -119,7 +119,7 @@ class HardwareClass(models.Model):
 
 class HostCalibration(models.Model):
     """One calibration of one host: the calibration workload run a few times, alone on the
-    machine, in a scored run's sandbox and timed by its supervisor (``scoring.calibration``).
+    machine, in a scored run's sandbox and timed by its supervisor (``scoring.run.calibration``).
 
     ``median_ns`` is compared with the class's reference (``HardwareClass.
     calibration_reference_ns``, copied into ``reference_ns`` as it was then): ``drift_pct``

@@ -1,6 +1,6 @@
 """Calibration arithmetic (pure: plain values in, plain values out, no Django).
 
-A calibration runs a fixed workload K times (``scoring.calibration``) and keeps each
+A calibration runs a fixed workload K times (``scoring.run.calibration``) and keeps each
 repetition's trusted wall time. From those:
 
 - **median**: the calibration's one figure, compared with the class's reference. The

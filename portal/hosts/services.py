@@ -1,7 +1,7 @@
 """Writes to the scoring fleet: registration, heartbeats, and staff's drain/resume/retire.
 
 Who calls what: a scoring worker registers its own host when it starts and heartbeats
-while it runs (``scoring/hosts.py``); staff drain, resume and retire hosts from the admin
+while it runs (``scoring/host/hosts.py``); staff drain, resume and retire hosts from the admin
 (which checks ``hosts.manage_host`` first) or from ``manage.py hosts`` (an operator on a
 host: no actor). The runner asks :func:`host_accepts_work` before it claims a run.
 """
@@ -21,7 +21,7 @@ from portal.hosts.models import ScoringHost
 
 MANAGE_HOST = "hosts.manage_host"
 
-# What a host reports about its machine (scoring.hosts.machine_facts), field by field.
+# What a host reports about its machine (scoring.host.hosts.machine_facts), field by field.
 FACT_FIELDS = (
     "architecture",
     "cpu_model",

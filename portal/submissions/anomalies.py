@@ -29,7 +29,7 @@ The rules (pure functions below, plain values in and out, no database):
   ended ``rejected_verification`` (the one that decided; earlier timing misses were
   measured again); the finding names the official run it re-ran.
 - ``low_energy``: a passing run on a GPU class whose GPU energy per image (the GPU
-  meter's ``resources["gpu"]["energy_per_image_j"]``, ``scoring.gpumeter``) is under the
+  meter's ``resources["gpu"]["energy_per_image_j"]``, ``scoring.run.gpumeter``) is under the
   benchmark's ``energy_floor_pct`` percent of its ``reference_energy_per_image_j`` (the
   reference kit's, as a run of it reported it). Classifying an image on the GPU costs
   energy a faster kernel trims but cannot remove; a run far under the reference kit's

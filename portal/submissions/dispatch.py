@@ -289,7 +289,7 @@ def lock_next_waiting(
 # reschedules, and a lost one is replaced within about a minute. A wake-up that is not
 # needed after all (one the sweep sent while the class's messages sat behind a long run,
 # or while no host of the class was up) costs the host one query:
-# ``scoring.runner.score_next`` returns at once when nothing waits. A cache that lost the
+# ``scoring.worker.score_next`` returns at once when nothing waits. A cache that lost the
 # marker only makes the sweep wake a class once more.
 
 SWEEP_MIN_WAIT = dt.timedelta(minutes=1)

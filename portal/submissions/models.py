@@ -226,7 +226,7 @@ class Run(models.Model):
     supervisor_sha256 = models.CharField(max_length=64, blank=True)
     readings = models.JSONField(default=dict, blank=True)  # health gates
     # The meter: the scored container's cgroup, read after its tree was reaped (see
-    # scoring.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
+    # scoring.run.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
     resources = models.JSONField(default=dict, blank=True)
     # Where the host's time went, ms by phase: taking the machine (lock, freeze, gates,
     # calibration, claim), the run off the clock (pull, staging, create, collect,
@@ -273,9 +273,9 @@ class Run(models.Model):
 
 
 class MachineLease(models.Model):
-    """The machine lock of one Docker Engine (``scoring/machine.py``).
+    """The machine lock of one Docker Engine (``scoring/host/machine.py``).
 
-    One row per engine: ``host`` holds the lock's key, ``scoring.machine.machine_key``
+    One row per engine: ``host`` holds the lock's key, ``scoring.host.machine.machine_key``
     (the engine's ID, name and data root), shared by every host name on that engine.
     ``holder`` is empty when the lock is free; a holder keeps it by pushing
     ``expires_at`` forward (its heartbeat), and a lease past ``expires_at`` may be taken
@@ -297,7 +297,7 @@ class MachineLease(models.Model):
 class VerificationSet(models.Model):
     """One prepared verification cohort: every member of ``cohort`` re-encoded with a fresh
     imperceptible perturbation, in ``storage.verification_set_dir(id)``, made ahead of
-    need on the builds side (``scoring.verifysets``) and used by exactly one verification
+    need on the builds side (``scoring.cohort.verifysets``) and used by exactly one verification
     run.
 
     ``preparing`` (its files being written) -> ``ready`` -> ``taken`` (claimed, with its

@@ -3,7 +3,7 @@
 A verification run (docs/rules.md, "Verification before ranking") sees its cohort's members
 re-encoded with a fresh imperceptible perturbation. Re-encoding a cohort takes far
 longer than a scored run's staging, so it is never done while a scoring host is held:
-the builds side prepares *sets* ahead of need (``scoring.verifysets`` writes the files),
+the builds side prepares *sets* ahead of need (``scoring.cohort.verifysets`` writes the files),
 and each verification run takes one ready set when it is claimed and uses it once.
 
 - Which cohorts keep a pool: the official cohort of every benchmark that verifies
@@ -24,7 +24,7 @@ and each verification run takes one ready set when it is claimed and uses it onc
 - A dry pool: a verifying submission whose cohort has no ready set is stepped over by
   the claim (``dispatch.lock_next_waiting``), which asks for a fill; the host goes on
   with the next waiting run and the verification keeps its place in the fair order. A
-  set that becomes ready wakes the class (``scoring.verifysets``).
+  set that becomes ready wakes the class (``scoring.cohort.verifysets``).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ RESOURCE_KEYS = (
     "io_write_bytes",
     "oom_events",
 )
-# The GPU meter's figures published with them (Run.resources["gpu"], scoring.gpumeter:
+# The GPU meter's figures published with them (Run.resources["gpu"], scoring.run.gpumeter:
 # a run on a GPU class); null on a CPU class or when NVML gave no reading.
 GPU_RESOURCE_KEYS = ("energy_per_image_j", "gpu_util_mean_pct")
 

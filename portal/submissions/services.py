@@ -665,7 +665,7 @@ def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool
         return True
 
 
-# Waiting for the scoring machine (scoring/machine.py) ---------------------------------
+# Waiting for the scoring machine (scoring/host/machine.py) ---------------------------------
 
 
 def submission_machine_waits(submission_id: int) -> int:

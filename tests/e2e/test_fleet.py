@@ -29,7 +29,9 @@ import pytest
 from portal import jobs
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import score_enqueue
-from scoring import engine, reaper, registry
+from scoring import engine
+from scoring.images import registry
+from scoring.upkeep import reaper
 from tests import factories
 from tests.recovery.test_worker_crash import poll, start_worker, stop_worker
 from tests.scoring.test_registry import RegistryServer, serve_registry

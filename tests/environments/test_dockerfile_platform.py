@@ -3,7 +3,7 @@ platform (``linux/arm64``...), as far as the engine or the image's registry can 
 
 The policy stays pure: it is given the platform and a lookup (image reference -> the
 platforms it is available for, or None when nothing can tell). The pure tests use a fake
-lookup; the Docker tests use the worker's real one (``scoring.platforms.image_platforms``)
+lookup; the Docker tests use the worker's real one (``scoring.images.platforms.image_platforms``)
 on the local base image, and the environment build that calls it.
 """
 
@@ -25,7 +25,9 @@ from portal.dockerfile_policy import (
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
 from portal.hosts.models import HardwareClass
-from scoring import builds, engine, platforms
+from scoring import engine
+from scoring.build import builds
+from scoring.images import platforms
 
 LOCAL = ["localhost/podium/"]
 BUSYBOX = "localhost/podium/busybox:1"

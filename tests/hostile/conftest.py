@@ -1,7 +1,7 @@
 """The hostile suite: real attacks on the scored run, in real containers, through the runner.
 
 Every case is a submission image (``localhost/podium/busybox:1`` plus a static attack helper and
-its own ``/submission/run``) scored by the real :func:`scoring.runner.score_submission`
+its own ``/submission/run``) scored by the real :func:`scoring.run.runner.score_submission`
 on an 8-image cohort of class 7. :func:`Hostile.score` checks what every case owes,
 whatever the attack:
 
@@ -48,7 +48,8 @@ import pytest
 from portal import storage
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
-from scoring import engine, runner
+from scoring import engine
+from scoring.run import runner
 from tests.scoring.test_staging import make_cohort, make_submission
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from scoring import builds, engine
+from scoring import engine
+from scoring.build import builds
 from tests.hostile.conftest import SECOND, Hostile, script
 
 NO_HEALTHCHECK = {"test": ["NONE"]}

@@ -18,7 +18,8 @@ import pytest
 from portal import storage
 from portal.contests.models import Cohort
 from portal.submissions.models import Run, Submission
-from scoring import runner, verifysets
+from scoring.cohort import verifysets
+from scoring.run import runner
 from tests.hostile.conftest import CLASS, ROWS, script
 from tests.scoring.test_staging import make_cohort, make_submission
 

@@ -11,7 +11,7 @@ import platform
 
 import pytest
 
-from scoring import runner
+from scoring.run import runner
 from tests.hostile.conftest import ENGINE_PROFILES, Hostile, script
 
 pytestmark = pytest.mark.docker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scoring import runner
+from scoring.run import runner
 from tests.hostile.conftest import SECOND, Hostile, Limits, script
 
 pytestmark = pytest.mark.docker

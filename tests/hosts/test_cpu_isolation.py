@@ -9,7 +9,7 @@ import pytest
 
 from portal import cpus
 from portal.hosts.models import ScoringHost
-from scoring import hosts
+from scoring.host import hosts
 from tests.hosts.test_worker_side import machine
 
 __all__ = ["machine"]

@@ -7,7 +7,8 @@ import pytest
 from django.urls import reverse
 
 from portal.hosts.models import ScoringHost
-from scoring import engine, hosts
+from scoring import engine
+from scoring.host import hosts
 
 pytestmark = pytest.mark.django_db
 

@@ -27,7 +27,8 @@ from portal import jobs
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import hosts_online
 from portal.submissions.models import Run, Submission
-from scoring import engine, hosts, runner
+from scoring import engine, worker
+from scoring.host import hosts
 from tests.scoring.test_runner import FakeEngine, queued  # noqa: F401 (a fixture)
 
 HOST = "alpha"
@@ -90,7 +91,7 @@ def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_host_without_the_supervisor_refuses_to_register_and_says_which(
     db, no_supervisor, caplog
 ):
-    caplog.set_level(logging.INFO, logger="scoring.hosts")
+    caplog.set_level(logging.INFO, logger="scoring.host.hosts")
 
     with pytest.raises(hosts.HostRefused, match="supervisor"):
         hosts.register()
@@ -193,7 +194,7 @@ def test_a_host_without_the_supervisor_claims_no_run_and_wakes_another(
     settings.PODIUM_HARDWARE_CLASS = hardware_class
 
     with django_capture_on_commit_callbacks(execute=True):
-        runner.score_next(hardware_class)
+        worker.score_next(hardware_class)
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED and not queued.runs.exists()
@@ -201,7 +202,7 @@ def test_a_host_without_the_supervisor_claims_no_run_and_wakes_another(
     assert sent == [(jobs.SCORE_NEXT, (hardware_class, 0))]
     # The same host, its supervisor built, scores it.
     build_supervisor(no_supervisor)
-    runner.score_next(hardware_class)
+    worker.score_next(hardware_class)
     run = Run.objects.get(submission=queued)
     assert run.status == Run.FINISHED and run.host == HOST
 
@@ -226,7 +227,7 @@ def test_a_scoring_host_without_jpegtran_registers_and_takes_work(
     assert host.missing_tools == [] and host.status == ScoringHost.ACTIVE
     assert refusals(caplog) == []
     assert hosts_online(hardware_class, timezone.now()) == 1
-    runner.score_next(hardware_class)
+    worker.score_next(hardware_class)
     run = Run.objects.get(submission=queued)
     assert run.status == Run.FINISHED and run.host == HOST
 
@@ -264,8 +265,8 @@ def worker_starts(monkeypatch, caplog) -> Any:
         def wait_started(self, timeout_s: float) -> bool:
             return True
 
-    monkeypatch.setattr(hosts, "HostHeartbeat", FakeHeartbeat)
-    monkeypatch.setattr(hosts, "_heartbeat", None)
+    monkeypatch.setattr(worker, "HostHeartbeat", FakeHeartbeat)
+    monkeypatch.setattr(worker, "_heartbeat", None)
 
     def start(*queues: str) -> list[str]:
         caplog.clear()

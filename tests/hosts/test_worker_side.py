@@ -1,4 +1,4 @@
-"""``scoring.hosts``: this machine's facts, which workers register, and the heartbeat.
+"""``scoring.host.hosts``: this machine's facts, which workers register, and the heartbeat.
 
 No Docker here: the engine's version is a stand-in, and the heartbeat's functions are
 called directly (no worker is started).
@@ -20,7 +20,9 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from portal.hosts.models import ScoringHost
-from scoring import engine, hosts
+from scoring import engine, worker
+from scoring.host import heartbeat as heartbeat_module
+from scoring.host import hosts
 
 NVIDIA_SMI_L = """\
 GPU 0: NVIDIA H200 (UUID: GPU-5d0e2b3c-0000-1111-2222-333344445555)
@@ -152,7 +154,7 @@ def test_parse_gpu_list_skips_mig_devices():
     ],
 )
 def test_consumes_scoring(queues, scores):
-    assert hosts.consumes_scoring(queues) is scores
+    assert worker.consumes_scoring(queues) is scores
 
 
 def _sender(*queues: str) -> Any:
@@ -178,14 +180,14 @@ def started(monkeypatch) -> list[str]:
         def wait_started(self, timeout_s: float) -> bool:
             return True
 
-    monkeypatch.setattr(hosts, "HostHeartbeat", FakeHeartbeat)
-    monkeypatch.setattr(hosts, "_heartbeat", None)
+    monkeypatch.setattr(worker, "HostHeartbeat", FakeHeartbeat)
+    monkeypatch.setattr(worker, "_heartbeat", None)
     return names
 
 
 def test_a_scoring_worker_starts_one_heartbeat(started):
-    hosts.on_worker_ready(sender=_sender("scoring"))
-    hosts.on_worker_ready(sender=_sender("scoring"))
+    worker.on_worker_ready(sender=_sender("scoring"))
+    worker.on_worker_ready(sender=_sender("scoring"))
 
     assert started == ["started"]
 
@@ -196,9 +198,9 @@ class StartingHost:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calibrated = threading.Event()
         self.thread: threading.Thread | None = None
-        monkeypatch.setattr(hosts, "_heartbeat", None)
+        monkeypatch.setattr(worker, "_heartbeat", None)
         monkeypatch.setattr(hosts.HostHeartbeat, "run", self.run)
-        monkeypatch.setattr(hosts, "on_host_registered", self.on_registered)
+        monkeypatch.setattr(worker, "on_host_registered", self.on_registered)
 
     @staticmethod
     def run(heartbeat: hosts.HostHeartbeat) -> None:
@@ -221,7 +223,7 @@ def test_a_scoring_worker_is_ready_only_once_its_first_calibration_is_done(monke
     returned = threading.Event()
 
     def start_worker() -> None:
-        hosts.on_worker_ready(sender=_sender("scoring"))
+        worker.on_worker_ready(sender=_sender("scoring"))
         returned.set()
 
     handler = threading.Thread(target=start_worker)
@@ -237,14 +239,45 @@ def test_a_start_that_takes_too_long_is_said_and_the_worker_goes_on(monkeypatch,
     settings.PODIUM_HOST_READY_WAIT_S = 0.3
     host = StartingHost(monkeypatch)
 
-    hosts.on_worker_ready(sender=_sender("scoring"))
+    worker.on_worker_ready(sender=_sender("scoring"))
 
     assert "not registered and calibrated after 0.3 s" in caplog.text
     host.calibrated.set()
 
 
+def test_a_scoring_worker_gives_its_heartbeat_its_start_and_its_collection(monkeypatch):
+    """The host room's heartbeat knows nothing of the rooms above it: the worker gives it
+    what follows the first registration and what runs before each disk report."""
+    made: list[Any] = []
+
+    class FakeHeartbeat:
+        on_registered: Any = None
+        collect: Any = None
+
+        def __init__(self) -> None:
+            made.append(self)
+
+        def start(self) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            return True
+
+        def wait_started(self, timeout_s: float) -> bool:
+            return True
+
+    monkeypatch.setattr(worker, "HostHeartbeat", FakeHeartbeat)
+    monkeypatch.setattr(worker, "_heartbeat", None)
+
+    worker.on_worker_ready(sender=_sender("scoring"))
+
+    [heartbeat] = made
+    assert heartbeat.on_registered is worker.on_host_registered
+    assert heartbeat.collect is worker.reaper.collect_leftovers
+
+
 def test_a_build_worker_does_not_register(started):
-    hosts.on_worker_ready(sender=_sender("builds"))
+    worker.on_worker_ready(sender=_sender("builds"))
 
     assert started == []
 
@@ -254,8 +287,8 @@ def test_the_handler_is_connected_when_a_worker_loads_its_tasks():
 
     from scoring import tasks
 
-    assert tasks.on_worker_ready is hosts.on_worker_ready
-    assert hosts.on_worker_ready in worker_ready._live_receivers(object())
+    assert tasks.on_worker_ready is worker.on_worker_ready
+    assert worker.on_worker_ready in worker_ready._live_receivers(object())
 
 
 # Registration and heartbeat -----------------------------------------------------------
@@ -290,14 +323,14 @@ def test_every_disk_report_the_heartbeat_first_collects_what_dead_workers_left(
 ):
     collected: list[bool] = []
     reported: list[str] = []
-    monkeypatch.setattr(hosts.reaper, "collect_leftovers", lambda: collected.append(True))
 
     def record_disk(name: str) -> dict[str, object]:
         reported.append(name)
         return {}
 
     monkeypatch.setattr(hosts, "record_disk", record_disk)
-    beat = hosts.HostHeartbeat(interval_s=30)
+    # What a scoring worker gives it: reaper.collect_leftovers (see the test below).
+    beat = hosts.HostHeartbeat(interval_s=30, collect=lambda: collected.append(True))
     beat.beat()  # registers and reports (on_worker_ready collects at the start)
     assert (collected, reported) == ([], ["alpha"])
 
@@ -365,8 +398,8 @@ def test_the_thread_beats_until_stopped(machine, monkeypatch):
             enough.set()
 
     monkeypatch.setattr(hosts.HostHeartbeat, "beat", beat)
-    monkeypatch.setattr(hosts, "connections", SimpleNamespace(close_all=lambda: None))
-    monkeypatch.setattr(hosts, "close_old_connections", lambda: None)
+    monkeypatch.setattr(heartbeat_module, "connections", SimpleNamespace(close_all=lambda: None))
+    monkeypatch.setattr(heartbeat_module, "close_old_connections", lambda: None)
     thread = hosts.HostHeartbeat(interval_s=0.01)
 
     thread.start()

@@ -27,7 +27,10 @@ from django.utils import timezone
 
 from portal import jobs
 from portal.submissions.models import AttemptLedger, MachineLease, Run, Submission
-from scoring import engine, machine, reaper, runner
+from scoring import engine
+from scoring import worker as scoring_worker
+from scoring.host import machine
+from scoring.upkeep import reaper
 from tests.e2e.conftest import database_url, worker_command
 from tests.scoring.test_runner import FakeEngine
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -242,7 +245,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     fake = FakeEngine().install(monkeypatch)
     fake.create_error = engine.EngineError("no space left on device")
 
-    runner.score_next(benchmark.hardware_class)
+    scoring_worker.score_next(benchmark.hardware_class)
 
     submission.refresh_from_db()
     runs = list(Run.objects.filter(submission=submission).order_by("try_number"))
@@ -258,5 +261,5 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
 
     # A late reaper pass, or the dead worker's message redelivered, changes nothing.
     reaper.reap(timezone.now())
-    runner.score_next(benchmark.hardware_class)
+    scoring_worker.score_next(benchmark.hardware_class)
     assert Run.objects.filter(submission=submission).count() == 2

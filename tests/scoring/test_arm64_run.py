@@ -11,7 +11,7 @@ emulated entrant run (of qemu's calls it refuses only clone3, with the ENOSYS th
 glibc fall back to clone) and still holds for it (the program's AF_INET socket is
 refused, where network_mode=none alone would allow one). The arm64 supervisor itself
 cannot be PID 1 under qemu (no subreaper, no seccomp filter there; see
-``scoring.platforms.platform_problem``), and emulated time is not a class's time: this
+``scoring.images.platforms.platform_problem``), and emulated time is not a class's time: this
 proves the image and the runner's code path, not that emulation may score.
 
 The submission is ``tests/scoring/arm64/run.c``, cross-compiled static for aarch64 and
@@ -48,7 +48,8 @@ import pytest
 
 from portal.contests.models import LeaderboardEntry
 from portal.submissions.models import Run, Submission
-from scoring import engine, runner
+from scoring import engine
+from scoring.run import runner
 from tests.scoring import test_runner
 from tests.scoring.test_runner import clock_readings, run_log, the_run
 from tests.supervisor.test_arch import AARCH64_CC, QEMU, require

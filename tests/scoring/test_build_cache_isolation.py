@@ -23,7 +23,8 @@ from portal import storage
 from portal.dockerfile_policy import build_cache_salt
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
-from scoring import builds, engine
+from scoring import engine
+from scoring.build import builds
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 

@@ -14,7 +14,8 @@ import pytest
 
 from portal import storage
 from portal.environments.models import Environment
-from scoring import buildbox, builds, engine
+from scoring import engine
+from scoring.build import buildbox, builds
 from tests.scoring.test_builds import new_environment
 
 BASE = "localhost/podium/busybox:1"

@@ -18,7 +18,8 @@ import pytest
 
 from portal import storage
 from portal.environments.models import Environment
-from scoring import builds, engine
+from scoring import engine
+from scoring.build import builds
 from tests.scoring.images import build_dockerfile
 from tests.scoring.test_builds import new_environment
 

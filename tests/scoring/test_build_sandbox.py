@@ -23,7 +23,8 @@ from portal.environments.models import BuildNetworkCheck, Environment
 from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
 from portal.submissions.models import Submission
 from portal.submissions.services import submission_accept
-from scoring import buildbox, buildnet, builds, egress, engine
+from scoring import engine
+from scoring.build import buildbox, buildnet, builds, egress
 from tests import factories, testhosts
 from tests.scoring.test_builds import RUN_OK, accept, new_environment, tar_gz
 

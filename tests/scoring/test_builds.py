@@ -22,8 +22,9 @@ from portal.environments.models import Environment
 from portal.environments.services import environment_claim_build, environment_create
 from portal.submissions.models import AttemptLedger, Submission
 from portal.submissions.services import submission_accept
-from scoring import builds, engine
-from scoring.logfile import CappedLog
+from scoring import engine
+from scoring.build import builds
+from scoring.build.logfile import CappedLog
 from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)

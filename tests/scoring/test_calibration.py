@@ -1,4 +1,4 @@
-"""``scoring.calibration``: the calibration workload timed as a scored run, on the held
+"""``scoring.run.calibration``: the calibration workload timed as a scored run, on the held
 machine; a host that drifts from its class is drained and its runs flagged.
 
 The Docker test is real end to end: the workload runs in the scored-run sandbox under the
@@ -24,8 +24,10 @@ from portal.audit.models import AuditEvent
 from portal.contests import rules
 from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
 from portal.submissions.models import AttemptLedger, Run, Submission
-from scoring import calibration, engine, hosts, machine, runner
-from scoring.staging import StagedRun
+from scoring import engine, worker
+from scoring.cohort.staging import StagedRun
+from scoring.host import hosts, machine
+from scoring.run import calibration, runner
 from tests import factories
 from tests.scoring.test_staging import make_cohort, make_submission
 
@@ -275,7 +277,7 @@ def test_a_host_calibrates_then_drifts_is_drained_and_its_runs_are_rescored_free
     # Due (2 runs): the next wake-up calibrates first, genuinely slowed down.
     settings.PODIUM_CALIBRATION_CPUS = SLOW_CPUS
     with django_capture_on_commit_callbacks(execute=True):
-        runner.score_next(benchmark.hardware_class)
+        worker.score_next(benchmark.hardware_class)
 
     drifted = HostCalibration.objects.filter(host__name=name).order_by("-finished_at").first()
     print("slowed calibration:", drifted and (drifted.wall_ns, drifted.drift_pct))

@@ -18,8 +18,10 @@ import pytest
 
 from portal import cpus
 from portal.contests.models import Benchmark
-from scoring import engine, health, runner
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.cohort.staging import StagedRun
+from scoring.host import health
+from scoring.run import runner
 from tests.scoring import images as images_module
 
 REPO = Path(__file__).resolve().parents[2]

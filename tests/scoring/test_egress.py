@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from scoring import egress
-from scoring.egress import IN_CHAIN, OUT_CHAIN
+from scoring.build import egress
+from scoring.build.egress import IN_CHAIN, OUT_CHAIN
 
 RESOLVER = ipaddress.ip_address("10.255.255.53")
 POLICY = egress.Policy(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scoring import gates
-from scoring.gates import Reading
+from scoring.host import gates
+from scoring.host.gates import Reading
 
 MEMINFO = """MemTotal:       24683616 kB
 MemFree:        22425600 kB

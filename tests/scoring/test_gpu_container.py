@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from scoring import engine, gates, gpus, runner
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.cohort.staging import StagedRun
+from scoring.host import gates, gpus
+from scoring.run import runner
 from tests import factories
 
 pytestmark = [pytest.mark.gpu, pytest.mark.django_db]

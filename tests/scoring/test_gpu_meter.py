@@ -1,6 +1,6 @@
 """The GPU meter: NVML sampled through a scored run on a GPU class, and what it publishes.
 
-The sampler runs against a fake ``pynvml`` (the module ``scoring.gpus.Nvml`` imports)
+The sampler runs against a fake ``pynvml`` (the module ``scoring.host.gpus.Nvml`` imports)
 that replays ``nvml/run.json`` one row per sample: ``[t_ms, util %, memory MiB, power W,
 energy counter mJ]`` of one GPU over a 4-second run (idle start, model load, inference,
 exit). That recording is synthetic, shaped after an NVIDIA H200 under the EVA-02 starter
@@ -24,8 +24,9 @@ import pytest
 from portal.submissions.models import Run, Submission
 from portal.submissions.selectors import resources_of
 from portal.submissions.services import run_claim
-from scoring import gpumeter, gpus, health, runner
-from scoring.gpumeter import GpuMeter, Track, summary
+from scoring.host import gpus, health
+from scoring.run import gpumeter, runner
+from scoring.run.gpumeter import GpuMeter, Track, summary
 from tests.scoring.test_runner import FakeEngine, queued, the_run
 
 __all__ = ["queued"]

@@ -21,9 +21,13 @@ import pytest
 from portal.contests.models import Cohort
 from portal.hosts.models import HardwareClass, ScoringHost
 from portal.submissions.models import Run
-from scoring import builds, engine, gates, gpus, health, hosts, platforms, runner
-from scoring.gates import Limits, Reading
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.build import builds
+from scoring.cohort.staging import StagedRun
+from scoring.host import gates, gpus, health, hosts
+from scoring.host.gates import Limits, Reading
+from scoring.images import platforms
+from scoring.run import runner
 from tests import factories
 from tests.scoring.test_builds import accept, build_sh
 from tests.scoring.test_staging import make_submission

@@ -1,4 +1,4 @@
-"""The machine lock, the build freezer and the gates' wiring (scoring/machine.py).
+"""The machine lock, the build freezer and the gates' wiring (scoring/host/machine.py).
 
 The lock and the waiting logic run on real rows; the freezer and the end-to-end
 "two builds and a score" test on the real Docker Engine. Every test uses its own
@@ -35,9 +35,13 @@ from portal.hosts.leases import (
 )
 from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
 from portal.submissions.services import MACHINE_WAIT_NOTE, submission_accept
-from scoring import builds, engine, machine, reaper, runner
-from scoring import freezer as freezer_module
-from scoring.gates import Reading
+from scoring import engine, worker
+from scoring.build import builds
+from scoring.host import freezer as freezer_module
+from scoring.host import machine
+from scoring.host.gates import Reading
+from scoring.run import runner
+from scoring.upkeep import reaper
 from tests import factories
 from tests.scoring.test_runner import FakeEngine, the_run
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -175,7 +179,7 @@ def test_the_heartbeat_keeps_the_lock_and_the_run_alive_and_notices_losing_them(
         submission=queued, cohort=queued.benchmark.cohorts.get(), status=Run.RUNNING
     )
     lost: list[int | None] = []
-    heartbeat = machine.Heartbeat(lock=lock, holder="me", lease_s=0.6, on_lost=lost.append)
+    heartbeat = machine.LockHeartbeat(lock=lock, holder="me", lease_s=0.6, on_lost=lost.append)
     heartbeat.run_id = run.pk
     heartbeat.start()
     try:
@@ -217,7 +221,7 @@ def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
     hardware_class = queued.benchmark.hardware_class
     for waits in range(6):
         with django_capture_on_commit_callbacks(execute=True):
-            runner.score_next(hardware_class, waits)  # each retry, as its wake-up says
+            worker.score_next(hardware_class, waits)  # each retry, as its wake-up says
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED  # waiting, not failed
@@ -632,7 +636,7 @@ def test_the_scored_container_is_spared_and_never_paused(host, lock, containers,
         host,
         "me",
         {},
-        machine.Heartbeat(lock=lock, holder="me", lease_s=60, on_lost=lambda run_id: None),
+        machine.LockHeartbeat(lock=lock, holder="me", lease_s=60, on_lost=lambda run_id: None),
         frozen,
     )
     # What the runner does: create, spare, then start, after the freeze began. Labels

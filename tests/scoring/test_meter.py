@@ -1,4 +1,4 @@
-"""The meter's readings (scoring/meter.py) from the cgroup files the supervisor carries.
+"""The meter's readings (scoring/run/meter.py) from the cgroup files the supervisor carries.
 
 The v1 contents were recorded from real scored containers (Docker 20.10, cgroup v1,
 Linux 6.x): a shell pipeline holding a 20 MB string that read 1 MiB and wrote 2 MiB
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scoring import meter
-from scoring.meter import Resources
+from scoring.run import meter
+from scoring.run.meter import Resources
 
 V1_RUN = {
     "cpuacct/cpuacct.usage": "352642942\n",

@@ -22,7 +22,7 @@ from portal.contests.models import Cohort
 from portal.submissions import dispatch
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.submissions.services import score_enqueue, score_wake, submission_unrunnable
-from scoring import runner, tasks
+from scoring import tasks, worker
 from tests import factories
 from tests.scoring.test_runner import FakeEngine, the_run
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -83,7 +83,7 @@ def test_a_submission_whose_cohort_was_deleted_ends_refunded_and_the_next_one_is
     good = waited(make_submission(bob, benchmark), minutes=5)
     assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class) == orphan.pk
 
-    committed(runner.score_next, benchmark.hardware_class)  # one wake-up
+    committed(worker.score_next, benchmark.hardware_class)  # one wake-up
 
     orphan.refresh_from_db()
     assert orphan.status == Submission.INFRA_FAILED
@@ -126,7 +126,7 @@ def test_a_fault_of_the_host_while_claiming_is_not_swallowed(alice, benchmark, m
 
     monkeypatch.setattr("portal.submissions.services.run_claim", broken)
     with pytest.raises(RuntimeError):
-        runner.score_next(benchmark.hardware_class)
+        worker.score_next(benchmark.hardware_class)
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED and not refunded(queued)
@@ -168,9 +168,9 @@ def test_the_sweep_wakes_a_class_whose_wake_up_came_to_nothing(
     assert len(wake_ups(wakes)) == 1  # the one in flight: the sweep adds nothing
 
     # A host takes it and fails before claiming anything (its message is spent).
-    monkeypatch.setattr(runner.hosts, "accepts_work", lambda host: False)
-    monkeypatch.setattr(runner, "score_wake", lambda **kwargs: None)
-    committed(runner.score_next, benchmark.hardware_class)
+    monkeypatch.setattr(worker.hosts, "accepts_work", lambda host: False)
+    monkeypatch.setattr(worker, "score_wake", lambda **kwargs: None)
+    committed(worker.score_next, benchmark.hardware_class)
     assert queued.runs.count() == 0
 
     committed(tasks.score_sweep)
@@ -250,7 +250,7 @@ def test_a_scored_run_keeps_how_long_each_phase_of_its_host_took(
     make_cohort(benchmark, [7] * 10)
     queued = make_submission(alice, benchmark)
 
-    committed(runner.score_next, benchmark.hardware_class)
+    committed(worker.score_next, benchmark.hardware_class)
 
     run = the_run(queued)
     assert run.status == Run.FINISHED

@@ -20,7 +20,12 @@ from portal.campaigns import services as campaign_services
 from portal.campaigns.models import Round
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
-from scoring import calibration, engine, hosts, machine, reaper, registry, rounds
+from scoring import engine, worker
+from scoring.campaign import rounds
+from scoring.host import machine
+from scoring.images import registry
+from scoring.run import calibration
+from scoring.upkeep import reaper
 from tests.scoring.test_registry import (  # noqa: F401 (fixtures)
     names,
     only_in_the_registry,
@@ -130,7 +135,7 @@ def test_a_host_collects_them_when_it_starts(host, containers, benchmark):
     round_ = voided_round(benchmark, host)
     slice_left = make_container(containers, {rounds.ROUND_LABEL: str(round_.pk), **mine}, run=False)
 
-    hosts.on_host_registered()
+    worker.on_host_registered()
 
     assert not engine.container_exists(calibrating)
     assert not engine.container_exists(slice_left)

@@ -34,7 +34,11 @@ from django.utils import timezone
 
 from portal import storage
 from portal.submissions.models import AttemptLedger, Run, Submission
-from scoring import builds, engine, registry, retention, runner
+from scoring import engine
+from scoring.build import builds
+from scoring.images import registry
+from scoring.run import runner
+from scoring.upkeep import retention
 from tests import factories
 from tests.scoring.test_builds import accept
 from tests.scoring.test_runner import RIGHT

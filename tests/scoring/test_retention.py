@@ -28,7 +28,7 @@ from portal.environments.models import Environment, EnvironmentEvent
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 from portal.submissions.services import source_path
 from scoring import engine
-from scoring.retention import PurgeNotAllowed, artifacts_purge
+from scoring.upkeep.retention import PurgeNotAllowed, artifacts_purge
 from tests import factories
 from tests.scoring.images import build_dockerfile
 

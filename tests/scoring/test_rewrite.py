@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from portal.contests import democohort
-from scoring import rewrite
+from scoring.cohort import rewrite
 
 STARTER_KIT = Path(__file__).resolve().parents[2] / "examples" / "starter-kit"
 

@@ -29,8 +29,12 @@ from portal.campaigns.outcomes import (
 )
 from portal.contests.models import Benchmark
 from portal.submissions.models import Submission
-from scoring import engine, registry, rounds, runner, staging
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.campaign import rounds
+from scoring.cohort import staging
+from scoring.cohort.staging import StagedRun
+from scoring.images import registry
+from scoring.run import runner
 from tests.scoring import images as images_module
 from tests.scoring.test_runner import b64, supervisor_line
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -497,13 +501,13 @@ def test_a_round_whose_host_is_busy_waits_for_capacity_and_claims_nothing(
     alice, benchmark, settings, monkeypatch, sent, django_capture_on_commit_callbacks
 ):
     from portal.hosts.leases import machine_lease_acquire
-    from scoring import hosts
+    from scoring.host import hosts
 
     monkeypatch.setattr(hosts, "machine_facts", lambda: {})
     round_, _submissions = make_round(benchmark, {"baseline": "b:1", "fast": "f:1"}, [alice])
     sent.clear()
     settings.PODIUM_LOCK_WAIT_S = 0
-    from scoring import machine
+    from scoring.host import machine
 
     # Another holder has this engine's machine lock (keyed by the engine, not the host).
     assert machine_lease_acquire(host=machine.machine_key(), holder="another", lease_s=60)
@@ -519,7 +523,7 @@ def test_a_round_whose_host_is_busy_waits_for_capacity_and_claims_nothing(
 
 
 def test_a_round_claimed_elsewhere_is_left_alone(alice, benchmark, monkeypatch, sent):
-    from scoring import hosts
+    from scoring.host import hosts
 
     monkeypatch.setattr(hosts, "machine_facts", lambda: {})
     round_, _submissions = make_round(benchmark, {"baseline": "b:1", "fast": "f:1"}, [alice])
@@ -593,7 +597,7 @@ def test_a_real_round_judges_times_and_crowns_through_real_containers(
     alice, bob, benchmark, round_supervisor, round_images, settings, sent
 ):
     from portal.hosts.models import HostCalibration
-    from scoring import hosts
+    from scoring.host import hosts
 
     settings.PODIUM_SUPERVISOR = round_supervisor
     settings.PODIUM_REGISTRY = ""

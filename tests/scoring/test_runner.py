@@ -20,8 +20,10 @@ from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.submissions import evidence
 from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
-from scoring import engine, runner, verifysets
-from scoring.staging import StagedRun
+from scoring import engine, worker
+from scoring.cohort import verifysets
+from scoring.cohort.staging import StagedRun
+from scoring.run import runner
 from tests.scoring import images as images_module
 from tests.scoring.test_staging import make_cohort, make_submission
 
@@ -818,14 +820,14 @@ def test_a_wake_up_claims_the_fair_next_run_on_this_host(
     )
     bobs = make_submission(bob, benchmark)
 
-    runner.score_next(benchmark.hardware_class)
+    worker.score_next(benchmark.hardware_class)
 
     run = the_run(bobs)
     assert run.status == Run.FINISHED and run.host == settings.PODIUM_HOST_NAME
     assert not Run.objects.filter(submission=queued).exists()  # alice waits her turn
-    runner.score_next(benchmark.hardware_class)
+    worker.score_next(benchmark.hardware_class)
     assert the_run(queued).host == settings.PODIUM_HOST_NAME
-    runner.score_next(benchmark.hardware_class)  # a duplicate wake-up finds nothing
+    worker.score_next(benchmark.hardware_class)  # a duplicate wake-up finds nothing
     assert Run.objects.filter(status=Run.FINISHED, purpose=Run.SCORE).count() == 3
 
 
@@ -833,7 +835,7 @@ def test_a_draining_host_takes_nothing_and_wakes_another(
     queued, benchmark, monkeypatch, sent, settings, django_capture_on_commit_callbacks
 ):
     from portal.hosts.services import host_drain
-    from scoring import hosts
+    from scoring.host import hosts
 
     FakeEngine().install(monkeypatch)
     monkeypatch.setattr(hosts, "machine_facts", lambda: {})
@@ -841,7 +843,7 @@ def test_a_draining_host_takes_nothing_and_wakes_another(
     host_drain(name=settings.PODIUM_HOST_NAME, actor=None, reason="maintenance")
 
     with django_capture_on_commit_callbacks(execute=True):
-        runner.score_next(benchmark.hardware_class)
+        worker.score_next(benchmark.hardware_class)
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED and not queued.runs.exists()

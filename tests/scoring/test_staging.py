@@ -2,7 +2,7 @@
 against their hashes, one timestamp, and inputs that no run can tell apart by kind.
 
 Verification runs: the same members in a fresh order, copied from the prepared set the
-run took in its claim (``scoring.verifysets``, ``portal.submissions.pool``), which is
+run took in its claim (``scoring.cohort.verifysets``, ``portal.submissions.pool``), which is
 deleted once staged, whether or not staging succeeded.
 """
 
@@ -30,7 +30,7 @@ from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.environments.models import Environment
 from portal.submissions import pool
 from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
-from scoring import staging, verifysets
+from scoring.cohort import staging, verifysets
 
 
 def make_cohort(

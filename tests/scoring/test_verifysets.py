@@ -24,7 +24,7 @@ from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.submissions import dispatch, pool, services
 from portal.submissions.models import Run, Submission, VerificationSet
-from scoring import rewrite, staging, verifysets
+from scoring.cohort import rewrite, staging, verifysets
 from tests import factories
 from tests.scoring.test_staging import (
     CLASSES,

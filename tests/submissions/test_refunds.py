@@ -32,7 +32,8 @@ from portal.submissions.services import (
     submission_build_platform_failure,
     submission_transition,
 )
-from scoring import builds, engine
+from scoring import engine
+from scoring.build import builds
 from tests import factories
 from tests.submissions.test_concurrent_charging import source_archive
 

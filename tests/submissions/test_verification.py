@@ -43,7 +43,7 @@ from portal.submissions.services import (
     submission_build_finished,
     submission_transition,
 )
-from scoring import staging, verifysets
+from scoring.cohort import staging, verifysets
 from tests import factories, smtp
 from tests.hosts.conftest import FACTS
 from tests.scoring.test_staging import CLASSES, make_cohort

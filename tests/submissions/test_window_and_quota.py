@@ -24,7 +24,8 @@ from portal.accounts.models import ApiToken
 from portal.environments.models import Environment
 from portal.environments.services import environment_create, environment_rebuild
 from portal.submissions.models import AttemptLedger, Submission
-from scoring import builds, engine
+from scoring import engine
+from scoring.build import builds
 from tests import factories
 from tests.submissions.test_concurrent_charging import source_archive
 

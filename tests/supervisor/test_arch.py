@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from scoring import platforms
+from scoring.images import platforms
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE = "scoring/supervisor/supervise"

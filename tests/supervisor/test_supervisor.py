@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from scoring import meter
+from scoring.run import meter
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "scoring/supervisor/supervise"

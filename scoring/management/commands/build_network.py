@@ -1,5 +1,5 @@
 """``manage.py build_network --apply | --check``: install, or verify, the build network
-and the host firewall rules that confine every build (see ``scoring.buildnet``)."""
+and the host firewall rules that confine every build (see ``scoring.build.buildnet``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scoring import buildnet, egress, engine
+from scoring import engine
+from scoring.build import buildnet, egress
 
 
 class Command(BaseCommand):

@@ -35,7 +35,7 @@ from portal.environments.services import environment_create
 from portal.errors import PodiumError
 from portal.submissions.models import Submission
 from portal.submissions.services import submission_accept
-from scoring import builds
+from scoring.build import builds
 
 BASELINE_USER = "podium-baseline"
 STARTER_KIT = Path(settings.BASE_DIR) / "examples" / "starter-kit"

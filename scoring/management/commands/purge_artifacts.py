@@ -1,5 +1,5 @@
 """``manage.py purge_artifacts``: staff remove a closed benchmark's bulky artifacts once its
-retention period is over (see ``scoring.retention`` for what goes and what stays)."""
+retention period is over (see ``scoring.upkeep.retention`` for what goes and what stays)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from portal.contests.models import Benchmark
-from scoring.retention import PurgeNotAllowed, PurgeSummary, artifacts_purge
+from scoring.upkeep.retention import PurgeNotAllowed, PurgeSummary, artifacts_purge
 
 
 class Command(BaseCommand):

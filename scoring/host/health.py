@@ -1,6 +1,6 @@
-"""The health gates' measurements (``scoring.gates`` decides on them): pinned engine,
+"""The health gates' measurements (``scoring.host.gates`` decides on them): pinned engine,
 kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
-freeze, GPU idle and temperature where configured. Used by ``scoring.machine.hold``.
+freeze, GPU idle and temperature where configured. Used by ``scoring.host.machine.hold``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from django.conf import settings
 from portal import cpus
 from portal.hosts.selectors import hardware_class
 from portal.submissions.models import Run
-from scoring import engine, gates, gpus
-from scoring.gates import Reading
+from scoring import engine
+from scoring.host import gates, gpus
+from scoring.host.gates import Reading
 
 log = logging.getLogger(__name__)
 

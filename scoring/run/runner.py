@@ -1,8 +1,8 @@
 """One timed, scored run of a submission (docs/architecture.md, "The scored run", steps
 3 to 7).
 
-:func:`score_next` is what the Celery task ``scoring.score_next`` (a class's wake-up)
-calls; it claims the next waiting run in the fair order and :func:`execute` scores it.
+``scoring.worker.score_next`` (the Celery task ``scoring.score_next``, a class's wake-up)
+claims the next waiting run in the fair order and :func:`execute` scores it;
 :func:`score_submission` does the same for one named submission. Either claims with a
 conditional update (a redelivered task finds nothing to claim and does nothing); the run
 stages the cohort, creates the sandboxed container off the clock, starts it under the
@@ -24,7 +24,7 @@ Reasons written to the run are shown to the entrant, so they never carry cohort
 member names or host paths; the details go to the worker's log.
 
 Steps 1 and 2 (the machine lock, frozen builds, the health gates) are
-``scoring.machine``'s; :func:`machine` is their seam. The order is lock, gates, then
+``scoring.host.machine``'s; :func:`machine` is their seam. The order is lock, gates, then
 claim and stage; a machine that is not ready reschedules the score before anything is
 claimed. While the lock is held its heartbeat renews the run's lease every
 ``PODIUM_LEASE_S / 3`` seconds, so the reaper settles the run of a dead worker within
@@ -50,35 +50,23 @@ from django.conf import settings
 from portal import cpus, storage
 from portal.contests import rules
 from portal.contests.models import Benchmark
-from portal.submissions.dispatch import next_waiting_id, wake_taken
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import (
     official_run,
-    run_add_overhead,
     run_claim,
-    run_claim_next,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
     run_record_verification,
-    score_wake,
     submission_machine_waits,
-    submission_wait_for_machine,
 )
-from scoring import (
-    calibration,
-    engine,
-    gpumeter,
-    gpus,
-    health,
-    hosts,
-    meter,
-    registry,
-    staging,
-    verdict,
-)
-from scoring import machine as machine_lock
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.cohort import staging
+from scoring.cohort.staging import StagedRun
+from scoring.host import gpus, health
+from scoring.host import machine as machine_lock
+from scoring.images import registry
+from scoring.run import gpumeter, meter, verdict
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +209,7 @@ def container_spec(
     (see ``RUN_OOM_SCORE_ADJ_SETTING``).
 
     GPUs: exactly ``gpu_devices`` (the host's configured GPUs, on a GPU class), through
-    ``scoring.gpus.container_gpus``; none otherwise.
+    ``scoring.host.gpus.container_gpus``; none otherwise.
 
     Volumes: each path in ``image_volumes`` (the volumes the image's config declares,
     ``engine.image_volumes``) gets an empty read-only tmpfs, so the engine makes no
@@ -420,13 +408,14 @@ def machine(submission: Submission, *, waits: int = 0) -> Iterator[machine_lock.
     yields a session whose ``readings`` are stored on the run; releases the lock (and
     unpauses the builds) on exit. A machine that is not ready reschedules the
     submission and raises :class:`machine_lock.MachineWaiting` instead of entering
-    the block. See ``scoring.machine.hold``.
+    the block. See ``scoring.host.machine.hold``.
     """
     with machine_lock.hold(submission_id=int(submission.pk), waits=waits) as session:
         yield session
 
 
-def _elapsed_ms(since_ns: int) -> float:
+def elapsed_ms(since_ns: int) -> float:
+    """Milliseconds since ``since_ns`` (``time.perf_counter_ns``), to the microsecond."""
     return round((time.perf_counter_ns() - since_ns) / 1e6, 3)
 
 
@@ -499,87 +488,6 @@ def score_submission(submission_id: int, waits: int = 0) -> None:
             )
     except machine_lock.MachineWaiting as waiting:
         log.info("submission %s waits for the scoring machine: %s", submission_id, waiting)
-
-
-def score_next(hardware_class: str, waits: int = 0) -> None:
-    """A scoring host's wake-up: claim the next waiting run of its class, score it.
-
-    The message names no submission: each waiting submission was sent one wake-up to
-    its benchmark's class queue, and whichever host of the class takes one claims, in
-    the fair order (``portal.submissions.dispatch``), from the database, so two hosts
-    never claim one run and a lost or doubled message loses or doubles no run.
-
-    A host that is draining or retired takes nothing: it sends the wake-up back to the
-    class queue for another host. A machine that is not ready (lock, engine, health
-    gates) notes the wait on the next waiting submission's timeline and sends the
-    wake-up again with backoff (``waits`` counts the tries). Holding the machine, before
-    it claims, a host calibrates when due (``scoring.calibration.keep_calibrated``); one
-    that its calibration drained claims nothing and sends the wake-up back too.
-
-    A waiting submission that no host could run (``run_claim_next``: its cohort is gone,
-    say) is ended and refunded there, and the next one is claimed in the same wake-up.
-    Taking the wake-up clears the class's in-flight marker (``dispatch.wake_taken``), so
-    the minute sweep replaces a wake-up that then comes to nothing.
-    """
-    wake_taken(hardware_class)
-    try:
-        host = machine_lock.scoring_host()
-    except engine.EngineError as exc:
-        log.error("cannot name the scoring host: %s", exc)
-        _wake_later(hardware_class, waits + 1, "the container engine did not answer")
-        return
-    if not hosts.accepts_work(host):
-        log.info("host %s takes no new run: the wake-up goes back to its queue", host)
-        score_wake(hardware_class=hardware_class, countdown=settings.PODIUM_DRAIN_REQUEUE_S)
-        return
-    if next_waiting_id(hardware_class=hardware_class) is None:
-        return  # another host took it, or a duplicate message
-
-    def reschedule(reason: str) -> None:
-        _wake_later(hardware_class, waits + 1, reason)
-
-    lease_s = int(settings.PODIUM_LEASE_S)
-    try:
-        with machine_lock.hold(reschedule=reschedule) as session:
-            phases = machine_lock.Phases()
-            if not calibration.keep_calibrated(session):
-                log.info("host %s was drained by its calibration: the wake-up goes back", host)
-                score_wake(hardware_class=hardware_class, countdown=settings.PODIUM_DRAIN_REQUEUE_S)
-                return
-            phases.done("calibration")
-            run = run_claim_next(hardware_class=hardware_class, lease_s=lease_s, host=host)
-            if run is None:
-                return
-            phases.done("claim")
-            session.attach(int(run.pk))
-            measured = execute(
-                run,
-                run.submission,
-                lease_s=lease_s,
-                readings=session.readings,
-                host=session.host,
-                spare=session.spare,
-                phases_ms=session.phases_ms | phases.ms,
-            )
-    except machine_lock.MachineWaiting as waiting:
-        log.info("class %s waits for host %s: %s", hardware_class, host, waiting)
-        return
-    if measured.published_ns is not None:  # cleaning up and giving the machine back
-        run_add_overhead(int(run.pk), release=_elapsed_ms(measured.published_ns))
-
-
-def _wake_later(hardware_class: str, waits: int, reason: str) -> None:
-    """This host is not ready: the next waiting submission's timeline says why, and a
-    host of the class is woken again with backoff (try ``waits``)."""
-    retry_in_s = machine_lock.retry_delay_s(waits)
-    next_id = next_waiting_id(hardware_class=hardware_class)
-    if next_id is None or not submission_wait_for_machine(
-        submission_id=next_id,
-        reason=machine_lock.wait_reason(reason, retry_in_s),
-        retry_in_s=retry_in_s,
-        waits=waits,
-    ):
-        score_wake(hardware_class=hardware_class, waits=waits, countdown=retry_in_s)
 
 
 # The stages of a run ------------------------------------------------------------------
@@ -663,7 +571,7 @@ def pull(submission: Submission, measured: Measured) -> Image:
     else:
         registry.check_local(submission.image_tag, submission.image_digest)
         image = Image(submission.image_tag, pulled=False)
-    measured.overhead_ms["pull"] = _elapsed_ms(started)
+    measured.overhead_ms["pull"] = elapsed_ms(started)
     return image
 
 
@@ -680,7 +588,7 @@ def stage(run: Run, measured: Measured) -> StagedRun:
     staged = staging.stage(run, verification=verification)
     if own is not None:
         staged = replace(staged, references=[own[position] for position in staged.positions])
-    measured.overhead_ms["staging"] = _elapsed_ms(started)
+    measured.overhead_ms["staging"] = elapsed_ms(started)
     measured.total = staged.rows
     return staged
 
@@ -757,7 +665,7 @@ def create(
         spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}
     started = time.perf_counter_ns()
     container_id = engine.create_container(**spec)
-    measured.overhead_ms["create"] = _elapsed_ms(started)
+    measured.overhead_ms["create"] = elapsed_ms(started)
     measured.container_id = container_id
     if spare is not None:  # before it starts: the freezer pauses any other container
         spare(container_id)
@@ -767,7 +675,7 @@ def create(
 def supervise(container: Container, benchmark: Benchmark, measured: Measured) -> Supervised:
     """Step 5: start it under the host's outer timer, which must contain the trusted one.
 
-    On a GPU class the GPU meter (``scoring.gpumeter``, a thread of this worker) samples
+    On a GPU class the GPU meter (``scoring.run.gpumeter``, a thread of this worker) samples
     the run's GPUs from just before the start until the container has exited; its
     readings go to ``measured.gpu`` whatever happens (they never fail the run).
     """
@@ -828,7 +736,7 @@ def read(
     result = parse_supervisor_line(engine.logs(container.id, stdout=True, stderr=False))
     _write_run_log(staged.root, result)
     _keep_evidence(int(run.pk), result)
-    measured.overhead_ms["collect"] = _elapsed_ms(started)
+    measured.overhead_ms["collect"] = elapsed_ms(started)
     if not supervised.host_start_ns <= result.start_ns <= result.end_ns <= supervised.host_end_ns:
         log.error(
             "run %s: host interval [%s, %s] does not contain the trusted [%s, %s]",
@@ -872,7 +780,7 @@ def judge(
         yardstick="its official answers" if staged.verification else "the reference",
     )
     output_sha256 = "" if result.output is None else hashlib.sha256(result.output).hexdigest()
-    measured.overhead_ms["compare"] = _elapsed_ms(started)
+    measured.overhead_ms["compare"] = elapsed_ms(started)
     return Outcome(
         decision.status,
         decision.reason,

@@ -19,8 +19,8 @@ Contract (docs/architecture.md, "The scored run", step 3; docs/rules.md,
   whether its files are the frozen cohort's bytes or a verification's re-encodes.
 - The bytes: a scored run's files are the frozen cohort files. A verification run's
   are one *prepared set* (``portal.submissions.pool``, written ahead of need on the
-  builds side by ``scoring.verifysets``): every JPEG member re-encoded with a fresh
-  imperceptible perturbation (``scoring.rewrite``), other members as they are. The set
+  builds side by ``scoring.cohort.verifysets``): every JPEG member re-encoded with a fresh
+  imperceptible perturbation (``scoring.cohort.rewrite``), other members as they are. The set
   was taken for this run in its claim; staging copies it and deletes it, whether or not
   staging succeeded, so a set serves exactly one run.
 - Each file is read once, hashed and compared with its expected SHA-256 (the frozen
@@ -36,7 +36,7 @@ Contract (docs/architecture.md, "The scored run", step 3; docs/rules.md,
   The mapping's rows follow the manifest; its first column is the member's cohort
   position, so a verification run's shuffle can be reviewed like any other run.
 
-Called only by the scoring worker while it holds the machine (see ``scoring.runner``);
+Called only by the scoring worker while it holds the machine (see ``scoring.run.runner``);
 :func:`read_member` also by the builds side preparing a set.
 """
 
@@ -60,7 +60,7 @@ from portal import storage
 from portal.contests.models import CohortItem
 from portal.submissions import pool
 from portal.submissions.models import Run
-from scoring import rewrite
+from scoring.cohort import rewrite
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +427,7 @@ def stage_items(items: list[CohortItem], root: Path) -> StagedRun:
     """Stage ``items``, in the order given, under ``root/input`` as a scored run's cohort
     is staged: fresh copies checked against their frozen hashes, fresh random names and
     request ids, one timestamp, a manifest. For the slices of a campaign round
-    (``scoring.rounds``): each slice is one such folder, mounted by itself, and a round
+    (``scoring.campaign.rounds``): each slice is one such folder, mounted by itself, and a round
     sees inputs of the same kind as any other run.
 
     Raises :class:`StagingError` (and leaves no input folder behind) as :func:`stage`

@@ -4,7 +4,7 @@ timed per slice by the trusted supervisor, reported as one ``RoundOutcome``.
 :func:`run_round` is what the Celery task ``scoring.run_round`` calls, on a worker of the
 round's hardware class. In order:
 
-1. Hold the machine exactly as a scored run does (``scoring.machine.hold``: the lock,
+1. Hold the machine exactly as a scored run does (``scoring.host.machine.hold``: the lock,
    every other container paused, the health gates) and keep the host calibrated. A host
    that is not ready, draining or just drained by its calibration claims nothing: the
    round goes back to waiting for capacity (``round_wait_for_capacity``, the domain's
@@ -22,7 +22,7 @@ round's hardware class. In order:
    (``runner.container_spec``: the supervisor as PID 1, the benchmark's limits, the
    host's GPUs), started under the host's outer timer (``runner.supervise``). With a
    registry each image is first pulled by digest and refused unless it is the recorded
-   image (``scoring.registry``); every container of a pass is created from the image's
+   image (``scoring.images.registry``); every container of a pass is created from the image's
    ID, which is the digest reported. Nothing of an image ever runs outside its
    supervisor.
 5. Off the clock, each slice's output is checked (4 bytes per request, every class in
@@ -47,14 +47,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections
 
 from portal import storage
 from portal.campaigns import rules
@@ -78,9 +76,14 @@ from portal.campaigns.services import (
 from portal.contests.models import Benchmark, CohortItem
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import latest_calibration
-from scoring import calibration, engine, health, hosts, registry, runner, staging, verdict
-from scoring import machine as machine_lock
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.cohort import staging
+from scoring.cohort.staging import StagedRun
+from scoring.host import health, hosts
+from scoring.host import machine as machine_lock
+from scoring.host.heartbeat import Heartbeat
+from scoring.images import registry
+from scoring.run import calibration, runner, verdict
 
 log = logging.getLogger(__name__)
 
@@ -637,38 +640,25 @@ def plan_of(claim: RoundClaim) -> Plan:
     )
 
 
-class RoundHeartbeat(threading.Thread):
+class RoundHeartbeat(Heartbeat):
     """Tells the domain the round still runs here (``round_heartbeat``) every
-    :data:`HEARTBEAT_S`; sets ``gone`` when the round is no longer this host's (staff
-    voided it, or it was voided as stale). A database error is tried again at the next
-    beat. Uses its own database connection, closed when it ends."""
+    :data:`HEARTBEAT_S` (``scoring.host.heartbeat``); sets ``lost`` when the round is no
+    longer this host's (staff voided it, or it was voided as stale). A database error is
+    tried again at the next beat. Uses its own database connection, closed when it ends."""
 
     def __init__(self, round_id: int, host: str) -> None:
-        super().__init__(daemon=True, name=f"round-heartbeat-{round_id}")
+        super().__init__(
+            name=f"round-heartbeat-{round_id}",
+            interval_s=HEARTBEAT_S,
+            failure=f"round {round_id}: could not heartbeat",
+        )
         self.round_id = round_id
         self.host = host
-        self.gone = threading.Event()
-        self._stopping = threading.Event()
 
-    def run(self) -> None:
-        try:
-            while not self._stopping.wait(HEARTBEAT_S):
-                try:
-                    if not round_heartbeat(self.round_id, self.host):
-                        log.error(
-                            "round %s is no longer this host's (%s)", self.round_id, self.host
-                        )
-                        self.gone.set()
-                        return
-                except DatabaseError:
-                    log.exception("round %s: could not heartbeat", self.round_id)
-        finally:
-            connections.close_all()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.is_alive():
-            self.join(30)
+    def beat(self) -> None:
+        if not round_heartbeat(self.round_id, self.host):
+            log.error("round %s is no longer this host's (%s)", self.round_id, self.host)
+            self.lost.set()
 
 
 # The task's entry point -----------------------------------------------------------------
@@ -788,7 +778,7 @@ def run_claimed(claim: RoundClaim, session: machine_lock.Session) -> RoundOutcom
             plan,
             slot,
             readings=session.readings,
-            lost=lambda: session.heartbeat.lost.is_set() or heartbeat.gone.is_set(),
+            lost=lambda: session.heartbeat.lost.is_set() or heartbeat.lost.is_set(),
         )
     finally:
         heartbeat.stop()

@@ -47,13 +47,14 @@ from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.submissions.models import Run, Submission
-from scoring import engine, registry
+from scoring import engine
+from scoring.images import registry
 
 log = logging.getLogger(__name__)
 
 AUDIT_ACTION = "artifacts.purge"
 
-# Podium's builds tag every image in a repository of its own row (scoring/builds.py):
+# Podium's builds tag every image in a repository of its own row (scoring/build/builds.py):
 # only such a tag is removed, never a shared image another row merely names.
 _ENVIRONMENT_REPOSITORY = "podium-entrant/env-{pk}"
 _SUBMISSION_REPOSITORY = "podium-entrant/sub-{pk}"

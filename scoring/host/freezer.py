@@ -4,10 +4,10 @@ What a container *is* decides, never its labels (an entrant sets any label in th
 Dockerfile): the scored container is spared by id, the deployment's own services by name
 (``PODIUM_FREEZE_EXEMPT``). An engine event stream pauses whatever starts or is unpaused
 during the score; :func:`thaw` unpauses what a dead holder left paused. Used by
-``scoring.machine.hold`` and the reaper.
+``scoring.host.machine.hold`` and the reaper.
 
 A freezer acts on a whole Docker Engine, so it is named by the engine's machine lock
-(``scoring.machine.machine_key``, the engine's own ID), never by a scoring host's name:
+(``scoring.host.machine.machine_key``, the engine's own ID), never by a scoring host's name:
 two host names registered on one engine share that lock, so one's freezer never runs
 beside (nor thaws) the other's.
 """

@@ -18,8 +18,8 @@ Who pays for what:
 Neither build ever sees a cohort file: the environment build gets its Dockerfile and
 its own context archive, the submission build gets its source archive, nothing else.
 
-Builds run entrant code, so each runs inside ``scoring.buildbox.sandbox``: only on the
-build network, and only once ``scoring.buildnet`` found every firewall rule in place
+Builds run entrant code, so each runs inside ``scoring.build.buildbox.sandbox``: only on the
+build network, and only once ``scoring.build.buildnet`` found every firewall rule in place
 (otherwise the build waits, unclaimed and uncharged, and looks again later), with
 memory, swap, PID, CPU and disk bounds; build.sh also runs with every capability
 dropped and ``no-new-privileges``. An engine failure is told to the entrant as one
@@ -37,10 +37,10 @@ the cache is the images of ready environments and submissions, no more: at most
 ``max_environments`` environments of at most ``max_image_bytes`` each per entrant (plus
 their submission images), collected when an environment is deleted or replaced (its
 image and its untagged parents go, ``scoring.remove_image``) and when the benchmark's
-artifacts are purged (``scoring.retention``). Each entrant's chain is salted
+artifacts are purged (``scoring.upkeep.retention``). Each entrant's chain is salted
 (``dockerfile_policy.salt_build_cache``), so no entry is ever shared between entrants.
 
-Builds give way to scores (``scoring.machine``): a score holding the machine pauses
+Builds give way to scores (``scoring.host.machine``): a score holding the machine pauses
 every other container on the host. A build starts no step while a score holds the
 machine, and its cap counts only time when none did.
 """
@@ -84,8 +84,11 @@ from portal.submissions.services import (
     submission_transition,
     submission_wait_for_build_network,
 )
-from scoring import buildbox, buildnet, engine, machine, platforms, registry
-from scoring.logfile import CappedLog
+from scoring import engine
+from scoring.build import buildbox, buildnet
+from scoring.build.logfile import CappedLog
+from scoring.host import machine
+from scoring.images import platforms, registry
 
 log = logging.getLogger(__name__)
 

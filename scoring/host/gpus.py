@@ -7,9 +7,9 @@ Pure of Django and Docker, so ``scripts/gpu-check`` uses it on a bare GPU machin
   its utilization (sampled several times over a short window), memory in use,
   temperature, persistence mode, volatile uncorrected ECC count and compute processes,
   plus the XID events NVML delivered since the previous snapshot of this process.
-  ``scoring.gates.gpu`` decides on a snapshot; snapshots round-trip through JSON
+  ``scoring.host.gates.gpu`` decides on a snapshot; snapshots round-trip through JSON
   (:func:`snapshot_from_json`), so recorded readings test the decisions. The GPU meter
-  (``scoring.gpumeter``, a scored run's energy and utilization) samples through the same
+  (``scoring.run.gpumeter``, a scored run's energy and utilization) samples through the same
   session (:func:`session`).
 - :func:`container_gpus` is the part of a scored container's spec that gives it exactly
   the host's configured GPUs and nothing more: an NVIDIA ``DeviceRequest`` naming the
@@ -192,7 +192,7 @@ _sessions: dict[tuple[str, ...], Nvml] = {}
 
 def session(devices: Sequence[str]) -> Nvml:
     """This process's NVML session over ``devices`` (indices or UUIDs), opened once: the
-    gates' snapshots and the GPU meter (``scoring.gpumeter``) share it."""
+    gates' snapshots and the GPU meter (``scoring.run.gpumeter``) share it."""
     if not devices:
         raise GpuReadError("no GPU is configured (PODIUM_GPU_DEVICES)")
     key = tuple(devices)

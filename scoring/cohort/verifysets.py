@@ -1,12 +1,12 @@
 """Preparing verification cohorts ahead of need, on the builds side.
 
 A *set* is every member of an official cohort, each JPEG re-encoded with a fresh
-imperceptible perturbation (``scoring.rewrite``: new bytes, tables, coefficients and
+imperceptible perturbation (``scoring.cohort.rewrite``: new bytes, tables, coefficients and
 pixels, a PSNR of at least ``rewrite.PSNR_FLOOR_DB``) and any other member as frozen, in
 ``storage.verification_set_dir(id)``: one file per member named by its position (mode
 0600, never mounted) and ``members.tsv`` with each file's SHA-256, which the scoring
 host checks as it copies the set into a verification run's input
-(``scoring.staging``). The database side (which cohorts keep a pool, a set's states,
+(``scoring.cohort.staging``). The database side (which cohorts keep a pool, a set's states,
 who takes it) is ``portal.submissions.pool``.
 
 - :func:`fill` tops up one cohort's pool (the task ``scoring.verification_pool_fill``,
@@ -42,7 +42,7 @@ from portal import storage
 from portal.contests.models import Cohort, CohortItem
 from portal.submissions import pool, services
 from portal.submissions.models import Run, Submission
-from scoring import rewrite, staging
+from scoring.cohort import rewrite, staging
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ docs/architecture.md, "The scored run", step 2: before anything is staged, the s
 show the pinned software, enough free memory and disk, idle CPUs (measured after the
 builds are frozen) and, where a GPU is configured, an idle and cool GPU. Each gate
 returns a :class:`Reading`: whether it passed, the value it saw and one line saying
-why. ``scoring.machine`` gathers the raw values (``/proc``, the engine, ``nvidia-smi``)
+why. ``scoring.host.machine`` gathers the raw values (``/proc``, the engine, ``nvidia-smi``)
 and passes them here; tests pass fakes.
 
 A gate whose probe failed (the engine did not answer, a file could not be read) fails:
@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scoring import gpus
+from scoring.host import gpus
 
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
 
@@ -170,7 +170,7 @@ def cpu_idle(samples: Sequence[float], maximum: float) -> Reading:
 def gpu(
     snapshot: gpus.Snapshot, limits: Limits, ecc_before: dict[str, int] | None = None
 ) -> list[Reading]:
-    """The GPU gates on one snapshot of the run's GPUs (``scoring.gpus.read``).
+    """The GPU gates on one snapshot of the run's GPUs (``scoring.host.gpus.read``).
 
     Driver and CUDA versions equal the class's pins; no compute process on any of them;
     utilization at most ``gpu_max_util_percent`` in every sample and memory in use at most

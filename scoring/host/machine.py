@@ -1,7 +1,7 @@
 """Holding a scoring host (docs/architecture.md, "The scored run", steps 1 and 2): its
 machine lock (the lease rows of ``portal.hosts.leases``), its build freezer
-(``scoring.freezer``) and its health gates (``scoring.health`` measures,
-``scoring.gates`` decides).
+(``scoring.host.freezer``) and its health gates (``scoring.host.health`` measures,
+``scoring.host.gates`` decides).
 
 One score at a time per scoring host (per Docker Engine), across any number of scoring
 worker processes:
@@ -32,13 +32,13 @@ worker processes:
   reaper of one thawing) the other's score. Build workers start no new step while the
   lock of their engine is held, and count their cap only over time it was not
   (:func:`builds_frozen`, :func:`wait_while_frozen`).
-- **Health gates** (``scoring.gates`` decides; this module measures): pinned engine,
+- **Health gates** (``scoring.host.gates`` decides; this module measures): pinned engine,
   kernel, supervisor and GPU driver, memory and disk reserves, CPU idleness after the
   freeze, GPU idle and temperature where configured. A failing gate (or an engine that
   does not answer) releases the lock and reschedules the score with backoff (5 minutes
   doubling to an hour); the submission stays ``queued`` with a timeline note.
 
-Only the scoring worker calls :func:`hold` (through ``scoring.runner.machine``) and
+Only the scoring worker calls :func:`hold` (through ``scoring.run.runner.machine``) and
 :meth:`Session.spare` (for its scored container, before starting it); build workers
 call :func:`builds_frozen` and :func:`wait_while_frozen`; the reaper calls :func:`reap`
 and :func:`frozen_seconds`.
@@ -53,7 +53,6 @@ import os
 import re
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,7 +61,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -75,10 +74,12 @@ from portal.hosts.leases import (
 )
 from portal.submissions.models import MachineLease, Run
 from portal.submissions.services import run_record_infra_failure, submission_wait_for_machine
-from scoring import engine, gates
-from scoring.freezer import BuildFreezer, thaw
-from scoring.gates import Reading
-from scoring.health import limits, measure
+from scoring import engine
+from scoring.host import gates
+from scoring.host.freezer import BuildFreezer, thaw
+from scoring.host.gates import Reading
+from scoring.host.health import limits, measure
+from scoring.host.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,9 @@ def frozen_seconds(since: dt.datetime, now: dt.datetime) -> float:
 # The lock ----------------------------------------------------------------------------
 
 
-class Heartbeat(threading.Thread):
+class LockHeartbeat(Heartbeat):
     """Renews the holder's lock (keyed ``lock``, see :func:`machine_key`; and its run's
-    lease) every ``lease_s / 3`` seconds.
+    lease) every ``lease_s / 3`` seconds (``scoring.host.heartbeat``).
 
     Stops at :meth:`stop`, or when a renewal finds the lock gone; then ``lost`` is set
     and ``on_lost(run_id)`` called. A renewal that fails on a database error is tried
@@ -205,38 +206,25 @@ class Heartbeat(threading.Thread):
     def __init__(
         self, *, lock: str, holder: str, lease_s: float, on_lost: Callable[[int | None], None]
     ) -> None:
-        super().__init__(daemon=True, name=f"machine-heartbeat-{lock}")
+        super().__init__(
+            name=f"machine-heartbeat-{lock}",
+            interval_s=max(0.2, lease_s / 3),
+            failure=f"could not renew the machine lock of {lock}",
+        )
         self.lock = lock
         self.holder = holder
         self.lease_s = lease_s
         self.on_lost = on_lost
         self.run_id: int | None = None
-        self.lost = threading.Event()
-        self._stopping = threading.Event()
 
-    def run(self) -> None:
-        interval = max(0.2, self.lease_s / 3)
-        try:
-            while not self._stopping.wait(interval):
-                try:
-                    kept = machine_lease_renew(
-                        host=self.lock, holder=self.holder, lease_s=self.lease_s, run_id=self.run_id
-                    )
-                except DatabaseError:
-                    log.exception("could not renew the machine lock of %s", self.lock)
-                    continue
-                if not kept and not self._stopping.is_set():
-                    log.error("lost the machine lock of %s (holder %s)", self.lock, self.holder)
-                    self.lost.set()
-                    self.on_lost(self.run_id)
-                    return
-        finally:
-            connections.close_all()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.is_alive():
-            self.join(30)
+    def beat(self) -> None:
+        kept = machine_lease_renew(
+            host=self.lock, holder=self.holder, lease_s=self.lease_s, run_id=self.run_id
+        )
+        if not kept and not self.stopping:
+            log.error("lost the machine lock of %s (holder %s)", self.lock, self.holder)
+            self.lost.set()
+            self.on_lost(self.run_id)
 
 
 @dataclass
@@ -248,7 +236,7 @@ class Session:
     host: str
     holder: str
     readings: dict[str, Any]
-    heartbeat: Heartbeat = field(repr=False)
+    heartbeat: LockHeartbeat = field(repr=False)
     freezer: BuildFreezer | None = field(default=None, repr=False)
     # How long taking the machine took, by phase ("lock", "freeze", "gates"), in ms; the
     # claim adds its own ("calibration", "claim") and the run keeps them in overhead_ms.
@@ -424,7 +412,7 @@ def hold(
         reschedule("another score is using it")
         raise MachineWaiting("busy")
     phases.done("lock")
-    heartbeat = Heartbeat(lock=lock, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
+    heartbeat = LockHeartbeat(lock=lock, holder=holder, lease_s=lease_s, on_lost=_kill_lost_run)
     heartbeat.start()
     freezer = BuildFreezer(lock)
     failed: list[Reading] = []

@@ -16,8 +16,8 @@ When (``portal.hosts.noise.calibration_due``): when a scoring worker starts
 (:func:`start_at_registration`, after its host row exists) and, before a host claims a
 run, when it never calibrated, its last calibration was not good, or
 ``PODIUM_CALIBRATE_EVERY_RUNS`` runs or ``PODIUM_CALIBRATE_EVERY_S`` seconds passed
-(:func:`keep_calibrated`, called by ``runner.score_next``). Always under the machine
-hold (``scoring.machine.hold``): the lock, every other container paused, the health
+(:func:`keep_calibrated`, called by ``scoring.worker.score_next``). Always under the machine
+hold (``scoring.host.machine.hold``): the lock, every other container paused, the health
 gates passed, so nothing else runs beside it.
 
 What a result does is ``portal.hosts.calibrations.calibration_record``'s: the first good
@@ -54,8 +54,11 @@ from portal.hosts.calibrations import calibration_record
 from portal.hosts.models import HostCalibration
 from portal.hosts.selectors import calibration_due, hardware_class
 from portal.hosts.services import host_accepts_work
-from scoring import engine, machine, runner, staging
-from scoring.staging import StagedRun
+from scoring import engine
+from scoring.cohort import staging
+from scoring.cohort.staging import StagedRun
+from scoring.host import machine
+from scoring.run import runner
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A build (an environment's Dockerfile or a submission's build.sh) runs entrant code, so
 :func:`sandbox` gives it, for its whole length:
 
-- **the build network**, checked first (:func:`scoring.buildnet.require`): a build never
+- **the build network**, checked first (:func:`scoring.build.buildnet.require`): a build never
   starts unfiltered, and the guard checks again while it runs;
 - **a cgroup of its own**, ``<PODIUM_BUILD_CGROUP_PARENT>/<job>``, that every container of
   the build is made under: it carries the PID bound (the engine's build API has no PID
@@ -69,7 +69,8 @@ from django.conf import settings
 from django.db import connections
 
 from portal import cpus
-from scoring import buildnet, engine
+from scoring import engine
+from scoring.build import buildnet
 
 log = logging.getLogger(__name__)
 
@@ -480,7 +481,7 @@ def job_name(kind: str, pk: int) -> str:
 def sandbox(*, job: str, disk_cap_bytes: int) -> Iterator[Box]:
     """Confine one build (see the module docstring) for the length of the block.
 
-    Raises :class:`scoring.buildnet.NotEnforced` when the network rules are not in place
+    Raises :class:`scoring.build.buildnet.NotEnforced` when the network rules are not in place
     and :class:`SandboxError` (or :class:`engine.EngineError`) when the bounds cannot be
     set: in every case before anything of the build ran. Afterwards the guard stops and
     the cgroup is removed.

@@ -1,5 +1,5 @@
 """The build network: Podium's own bridge for every build container, and the host
-firewall rules (``scoring.egress``) that keep builds off the host and every private,
+firewall rules (``scoring.build.egress``) that keep builds off the host and every private,
 link-local, CGNAT, multicast or reserved destination.
 
 - :func:`apply` (``manage.py build_network --apply``, run by ``make run`` and CI) creates
@@ -31,7 +31,9 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from portal.environments.services import build_network_record
-from scoring import egress, engine, machine
+from scoring import engine
+from scoring.build import egress
+from scoring.host import machine
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,14 @@
 """This machine as a scoring host: its facts, its registration and its heartbeat.
 
 A Celery worker that consumes a scoring queue (``scoring``, or a class queue
-``scoring.<class>``) registers its host when it is ready (:func:`on_worker_ready`,
+``scoring.<class>``) registers its host when it is ready (``scoring.worker.on_worker_ready``,
 connected in ``scoring/tasks.py``) and heartbeats from a daemon thread of the worker's
-main process every ``PODIUM_HOST_HEARTBEAT_S``. Registration and heartbeats happen in
-that thread, never in the signal handler, so a slow engine, a missing ``nvidia-smi`` or
-a database outage never holds up or crashes the worker: failures are logged and tried
-again at the next beat.
+main process every ``PODIUM_HOST_HEARTBEAT_S`` (:class:`HostHeartbeat`). Registration and
+heartbeats happen in that thread, never in the signal handler, so a slow engine, a
+missing ``nvidia-smi`` or a database outage never holds up or crashes the worker:
+failures are logged and tried again at the next beat.
 
-A worker that consumes ``builds`` prepares the verification sets (``scoring.verifysets``)
-and so needs ``jpegtran``; it says so in one line when it starts without it
-(:func:`on_builds_worker_ready`). A scoring host only copies a prepared set and never
-looks for ``jpegtran``.
+Before a host takes a run or a round it asks :func:`accepts_work`.
 """
 
 from __future__ import annotations
@@ -24,34 +21,33 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from portal import cpus
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import class_platform, hardware_class
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
-from scoring import calibration, engine, reaper, rewrite
-from scoring import gpus as gpu_devices
-from scoring.machine import scoring_host
-from scoring.platforms import platform_problem
+from scoring import engine
+from scoring.host import gpus as gpu_devices
+from scoring.host.heartbeat import Heartbeat
+from scoring.host.machine import scoring_host
+from scoring.images.platforms import platform_problem
 
 log = logging.getLogger(__name__)
 
-SCORING_QUEUE = "scoring"
-BUILDS_QUEUE = "builds"
 GPU_LIST_TIMEOUT_S = 10
 # nvidia-smi -L: "GPU 0: NVIDIA H200 (UUID: GPU-5d0e...)"; its MIG device lines are skipped.
 GPU_LINE = re.compile(r"GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)")
-# How often the heartbeat collects what dead workers left on this host's engine
-# (``reaper.collect_leftovers``) and records the engine's disk use (``docker system df``)
-# on the row. The minute reaper runs on the builds side and so collects on its own
-# engine; a scoring host with an engine of its own is kept clean by this.
+# How often the heartbeat collects what dead workers left on this host's engine (its
+# ``collect``: ``scoring.upkeep.reaper.collect_leftovers``) and records the engine's disk
+# use (``docker system df``) on the row. The minute reaper runs on the builds side and
+# so collects on its own engine; a scoring host with an engine of its own is kept clean
+# by this.
 DISK_REPORT_S = 600.0
 
 
@@ -159,8 +155,8 @@ def missing_tools() -> dict[str, str]:
     """The host tools a scored run or its verification needs that this machine lacks:
     each one's name, with what it is for and how to install it ({} when none). Looked up
     as the run looks it up: the supervisor at ``PODIUM_SUPERVISOR`` (every run's trusted
-    timer, ``scoring.runner.create``). Not ``jpegtran``: verification sets are re-encoded
-    on the builds side (``scoring.verifysets``, checked by :func:`on_builds_worker_ready`)
+    timer, ``scoring.run.runner.create``). Not ``jpegtran``: verification sets are re-encoded
+    on the builds side (``scoring.cohort.verifysets``, checked by :func:`on_builds_worker_ready`)
     and a scoring host only copies one, so refusing a host without it would take an
     honest host out of its class."""
     missing: dict[str, str] = {}
@@ -188,8 +184,8 @@ class HostRefused(Exception):
 
 def class_problem() -> str:
     """Why this host cannot serve its hardware class ("" when it can): another
-    architecture than the class's platform (``scoring.platforms.platform_problem``), or
-    GPUs it cannot give a scored container (``scoring.gpus.registration_problem``)."""
+    architecture than the class's platform (``scoring.images.platforms.platform_problem``), or
+    GPUs it cannot give a scored container (``scoring.host.gpus.registration_problem``)."""
     problem = platform_problem(class_platform(settings.PODIUM_HARDWARE_CLASS))
     if problem:
         return problem
@@ -261,40 +257,44 @@ def record_disk(name: str) -> dict[str, Any]:
     return report
 
 
-def on_host_registered() -> threading.Thread | None:
-    """What a scoring host does once its worker registered it: collect what dead workers
-    left on its engine (``reaper.collect_leftovers``: calibration and slice containers,
-    pulled images), then calibrate (``calibration.start_at_registration``; its thread is
-    returned, None when calibration is off). Collection comes first, so the calibration's
-    own containers are never among what it removes."""
-    reaper.collect_leftovers()
-    return calibration.start_at_registration()
-
-
-class HostHeartbeat(threading.Thread):
+class HostHeartbeat(Heartbeat):
     """Registers this host, then records a heartbeat every ``interval_s`` until
-    :meth:`stop`. A beat that fails (database down, say) is logged and the next one tries
-    again, registering first if the host was never registered or its row is gone. Uses
-    its own database connection, closed when it ends."""
+    :meth:`stop` (``scoring.host.heartbeat``: it beats once at its start, and reopens a
+    connection the database dropped before each beat). A beat that fails (database down,
+    say) is logged and the next one tries again, registering first if the host was never
+    registered or its row is gone. Uses its own database connection, closed when it ends.
+
+    ``on_registered`` is called once, after the first registration; ``collect`` before
+    each disk report but the first, every ``DISK_REPORT_S`` (the worker gives them, as
+    they belong to floors above this one: ``scoring.worker``).
+    """
 
     def __init__(
         self,
         interval_s: float | None = None,
         on_registered: Callable[[], threading.Thread | None] | None = None,
+        collect: Callable[[], object] | None = None,
     ) -> None:
-        super().__init__(daemon=True, name="scoring-host-heartbeat")
+        super().__init__(
+            name="scoring-host-heartbeat",
+            interval_s=float(
+                settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
+            ),
+            failure="scoring host: heartbeat failed",
+            at_start=True,
+            reconnect=True,
+        )
         # Called once, after the first registration: the host's calibration at start.
         self.on_registered = on_registered
-        self.interval_s = float(
-            settings.PODIUM_HOST_HEARTBEAT_S if interval_s is None else interval_s
-        )
+        # Called before each later disk report: what dead workers left is collected.
+        self.collect = collect
+        self.join_s = self.interval_s + 30
         self.registered = False
         # Set once the first registration and ``on_registered`` are done; what that
         # returned (the start's calibration thread) is kept in ``after_registration``.
         self.started = threading.Event()
         self.after_registration: threading.Thread | None = None
         self._disk_at = -DISK_REPORT_S  # time.monotonic() of the last disk report
-        self._stopping = threading.Event()
 
     def beat(self) -> None:
         """One beat: register when needed, else record the heartbeat. Never raises."""
@@ -310,7 +310,8 @@ class HostHeartbeat(threading.Thread):
                         self.started.set()
                 self._report_disk()  # after what the start collected
             elif self._disk_due():
-                reaper.collect_leftovers()  # never raises
+                if self.collect is not None:
+                    self.collect()  # never raises
                 self._report_disk()
         except HostRefused:
             pass  # register() said why, in one line; the next beat tries again
@@ -326,17 +327,6 @@ class HostHeartbeat(threading.Thread):
         record_disk(scoring_host())
         self._disk_at = time.monotonic()
 
-    def run(self) -> None:
-        try:
-            while True:
-                # A connection the database dropped since the last beat is reopened.
-                close_old_connections()
-                self.beat()
-                if self._stopping.wait(self.interval_s):
-                    return
-        finally:
-            connections.close_all()
-
     def wait_started(self, timeout_s: float) -> bool:
         """Wait until the host registered and what follows its registration finished
         (its calibration at start, when ``on_registered`` returned that thread), for at
@@ -349,11 +339,6 @@ class HostHeartbeat(threading.Thread):
             return True
         follow_up.join(max(0.0, deadline - time.monotonic()))
         return not follow_up.is_alive()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.is_alive():
-            self.join(self.interval_s + 30)
 
 
 def accepts_work(name: str) -> bool:
@@ -375,75 +360,3 @@ def accepts_work(name: str) -> bool:
     except HostRefused:
         return False
     return host_accepts_work(name)
-
-
-def consumes_scoring(queue_names: Iterable[str]) -> bool:
-    """Whether a worker consuming ``queue_names`` scores: ``scoring`` or ``scoring.<class>``."""
-    prefix = f"{SCORING_QUEUE}."
-    return any(
-        name == SCORING_QUEUE or (name.startswith(prefix) and len(name) > len(prefix))
-        for name in queue_names
-    )
-
-
-_heartbeat: HostHeartbeat | None = None
-
-
-def _consumed_queues(sender: Any) -> list[str]:
-    """The queues of the worker that sent ``worker_ready`` (its consumer's app knows them)."""
-    return list(sender.app.amqp.queues.consume_from) if sender is not None else []
-
-
-def on_builds_worker_ready(sender: Any = None, **kwargs: Any) -> None:
-    """``celery.signals.worker_ready``: a worker that consumes ``builds`` prepares the
-    verification sets (``scoring.verifysets``), which needs ``jpegtran``; without it,
-    one error line says so and how to install it. The worker still starts: its builds
-    and sweeps need no ``jpegtran``, and a fill that runs without it fails and is
-    retried by the next one. Other workers (scoring only) do nothing."""
-    if BUILDS_QUEUE not in _consumed_queues(sender):
-        return
-    try:
-        rewrite.find_jpegtran()
-    except rewrite.JpegtranMissing:
-        log.error(
-            "this builds worker has no %s on PATH: verification sets cannot be prepared, "
-            "so verifications wait; install it with apt-get install %s",
-            rewrite.JPEGTRAN,
-            rewrite.PACKAGE,
-        )
-
-
-def on_worker_ready(sender: Any = None, **kwargs: Any) -> None:
-    """``celery.signals.worker_ready``: a worker that consumes a scoring queue starts the
-    heartbeat thread (once per process), which registers the host, records its engine's
-    disk use, collects what dead workers left on its engine and then has it calibrated
-    (:func:`on_host_registered`). Other workers (builds) do nothing.
-
-    It returns only once that is done (at most ``PODIUM_HOST_READY_WAIT_S``): the worker
-    sends the signal before its event loop starts, and the loop is what fetches messages,
-    so a host takes no wake-up before it is ready. Another host of the class takes it
-    meanwhile, and no run waits for a start's calibration."""
-    global _heartbeat
-    queue_names = _consumed_queues(sender)
-    if not consumes_scoring(queue_names):
-        return
-    for name in queue_names:
-        if name.startswith(f"{SCORING_QUEUE}.") and name != (
-            f"{SCORING_QUEUE}.{settings.PODIUM_HARDWARE_CLASS}"
-        ):
-            log.warning(
-                "this worker consumes %s but its host registers as hardware class %s",
-                name,
-                settings.PODIUM_HARDWARE_CLASS,
-            )
-    if _heartbeat is None or not _heartbeat.is_alive():
-        _heartbeat = HostHeartbeat()
-        _heartbeat.on_registered = on_host_registered
-        _heartbeat.start()
-    wait_s = float(settings.PODIUM_HOST_READY_WAIT_S)
-    if not _heartbeat.wait_started(wait_s):
-        log.warning(
-            "scoring host %s: not registered and calibrated after %g s; taking work anyway",
-            settings.PODIUM_HOST_NAME or "(the engine's name)",
-            wait_s,
-        )

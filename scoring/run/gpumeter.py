@@ -1,8 +1,8 @@
 """The GPU meter: what a scored run's GPUs did while its container ran (pure: no Django).
 
-``scoring.meter`` reads the container's cgroup (CPU, memory, PIDs, I/O); on a GPU class
+``scoring.run.meter`` reads the container's cgroup (CPU, memory, PIDs, I/O); on a GPU class
 the work is on the GPU and those readings say nothing about it. :class:`GpuMeter`
-samples NVML, through the gates' session (``scoring.gpus.session``), from just before
+samples NVML, through the gates' session (``scoring.host.gpus.session``), from just before
 the container starts until it has exited, every ``interval_ms`` (the setting
 ``PODIUM_GPU_SAMPLE_MS``), for each of the run's GPUs:
 
@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring import gpus
+from scoring.host import gpus
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
   run and by its ``podium.run`` label, in case the worker died before recording it)
   and the run is a platform failure (requeued once, refunded the second time).
 - The machine lock of a holder that stopped heartbeating is freed, and builds left
-  paused while nobody holds it are unpaused (``scoring.machine.reap``).
+  paused while nobody holds it are unpaused (``scoring.host.machine.reap``).
 - An environment building for longer than its cap plus a grace period: failed, so
   the entrant can rebuild (environments are attempt-free).
 - A submission building for longer than its cap plus a grace period: a platform fault
@@ -38,7 +38,11 @@ from portal.environments.models import Environment
 from portal.environments.services import environment_finish_build
 from portal.submissions.models import Run, Submission, SubmissionEvent
 from portal.submissions.services import submission_build_platform_failure
-from scoring import calibration, engine, machine, registry, rounds
+from scoring import engine
+from scoring.campaign import rounds
+from scoring.host import machine
+from scoring.images import registry
+from scoring.run import calibration
 
 log = logging.getLogger(__name__)
 BUILD_GRACE = dt.timedelta(minutes=5)
