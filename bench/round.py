@@ -113,11 +113,18 @@ def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
 
 
 def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> int:
-    """``challengers`` queued submissions of ``image`` and the round they start."""
+    """``challengers`` queued submissions of ``image`` and the round they start; or the
+    round already open (after a void, the requeued challengers start the next round when
+    the void is recorded, as on the portal)."""
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     from portal.campaigns import services
+    from portal.campaigns.models import Round
+
+    open_round = Round.objects.filter(campaign=campaign, status__in=Round.OPEN).first()
+    if open_round is not None:
+        return int(open_round.pk)
     from portal.environments.models import Environment
     from portal.submissions.models import Submission
     from scoring import engine
