@@ -92,6 +92,18 @@ def test_the_same_source_in_the_same_environment_collapses_to_the_earliest_and_i
     assert status(other_environment) == Submission.BENCH_QUEUED
 
 
+def test_without_an_environment_digest_no_content_is_known_and_nothing_collapses(
+    campaign: Campaign, enter: Enter
+) -> None:
+    """Content is the source and the environment image together: when the environment's
+    digest was never recorded, equal sources are not called duplicates (nobody is
+    refused on a guess)."""
+    first = enter(source="same", environment_digest="", at=NOW - MINUTE)
+    second = enter(source="same", environment_digest="", at=NOW)
+    assert (status(first), status(second)) == (Submission.BENCH_QUEUED, Submission.BENCH_QUEUED)
+    assert not refunded(second)
+
+
 def test_an_earlier_submission_built_late_wins_over_a_copy_that_has_not_run(
     campaign: Campaign, enter: Enter
 ) -> None:
