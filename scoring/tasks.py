@@ -15,6 +15,7 @@ from scoring import engine, worker
 from scoring.build import builds
 from scoring.campaign import rounds
 from scoring.cohort import verifysets
+from scoring.host import machine
 from scoring.upkeep import reaper
 from scoring.worker import on_builds_worker_ready, on_worker_ready
 
@@ -51,8 +52,11 @@ def score_sweep() -> None:
 
 @shared_task(name=names.VERIFICATION_POOL_FILL)
 def verification_pool_fill(cohort_id: int) -> None:
-    """On ``builds``: prepare verification sets of the cohort until its pool is full."""
-    verifysets.fill(cohort_id)
+    """On ``builds``: prepare verification sets of the cohort until its pool is full.
+    Re-encoding takes every CPU it gets, so it waits while a score holds this worker's
+    machine, like a build step (``machine.wait_while_frozen``)."""
+    host = machine.scoring_host()
+    verifysets.fill(cohort_id, pause=lambda: machine.wait_while_frozen(host))
 
 
 @shared_task(name=names.VERIFICATION_POOL_SWEEP)

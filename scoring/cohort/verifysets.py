@@ -12,7 +12,10 @@ who takes it) is ``portal.submissions.pool``.
 - :func:`fill` tops up one cohort's pool (the task ``scoring.verification_pool_fill``,
   sent when a verification is queued or a set is taken): it prepares sets until the
   pool holds ``PODIUM_VERIFY_POOL`` ready or preparing, and each set that becomes ready
-  wakes its class when a verification of that cohort is waiting.
+  wakes its class when a verification of that cohort is waiting. Where the builds
+  worker shares its machine with a scoring host (one machine, or a stack on one), it
+  re-encodes nothing while a score holds that machine: the set taken by a verification
+  run would otherwise be replaced on the same CPUs while that run is timed.
 - :func:`sweep` (Celery beat, every minute) deletes stale sets, the folders of sets a
   run has used (put aside by the scoring host, ``storage.spent_set_dir``) and stray
   folders, and asks for a fill of every cohort that keeps a pool.
@@ -36,6 +39,7 @@ import random
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from portal import storage
@@ -45,6 +49,11 @@ from portal.submissions.models import Run, Submission
 from scoring.cohort import rewrite, staging
 
 log = logging.getLogger(__name__)
+
+# Members re-encoded per worker thread between two calls of ``prepare``'s ``pause``: a
+# few tenths of a second of work, the most a score that takes the machine meanwhile can
+# overlap (during its staging, before its clock starts).
+CHUNK_PER_THREAD = 2
 
 # A folder without a row is deleted only once it is this old, so a set whose row was
 # just created and whose folder is being written is never taken for a stray.
@@ -81,9 +90,14 @@ def _prepare_member(
     return hashlib.sha256(data).hexdigest(), perturbed
 
 
-def prepare(cohort_id: int) -> int | None:
+def prepare(cohort_id: int, pause: Callable[[], object] | None = None) -> int | None:
     """Prepare one set of ``cohort_id`` if its pool has room: the set's id once ready, or
-    None (pool full, cohort gone, or a failure: logged, nothing left behind)."""
+    None (pool full, cohort gone, or a failure: logged, nothing left behind).
+
+    ``pause`` is called before each chunk of members (``CHUNK_PER_THREAD`` per thread)
+    and may block: the builds worker passes one that waits while a score holds its
+    machine, since re-encoding takes every CPU it is given.
+    """
     set_id = pool.set_begin(cohort_id)
     if set_id is None:
         return None
@@ -101,7 +115,14 @@ def prepare(cohort_id: int) -> int | None:
             (staging.member_source(item), folder / str(item.position), rng, jpegtran)
             for item in items
         ]
-        written = staging.in_parallel(_prepare_member, calls, name="podium-prepare")
+        written: list[tuple[str, bool]] = []
+        chunk = CHUNK_PER_THREAD * staging.threads_for(len(calls))
+        for start in range(0, len(calls), chunk):
+            if pause is not None:
+                pause()
+            written += staging.in_parallel(
+                _prepare_member, calls[start : start + chunk], name="podium-prepare"
+            )
         (folder / staging.SET_MEMBERS).write_text(
             "".join(
                 f"{item.position}\t{sha}\n" for item, (sha, _) in zip(items, written, strict=True)
@@ -147,10 +168,11 @@ def _wake_waiting(cohort_id: int) -> None:
         services.score_wake(hardware_class=cohort.benchmark.hardware_class)
 
 
-def fill(cohort_id: int) -> int:
-    """Prepare sets of ``cohort_id`` until its pool is full; how many were made."""
+def fill(cohort_id: int, pause: Callable[[], object] | None = None) -> int:
+    """Prepare sets of ``cohort_id`` until its pool is full; how many were made.
+    ``pause``: as for :func:`prepare`."""
     made = 0
-    while prepare(cohort_id) is not None:
+    while prepare(cohort_id, pause) is not None:
         made += 1
     return made
 

@@ -22,9 +22,12 @@ from PIL import Image
 
 from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.hosts.leases import machine_lease_acquire, machine_lease_release
 from portal.submissions import dispatch, pool, services
 from portal.submissions.models import Run, Submission, VerificationSet
+from scoring import tasks
 from scoring.cohort import rewrite, staging, verifysets
+from scoring.host import machine
 from tests import factories
 from tests.scoring.test_staging import (
     CLASSES,
@@ -292,6 +295,66 @@ def test_two_fills_at_once_never_overfill_a_pool(benchmark, settings, sent, monk
     assert made == {"first": 1, "second": 0}
     assert VerificationSet.objects.filter(cohort=cohort).count() == 2
     assert len(list(storage.verification_sets_dir().iterdir())) == 2
+
+
+def test_a_pause_comes_before_each_chunk_of_members_and_nothing_is_re_encoded_meanwhile(
+    jpeg_cohort, monkeypatch
+):
+    monkeypatch.setattr(verifysets, "CHUNK_PER_THREAD", 1)
+    monkeypatch.setattr(staging, "threads_for", lambda members: 3)
+    written_at_pause: list[int] = []
+
+    def pause() -> None:
+        folders = list(storage.verification_sets_dir().iterdir())
+        written_at_pause.append(sum(1 for _ in folders[0].iterdir()) if folders else 0)
+
+    set_id = verifysets.prepare(jpeg_cohort.pk, pause)
+
+    assert set_id is not None
+    chunks = -(-len(CLASSES) // 3)
+    assert written_at_pause == [min(3 * n, len(CLASSES)) for n in range(chunks)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pool_fill_re_encodes_nothing_while_a_score_holds_its_machine(
+    benchmark, settings, monkeypatch
+):
+    """One machine for builds and scores (``make run``, a stack on one host): the set a
+    verification run took is replaced only once that run has released the machine, so
+    re-encoding never shares the CPUs with a timed run."""
+    settings.PODIUM_VERIFY_POOL = 1
+    settings.PODIUM_HOST_NAME = "solo"
+    monkeypatch.setattr(machine, "_engine_id", lambda: "ONE")
+    monkeypatch.setattr(machine, "LOCK_POLL_S", 0.05)
+    cohort = make_cohort(benchmark, CLASSES[:4], jpeg=True)
+    lock = machine.machine_key()
+    assert machine_lease_acquire(host=lock, holder="solo:score", lease_s=60)
+    done: list[object] = []
+
+    def fill() -> None:
+        try:
+            tasks.verification_pool_fill(cohort.pk)
+            done.append("done")
+        except BaseException as exc:  # reported by the main thread
+            done.append(exc)
+        finally:
+            connection.close()
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    try:
+        filler.join(timeout=1.0)
+        assert filler.is_alive()  # waiting for the score
+        folders = list(storage.verification_sets_dir().iterdir())
+        assert [list(folder.iterdir()) for folder in folders] in ([], [[]])
+        assert not VerificationSet.objects.filter(status=VerificationSet.READY).exists()
+    finally:
+        assert machine_lease_release(host=lock, holder="solo:score")
+        filler.join(timeout=30)
+
+    assert done == ["done"]
+    ready = VerificationSet.objects.get(cohort=cohort)
+    assert (ready.status, ready.members, ready.perturbed) == (VerificationSet.READY, 4, 4)
 
 
 # Taking a set -----------------------------------------------------------------------------
