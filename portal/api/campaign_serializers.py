@@ -194,6 +194,9 @@ class QueueSerializer(serializers.Serializer[QueueState]):
 class CampaignRulesSerializer(serializers.Serializer[CampaignOverview]):
     round_size = serializers.IntegerField(help_text="Requests in each round's request set.")
     slice_count = serializers.IntegerField(help_text="Timed slices of the request set.")
+    slice_repeats = serializers.IntegerField(
+        help_text="Timed invocations per slice and pass; the fastest clean one counts."
+    )
     scoring_rule = serializers.CharField()
     moat = serializers.FloatField(help_text="A challenger must beat leader score * (1 + moat).")
     drift_ceiling = serializers.FloatField(

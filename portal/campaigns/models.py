@@ -57,6 +57,15 @@ class Campaign(models.Model):
         validators=[POSITIVE],
         help_text="Contiguous slices of the request set; one timed invocation each.",
     )
+    slice_repeats = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(5)],
+        help_text=(
+            "Timed invocations of each slice in every pass, one after another; the fastest "
+            "clean one counts (a process's start only ever slows it). A crash or a "
+            "malformed output in any of them counts as it is."
+        ),
+    )
     scoring_rule = models.CharField(max_length=32, choices=SCORING_RULES, default=MEDIAN_SPEEDUP)
     drift_ceiling = models.FloatField(
         default=0.05,

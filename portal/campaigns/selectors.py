@@ -157,6 +157,7 @@ class CampaignOverview:
     hardware_class: str
     round_size: int
     slice_count: int
+    slice_repeats: int
     scoring_rule: str
     moat: float
     drift_ceiling: float
@@ -294,6 +295,7 @@ def campaign_overview(
         hardware_class=campaign.hardware_class,
         round_size=campaign.round_size,
         slice_count=campaign.slice_count,
+        slice_repeats=campaign.slice_repeats,
         scoring_rule=campaign.scoring_rule,
         moat=campaign.moat,
         drift_ceiling=campaign.drift_ceiling,

@@ -254,6 +254,7 @@ class Plan:
     slices: list[tuple[int, int]]  # [start, end) indexes into items, as the round cuts them
     baseline: ImageSource
     entries: list[tuple[int, ImageSource]]  # (RoundEntry id, image), in entry order
+    repeats: int = 1  # supervised invocations per slice (the campaign's slice_repeats)
 
 
 # Running ------------------------------------------------------------------------------
@@ -376,22 +377,34 @@ def run_pass(
     role: str,
     entry_id: int | None,
     lost: Callable[[], bool],
+    repeats: int = 1,
 ) -> tuple[ImageRun, int | None]:
     """One image over every slice, in order, stopping at the first fatal slice
     (:func:`slice_fatal`), a platform fault or a lost lock; the pass and the cgroup
-    version its slices' meter saw."""
+    version its slices' meter saw. Each slice runs ``repeats`` times in a row (fewer
+    when a try is fatal or its output malformed) and ``rules.standing_slice`` picks the
+    try that stands for it; every try's result line is kept as evidence."""
     label = role if entry_id is None else f"{role}{entry_id}"
     slices: list[SliceRun] = []
     cgroup_version: int | None = None
     for index, one in enumerate(staged):
-        try:
-            run, result = run_slice(slot, image_id, index, one, label)
-        except (engine.EngineError, runner.SupervisorError) as exc:
-            log.error("round %s: %s slice %s: platform fault: %s", slot.round_id, label, index, exc)
-            failed = ImageRun(role, entry_id, image_id, slices, infra_error=_fault(exc))
-            return failed, cgroup_version
-        if result is not None:
-            cgroup_version = result.resources.cgroup_version
+        tries: list[SliceRun] = []
+        for attempt in range(max(1, repeats)):
+            name = label if repeats <= 1 else f"{label}.try{attempt}"
+            try:
+                run, result = run_slice(slot, image_id, index, one, name)
+            except (engine.EngineError, runner.SupervisorError) as exc:
+                log.error(
+                    "round %s: %s slice %s: platform fault: %s", slot.round_id, name, index, exc
+                )
+                failed = ImageRun(role, entry_id, image_id, slices, infra_error=_fault(exc))
+                return failed, cgroup_version
+            if result is not None:
+                cgroup_version = result.resources.cgroup_version
+            tries.append(run)
+            if slice_fatal(run) or not run.output_ok or lost():
+                break
+        run = rules.standing_slice(tries)
         slices.append(run)
         if slice_fatal(run) or lost():
             break
@@ -466,7 +479,9 @@ def run_passes(
     """
 
     def one_pass(image_id: str, role: str, entry_id: int | None = None) -> ImageRun:
-        run, version = run_pass(slot, image_id, staged, role=role, entry_id=entry_id, lost=lost)
+        run, version = run_pass(
+            slot, image_id, staged, role=role, entry_id=entry_id, lost=lost, repeats=plan.repeats
+        )
         seen.cgroup_version = version if version is not None else seen.cgroup_version
         return run
 
@@ -637,6 +652,7 @@ def plan_of(claim: RoundClaim) -> Plan:
         slices=list(claim.slices),
         baseline=_source(claim.baseline),
         entries=[(int(entry.entry_id or 0), _source(entry)) for entry in claim.entries],
+        repeats=claim.limits.slice_repeats,
     )
 
 

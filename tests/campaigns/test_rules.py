@@ -306,6 +306,47 @@ def test_a_run_that_stopped_early_or_was_not_reported_is_infra_failed() -> None:
     assert judge(image_run(infra_error="pull failed")).verdict == rules.INFRA_FAILED
 
 
+def a_try(wall_ns: int | None, **changes: Any) -> SliceRun:
+    fields: dict[str, Any] = {
+        "slice": 0,
+        "wall_ns": wall_ns,
+        "exit_code": 0,
+        "signal": None,
+        "killed": False,
+        "oom_killed": False,
+        "output_ok": True,
+        "matches": 5,
+        "total": 5,
+    }
+    fields.update(changes)
+    return SliceRun(**fields)
+
+
+def test_the_fastest_clean_try_stands_for_a_repeated_slice() -> None:
+    assert rules.standing_slice([a_try(900), a_try(700), a_try(800)]).wall_ns == 700
+    assert rules.standing_slice([a_try(500)]).wall_ns == 500
+    with pytest.raises(ValueError):
+        rules.standing_slice([])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"exit_code": 1},
+        {"signal": int(signal.SIGSEGV), "exit_code": None},
+        {"killed": True},
+        {"oom_killed": True},
+        {"output_ok": False},
+        {"wall_ns": None},
+    ],
+)
+def test_a_try_that_crashed_or_answered_malformed_stands_however_fast_the_others(
+    bad: dict[str, Any],
+) -> None:
+    failed = a_try(bad.pop("wall_ns", 2_000), **bad)
+    assert rules.standing_slice([a_try(500), failed, a_try(400)]) is failed
+
+
 def test_drift_is_the_median_slice_ratio_away_from_one() -> None:
     assert rules.drift([10, 10, 10], [10.4, 10.4, 20]) == pytest.approx(0.04)
     assert rules.drift([10, 10], [9, 9]) == pytest.approx(0.1)

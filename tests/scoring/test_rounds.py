@@ -333,6 +333,61 @@ def test_an_entry_stops_at_its_first_fatal_slice_and_the_round_goes_on(tmp_path,
     assert len(outcome.entries[1].slices) == 3 and outcome.baseline_close is not None
 
 
+class Repeated(Passes):
+    """Each call of a slice gets the next wall time of its image from ``walls``; an entry
+    told "crash" crashes on its first try of slice 1."""
+
+    def __init__(self, walls: dict[str, list[int]], answers: dict[str, Any] | None = None):
+        super().__init__(answers)
+        self.walls = walls
+        self.labels: list[str] = []
+
+    def run_slice(
+        self, slot: Any, image_id: str, index: int, staged: StagedRun, label: str
+    ) -> tuple[SliceRun, None]:
+        self.calls.append((image_id, index))
+        self.labels.append(label)
+        crashed = self.answers.get(image_id) == "crash" and index == 1
+        wall = self.walls[image_id].pop(0) if self.walls.get(image_id) else 1_000
+        return SliceRun(index, wall, 1 if crashed else 0, None, False, False, True, 2, 2), None
+
+
+@pytest.mark.usefixtures("no_registry")
+def test_with_repeats_every_slice_runs_that_often_and_its_fastest_try_stands(tmp_path, monkeypatch):
+    plan, slot = a_plan(tmp_path, entries=2)
+    plan = replace(plan, repeats=3)
+    fake = Repeated(
+        {"id:e0": [900, 700, 800, 500, 600, 550, 1_000, 1_000, 400]}, {"id:e1": "crash"}
+    )
+    fake.install(monkeypatch)
+    outcome = rounds.run_passes(
+        plan,
+        slot,
+        fake_staged(tmp_path, 3),
+        RoundOutcome(5, "h", "d", None, None),
+        rounds.Seen(),
+        lambda: False,
+    )
+
+    fast = outcome.entries[0]
+    assert [one.wall_ns for one in fast.slices] == [700, 500, 400]
+    assert [call for call in fake.calls if call[0] == "id:e0"] == [
+        ("id:e0", index) for index in (0, 0, 0, 1, 1, 1, 2, 2, 2)
+    ]
+    assert {label for label in fake.labels if label.startswith("entry10")} == {
+        "entry10.try0",
+        "entry10.try1",
+        "entry10.try2",
+    }
+    # A crash is never noise: its try stands, and neither a repeat nor a later slice runs.
+    crashed = outcome.entries[1]
+    assert [(one.slice, one.exit_code) for one in crashed.slices] == [(0, 0), (1, 1)]
+    assert [call for call in fake.calls if call[0] == "id:e1"] == [("id:e1", 0)] * 3 + [
+        ("id:e1", 1)
+    ]
+    assert outcome.baseline_close is not None and len(outcome.baseline_close.slices) == 3
+
+
 @pytest.mark.usefixtures("no_registry")
 def test_an_engine_fault_on_an_entry_is_that_entrys_infra_error(tmp_path, monkeypatch):
     outcome, _seen, _fake = passes_of(
