@@ -5,16 +5,18 @@ requests, cut into ``--slices`` (4) slices; the starter kit as the baseline and 
 ``--challengers`` (5) challengers (starter-kit-like images: the same kit, one submission
 each). The round runs as a scoring host runs it: ``scoring.campaign.rounds.run_round`` in this
 process (the machine lock, the freezer, the health gates, a warm-up pass, the opening
-baseline, every challenger, the closing baseline; one supervised container per slice).
+baseline, every challenger, the closing baseline; ``--repeats`` (3) supervised containers per
+slice, one after another, the fastest clean one standing for the slice).
 
 Figures printed:
 
 - **host time**: the whole ``run_round`` call (wall clock), and its parts: holding the
   machine and claiming, staging, the passes, recording;
-- **on the clock**: the sum of the trusted wall times (the supervisor's, per slice) over
-  every pass, the warm-up included; and its share of the host time;
-- **per container**: the host time each slice's container cost beyond its trusted time
-  (create, start, the supervisor's set-up and report, wait, remove).
+- **on the clock**: the sum of the standing tries' trusted wall times (the supervisor's,
+  per slice) over every pass, the warm-up included; and its share of the host time;
+- **per container**: at most the host time each slice's container cost beyond its
+  trusted time (create, start, the supervisor's set-up and report, wait, remove), taking
+  every try that did not stand as fast as the one that did (it is never faster).
 
 What it does, all on this machine: a throw-away ``PODIUM_DATA_DIR`` and SQLite database
 (migrated), a generated demo cohort, the starter kit built as an environment image on
@@ -58,6 +60,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=20, help="request set size (default 20)")
     parser.add_argument("--slices", type=int, default=4, help="slices per pass (default 4)")
     parser.add_argument("--challengers", type=int, default=5, help="challengers (default 5)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed tries per slice and pass (default 3)"
+    )
     parser.add_argument("--seed", type=int, default=20260810, help="demo cohort seed")
     parser.add_argument(
         "--ignore-cpu-gate",
@@ -105,7 +110,10 @@ def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
     )
     shutil.rmtree(source)
     campaign = services.campaign_create(
-        benchmark=benchmark, round_size=args.images, slice_count=args.slices
+        benchmark=benchmark,
+        round_size=args.images,
+        slice_count=args.slices,
+        slice_repeats=args.repeats,
     )
     return services.campaign_baseline_record(
         campaign=campaign, image_tag=baseline, image_digest=engine.image_info(baseline).id
@@ -211,12 +219,12 @@ def void_rate(round_ids: list[int], *, busy: bool) -> None:
         print(f"  round {round_.ordinal}: void ({round_.void_cause}): {round_.void_reason}")
 
 
-def report(round_id: int, marks: dict[str, float]) -> bool:
+def report(round_id: int, marks: dict[str, float], repeats: int) -> bool:
     from portal.campaigns.models import Round, RoundEntry
 
     round_ = Round.objects.get(pk=round_id)
     ran = passes(round_.evidence)
-    containers = sum(len(slices) for _label, slices in ran)
+    containers = sum(len(slices) for _label, slices in ran) * max(1, repeats)
     print(f"{'pass':<20}{'slices':>7}{'trusted_s':>11}   per-slice trusted s")
     on_clock = 0.0
     for label, slices in ran:
@@ -242,7 +250,8 @@ def report(round_id: int, marks: dict[str, float]) -> bool:
     share = on_clock / total * 100 if total else 0.0
     print(f"on the clock (sum of trusted):     {on_clock:8.2f} s  ({share:.0f} % of the host time)")
     if containers:
-        print(f"off the clock per container:       {(passes_s - on_clock) / containers:8.3f} s")
+        off_clock = passes_s - on_clock * max(1, repeats)
+        print(f"off the clock per container, at most: {off_clock / containers:5.3f} s")
     return round_.status == Round.SCORED
 
 
@@ -283,10 +292,11 @@ def main() -> int:
                     round_ids.append(round_id)
                     print(
                         f"round {number} of {args.rounds}: {args.challengers} challengers over "
-                        f"{args.images} images in {args.slices} slices...\n"
+                        f"{args.images} images in {args.slices} slices, each tried "
+                        f"{args.repeats} times...\n"
                     )
                     marks = timed_round(round_id)
-                    scored += report(round_id, marks)
+                    scored += report(round_id, marks, args.repeats)
                     print()
         finally:
             if spinner is not None:

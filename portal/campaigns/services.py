@@ -521,6 +521,7 @@ def _limits(campaign: Campaign) -> rules.Limits:
         reproducibility_ceiling=campaign.reproducibility_ceiling,
         drift_ceiling=campaign.drift_ceiling,
         moat=campaign.moat,
+        slice_repeats=campaign.slice_repeats,
     )
 
 

@@ -720,3 +720,12 @@ def test_the_page_says_why_the_crown_is_vacant_and_a_closed_campaign_is_final(
     after = campaign.benchmark.closes_at + MINUTE
     closed = selectors.campaign_overview(campaign, now=after)
     assert closed.closed and closed.next_round.blocked == "the campaign has closed"
+
+
+def test_a_claim_carries_the_campaigns_slice_repeats(campaign: Campaign, enter: Enter) -> None:
+    Campaign.objects.filter(pk=campaign.pk).update(slice_repeats=3)
+    enter(at=NOW)
+    round_ = services.round_maybe_start(campaign, NOW, force=True)
+    assert round_ is not None
+    claim = services.round_claim(round_.pk, HOST, NOW)
+    assert claim is not None and claim.limits.slice_repeats == 3
