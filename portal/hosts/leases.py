@@ -15,7 +15,8 @@ import datetime as dt
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from portal.submissions.models import MachineLease, Run
+from portal.hosts.models import MachineLease
+from portal.submissions.models import Run
 
 
 def machine_lease_acquire(*, host: str, holder: str, lease_s: float) -> bool:
@@ -94,6 +95,13 @@ def machine_lease_free_expired(*, host: str, now: dt.datetime | None = None) -> 
             pk=lease.pk, holder=lease.holder, expires_at=lease.expires_at
         ).update(holder="", run=None, expires_at=None)
     return lease.holder if freed else ""
+
+
+def machine_lease_holder(host: str) -> tuple[str, int | None]:
+    """Who holds ``host``'s lock and for which run: ``(holder, run id)``, ``("", None)``
+    when it is free or was never taken (whether the lease is still live is not asked)."""
+    row = MachineLease.objects.filter(host=host).values_list("holder", "run_id").first()
+    return (str(row[0]), row[1]) if row else ("", None)
 
 
 def machine_held(host: str, now: dt.datetime | None = None) -> bool:

@@ -207,3 +207,33 @@ class CalibrationFlag(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} (calibration {self.calibration_id})"
+
+
+class MachineLease(models.Model):
+    """The machine lock of one Docker Engine (``scoring/host/machine.py``).
+
+    One row per engine: ``host`` holds the lock's key, ``scoring.host.machine.machine_key``
+    (the engine's ID, name and data root), shared by every host name on that engine. It
+    names an engine, not a :class:`ScoringHost`: two host names registered on one engine
+    share one row, which is why it is a key and not a foreign key. Its rows are read and
+    written only by ``portal.hosts.leases``.
+    ``holder`` is empty when the lock is free; a holder keeps it by pushing
+    ``expires_at`` forward (its heartbeat), and a lease past ``expires_at`` may be taken
+    over (its holder is presumed dead) or freed by the reaper. Every change is a
+    conditional update on ``holder`` / ``expires_at``.
+    """
+
+    host = models.CharField(max_length=100, unique=True)
+    holder = models.CharField(max_length=200, blank=True)
+    run = models.ForeignKey(
+        "submissions.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "submissions_machinelease"  # where it was created; rows stay
+
+    def __str__(self) -> str:
+        return f"machine lock of {self.host} ({self.holder or 'free'})"

@@ -272,28 +272,6 @@ class Run(models.Model):
         super().save(*args, **kwargs)
 
 
-class MachineLease(models.Model):
-    """The machine lock of one Docker Engine (``scoring/host/machine.py``).
-
-    One row per engine: ``host`` holds the lock's key, ``scoring.host.machine.machine_key``
-    (the engine's ID, name and data root), shared by every host name on that engine.
-    ``holder`` is empty when the lock is free; a holder keeps it by pushing
-    ``expires_at`` forward (its heartbeat), and a lease past ``expires_at`` may be taken
-    over (its holder is presumed dead) or freed by the reaper. Every change is a
-    conditional update on ``holder`` / ``expires_at``.
-    """
-
-    host = models.CharField(max_length=100, unique=True)
-    holder = models.CharField(max_length=200, blank=True)
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    acquired_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"machine lock of {self.host} ({self.holder or 'free'})"
-
-
 class VerificationSet(models.Model):
     """One prepared verification cohort: every member of ``cohort`` re-encoded with a fresh
     imperceptible perturbation, in ``storage.verification_set_dir(id)``, made ahead of

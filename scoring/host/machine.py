@@ -69,10 +69,11 @@ from portal.hosts.leases import (
     machine_held,
     machine_lease_acquire,
     machine_lease_free_expired,
+    machine_lease_holder,
     machine_lease_release,
     machine_lease_renew,
 )
-from portal.submissions.models import MachineLease, Run
+from portal.submissions.models import Run
 from portal.submissions.services import run_record_infra_failure, submission_wait_for_machine
 from scoring import engine
 from scoring.host import gates
@@ -282,15 +283,15 @@ def _acquire(lock: str, holder: str, lease_s: float, wait_s: float) -> bool:
     dead holder first has that holder's run stopped (its container may still be running)."""
     deadline = time.monotonic() + wait_s
     while True:
-        before = MachineLease.objects.filter(host=lock).values("holder", "run_id").first()
+        before, before_run = machine_lease_holder(lock)
         if machine_lease_acquire(host=lock, holder=holder, lease_s=lease_s):
             break
         if time.monotonic() >= deadline:
             return False
         time.sleep(LOCK_POLL_S)
-    if before and before["holder"] and before["run_id"]:
-        log.warning("took over the machine lock of %s from %s", lock, before["holder"])
-        settle_dead_run(int(before["run_id"]))
+    if before and before_run:
+        log.warning("took over the machine lock of %s from %s", lock, before)
+        settle_dead_run(before_run)
     return True
 
 

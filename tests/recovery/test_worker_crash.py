@@ -26,7 +26,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal import jobs
-from portal.submissions.models import AttemptLedger, MachineLease, Run, Submission
+from portal.hosts.models import MachineLease
+from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine
 from scoring import worker as scoring_worker
 from scoring.host import machine

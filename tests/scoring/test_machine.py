@@ -33,7 +33,8 @@ from portal.hosts.leases import (
     machine_lease_release,
     machine_lease_renew,
 )
-from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
+from portal.hosts.models import MachineLease
+from portal.submissions.models import Run, Submission, SubmissionEvent
 from portal.submissions.services import MACHINE_WAIT_NOTE, submission_accept
 from scoring import engine, worker
 from scoring.build import builds
