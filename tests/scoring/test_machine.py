@@ -33,8 +33,9 @@ from portal.hosts.leases import (
     machine_lease_release,
     machine_lease_renew,
 )
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import MachineLease, Run, Submission, SubmissionEvent
-from portal.submissions.services import MACHINE_WAIT_NOTE, submission_accept
+from portal.submissions.runs import MACHINE_WAIT_NOTE
 from scoring import engine, worker
 from scoring.build import builds
 from scoring.host import freezer as freezer_module
