@@ -2,7 +2,7 @@
 
 Target: at most 20 ms per claim: lock the next waiting submission in the fair order
 (``dispatch.lock_next_waiting``: the window's counts per entrant, then the ordered
-``SELECT ... FOR UPDATE SKIP LOCKED``), claim it (``services.run_claim``: the run row,
+``SELECT ... FOR UPDATE SKIP LOCKED``), claim it (``runs.run_claim``: the run row,
 ``staging``, its timeline event) and commit.
 
 What it does, on a throw-away database and nothing of the developer's own data:
@@ -254,7 +254,7 @@ def one_claim() -> tuple[int | None, float, float]:
     from django.db import transaction
 
     from portal.submissions import dispatch
-    from portal.submissions.services import run_claim
+    from portal.submissions.runs import run_claim
 
     started = time.perf_counter()
     with transaction.atomic():

@@ -185,7 +185,7 @@ def queue_submissions(benchmark: Any, image: str, count: int) -> list[int]:
 
     from portal.environments.models import Environment
     from portal.submissions.models import Submission
-    from portal.submissions.services import score_enqueue
+    from portal.submissions.wakeups import score_enqueue
 
     ids = []
     for _ in range(count):

@@ -124,8 +124,8 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
     from portal.celery import app as celery_app
     from portal.contests.models import Benchmark, Cohort
     from portal.environments.models import Environment
+    from portal.submissions.intake import submission_accept
     from portal.submissions.models import Run, Submission
-    from portal.submissions.services import submission_accept
 
     celery_app.send_task = lambda *args, **kwargs: None  # type: ignore[method-assign,assignment]
     now = timezone.now()

@@ -10,7 +10,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from portal import task_names as names
-from portal.submissions import services
+from portal.submissions import wakeups
 from scoring import engine, worker
 from scoring.build import builds
 from scoring.campaign import rounds
@@ -46,8 +46,8 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
 @shared_task(name=names.SCORE_SWEEP)
 def score_sweep() -> None:
     """Celery beat, every minute (on ``builds``): wake each class again whose runs wait
-    with no wake-up in flight (``services.score_sweep``)."""
-    services.score_sweep()
+    with no wake-up in flight (``wakeups.score_sweep``)."""
+    wakeups.score_sweep()
 
 
 @shared_task(name=names.VERIFICATION_POOL_FILL)

@@ -29,12 +29,8 @@ from typing import Any
 from django.conf import settings
 
 from portal.submissions.dispatch import next_waiting_id, wake_taken
-from portal.submissions.services import (
-    run_add_overhead,
-    run_claim_next,
-    score_wake,
-    submission_wait_for_machine,
-)
+from portal.submissions.runs import run_add_overhead, run_claim_next, submission_wait_for_machine
+from portal.submissions.wakeups import score_wake
 from scoring import engine
 from scoring.cohort import rewrite
 from scoring.host import hosts

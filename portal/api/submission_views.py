@@ -33,9 +33,9 @@ from portal.api.common import (
 from portal.audit.services import Origin
 from portal.environments.models import Environment
 from portal.submissions import staff
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
 from portal.submissions.selectors import run_log_tail
-from portal.submissions.services import submission_accept
 from portal.throttles import PostRateThrottle
 from portal.uploads import upload_check, upload_route
 

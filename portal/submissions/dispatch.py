@@ -223,7 +223,7 @@ def lock_next_waiting(
 ) -> Submission | None:
     """Lock and return the next waiting submission in the fair order, or None.
 
-    Call inside ``transaction.atomic()`` and claim it there (``services.run_claim``,
+    Call inside ``transaction.atomic()`` and claim it there (``runs.run_claim``,
     which takes the same lock); the row stays locked until that transaction ends.
     Rows another transaction holds are skipped, so hosts claiming at once each get a
     different one. (Asked twice in one transaction, it names the same row again: a
@@ -278,11 +278,11 @@ def lock_next_waiting(
 # Wake-ups in flight, and the classes the minute sweep wakes again ----------------------
 #
 # A wake-up can be lost (a broker restart, a worker that acknowledged it and then failed
-# before claiming). Celery beat's minute sweep (``services.score_sweep``) wakes a class
+# before claiming). Celery beat's minute sweep (``wakeups.score_sweep``) wakes a class
 # again when something of it has waited longer than ``SWEEP_MIN_WAIT`` and no wake-up of
 # the class is known to be in flight. "In flight" is a marker in the shared cache (the
 # one every process already counts throttles in; no table, no broker inspection): set
-# when a wake-up is sent (``services.score_wake``), expiring ``WAKE_GRACE_S`` after the
+# when a wake-up is sent (``wakeups.score_wake``), expiring ``WAKE_GRACE_S`` after the
 # message is due (its countdown, for a machine that was not ready), and cleared when a
 # host of the class takes a wake-up. So the sweep adds nothing while a delayed wake-up
 # (a machine's backoff) is pending, which would otherwise multiply into chains of

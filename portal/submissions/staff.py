@@ -21,15 +21,12 @@ from django.utils import timezone
 from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.submissions import hooks
+from portal.submissions.intake import source_path
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import (
-    attempt_refund,
-    score_enqueue,
-    source_path,
-    submission_transition,
-    verification_requeue,
-)
+from portal.submissions.services import attempt_refund, submission_transition
+from portal.submissions.verification import verification_requeue
+from portal.submissions.wakeups import score_enqueue
 
 UNFINISHED = tuple(status for status, _ in Submission.STATUSES if status not in Submission.FINAL)
 RESCORABLE = (

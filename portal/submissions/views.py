@@ -14,7 +14,7 @@ from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.environments.models import Environment
 from portal.errors import PodiumError
-from portal.submissions import services
+from portal.submissions import intake
 from portal.submissions.forms import SubmissionForm
 from portal.submissions.models import Submission
 from portal.submissions.quota import quota_for
@@ -53,7 +53,7 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
             if form.is_valid():
                 source_file, source_name = form.cleaned_data["source"]
                 try:
-                    submission = services.submission_accept(
+                    submission = intake.submission_accept(
                         entrant=request.user,
                         benchmark=benchmark,
                         environment=form.cleaned_data["environment"],
@@ -112,7 +112,7 @@ def submission_status(request: HttpRequest, pk: int) -> JsonResponse:
 def submission_source(request: HttpRequest, pk: int) -> FileResponse:
     """The entrant's own source archive, as uploaded (staff use the audited API or admin)."""
     submission = _owned(request, pk)
-    path = services.source_path(submission)
+    path = intake.source_path(submission)
     if not path.is_file():
         raise Http404("The source archive is no longer kept.")
     return FileResponse(path.open("rb"), as_attachment=True, filename=submission.source_name)

@@ -76,14 +76,14 @@ from portal.environments.services import (
     environment_wait_for_build_network,
 )
 from portal.hosts.selectors import class_platform
-from portal.submissions.models import Submission
-from portal.submissions.services import (
-    source_path,
+from portal.submissions.builds import (
     submission_build_finished,
     submission_build_platform_failure,
-    submission_transition,
     submission_wait_for_build_network,
 )
+from portal.submissions.intake import source_path
+from portal.submissions.models import Submission
+from portal.submissions.services import submission_transition
 from scoring import engine
 from scoring.build import buildbox, buildnet
 from scoring.build.logfile import CappedLog

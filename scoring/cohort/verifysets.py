@@ -44,7 +44,7 @@ from pathlib import Path
 
 from portal import storage
 from portal.contests.models import Cohort, CohortItem
-from portal.submissions import pool, services
+from portal.submissions import pool, wakeups
 from portal.submissions.models import Run, Submission
 from scoring.cohort import rewrite, staging
 
@@ -165,7 +165,7 @@ def _wake_waiting(cohort_id: int) -> None:
     if Submission.objects.filter(
         status=Submission.VERIFYING, runs__cohort_id=cohort_id, runs__status=Run.QUEUED
     ).exists():
-        services.score_wake(hardware_class=cohort.benchmark.hardware_class)
+        wakeups.score_wake(hardware_class=cohort.benchmark.hardware_class)
 
 
 def fill(cohort_id: int, pause: Callable[[], object] | None = None) -> int:

@@ -74,7 +74,7 @@ from portal.hosts.leases import (
     machine_lease_renew,
 )
 from portal.submissions.models import Run
-from portal.submissions.services import run_record_infra_failure, submission_wait_for_machine
+from portal.submissions.runs import run_record_infra_failure, submission_wait_for_machine
 from scoring import engine
 from scoring.host import gates
 from scoring.host.freezer import BuildFreezer, thaw

@@ -51,15 +51,14 @@ from portal import cpus, storage
 from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import (
-    official_run,
+from portal.submissions.runs import (
     run_claim,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
-    run_record_verification,
     submission_machine_waits,
 )
+from portal.submissions.verification import official_run, run_record_verification
 from scoring import engine
 from scoring.cohort import staging
 from scoring.cohort.staging import StagedRun

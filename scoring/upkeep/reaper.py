@@ -36,8 +36,8 @@ from django.utils import timezone
 from portal.campaigns.models import Round, RoundEntry
 from portal.environments.models import Environment
 from portal.environments.services import environment_finish_build
+from portal.submissions.builds import submission_build_platform_failure
 from portal.submissions.models import Run, Submission, SubmissionEvent
-from portal.submissions.services import submission_build_platform_failure
 from scoring import engine
 from scoring.campaign import rounds
 from scoring.host import machine

@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 
 from portal.accounts.models import ApiToken
 from portal.environments.models import Environment
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Submission
-from portal.submissions.services import submission_accept
 from tests import factories
 
 

@@ -19,8 +19,8 @@ from portal.api.common import PagePagination
 from portal.campaigns import rules, services
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.submissions.builds import submission_build_finished
 from portal.submissions.models import Submission, SubmissionEvent
-from portal.submissions.services import submission_build_finished
 from tests import factories
 from tests.campaigns.conftest import HOST, report
 

@@ -27,8 +27,8 @@ from portal import storage
 from portal.accounts.models import ApiToken
 from portal.api.common import IsStaff
 from portal.contests.models import Cohort, CohortItem
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import submission_accept
 from portal.wsgi import application
 from tests import factories
 

@@ -26,8 +26,8 @@ from portal.campaigns.outcomes import (
     SliceRun,
 )
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.submissions.builds import submission_build_finished
 from portal.submissions.models import AttemptLedger, Submission
-from portal.submissions.services import submission_build_finished
 from tests import factories
 
 BASELINE_DIGEST = "sha256:" + "b" * 64

@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from portal import jobs
+from portal.submissions.intake import source_path
 from portal.submissions.models import Submission
-from portal.submissions.services import source_path
 from tests import factories
 from tests.cli.conftest import Podium, tar_members
 

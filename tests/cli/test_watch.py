@@ -17,8 +17,12 @@ from podium_cli import watch
 from podium_cli.pack import pack_folder
 from portal import storage
 from portal.contests.models import Cohort
-from portal.submissions import services
+from portal.submissions.builds import submission_build_finished
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
+from portal.submissions.runs import run_claim, run_mark_running, run_record_verdict
+from portal.submissions.services import submission_transition
+from portal.submissions.verification import run_record_verification
 from tests import factories
 from tests.cli.conftest import Podium
 
@@ -36,7 +40,7 @@ def submission(
 ) -> Submission:
     sign_in(alice)
     Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
-    return services.submission_accept(
+    return submission_accept(
         entrant=alice,
         benchmark=benchmark,
         environment=ready_environment(alice, benchmark),
@@ -82,7 +86,7 @@ class Pipeline:
         self.run: Run | None = None
 
     def start_build(self) -> None:
-        services.submission_transition(self.id, frm=["accepted"], to="building")
+        submission_transition(self.id, frm=["accepted"], to="building")
         write(self.build_log, "step 1/2: pip install", "step 2/2: compile")
 
     def more_build_output(self) -> None:
@@ -90,7 +94,7 @@ class Pipeline:
 
     def finish_build(self, ok: bool = True) -> None:
         write(self.build_log, "build done" if ok else "error: no compiler")
-        services.submission_build_finished(
+        submission_build_finished(
             submission_id=self.id,
             ok=ok,
             image_tag="podium/submission:test",
@@ -100,15 +104,15 @@ class Pipeline:
         )
 
     def start_run(self) -> None:
-        self.run = services.run_claim(self.id, lease_s=60)
+        self.run = run_claim(self.id, lease_s=60)
         assert self.run is not None
-        services.run_mark_running(run_id=self.run.pk, lease_s=60)
+        run_mark_running(run_id=self.run.pk, lease_s=60)
         write(storage.run_log(self.run.pk), "loading model")
 
     def verdict(self, status: str, matches: int) -> None:
         assert self.run is not None
         write(storage.run_log(self.run.pk), f"predicted {matches}")
-        services.run_record_verdict(
+        run_record_verdict(
             run_id=self.run.pk,
             status=status,
             reason="" if status == "passed" else f"{matches} of 4 match; 4 needed",
@@ -202,10 +206,10 @@ def test_a_run_rejected_by_its_verification_is_followed_through_it_and_exits_1(
 
     def verification_fails() -> None:
         factories.ready_sets(Run.objects.get(submission_id=pipeline.id, purpose=Run.SCORE).cohort)
-        run = services.run_claim(pipeline.id, lease_s=60)
+        run = run_claim(pipeline.id, lease_s=60)
         assert run is not None and run.purpose == Run.VERIFY
-        services.run_mark_running(run_id=run.pk, lease_s=60)
-        services.run_record_verification(
+        run_mark_running(run_id=run.pk, lease_s=60)
+        run_record_verification(
             run_id=run.pk, status="failed", reason="0 of 4 match; 4 needed", wall_time_ns=1
         )
 
@@ -240,10 +244,10 @@ def test_a_verification_timing_miss_shows_re_measuring_and_the_re_measure_ranks_
             factories.ready_sets(
                 Run.objects.get(submission_id=pipeline.id, purpose=Run.SCORE).cohort
             )
-            run = services.run_claim(pipeline.id, lease_s=60)
+            run = run_claim(pipeline.id, lease_s=60)
             assert run is not None and run.purpose == Run.VERIFY
-            services.run_mark_running(run_id=run.pk, lease_s=60)
-            services.run_record_verification(
+            run_mark_running(run_id=run.pk, lease_s=60)
+            run_record_verification(
                 run_id=run.pk, status="passed", reason="", wall_time_ns=wall_time_ns
             )
 

@@ -29,16 +29,16 @@ from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
 from portal.submissions import leaderboard as contest_services
 from portal.submissions import staff
+from portal.submissions.builds import submission_build_finished
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import (
+from portal.submissions.runs import (
     run_claim,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
-    submission_accept,
-    submission_build_finished,
-    submission_transition,
 )
+from portal.submissions.services import submission_transition
 from tests import factories
 from tests.submissions.test_concurrent_charging import source_archive
 

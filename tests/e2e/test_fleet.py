@@ -28,7 +28,7 @@ import pytest
 
 from portal import jobs
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import score_enqueue
+from portal.submissions.wakeups import score_enqueue
 from scoring import engine
 from scoring.images import registry
 from scoring.upkeep import reaper

@@ -32,17 +32,17 @@ from portal.notifications.models import NotificationPreference
 from portal.notifications.services import notification_preference_set
 from portal.notifications.tasks import send_verdict_mail
 from portal.submissions import staff
+from portal.submissions.builds import submission_build_finished
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import (
+from portal.submissions.runs import (
     run_claim,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
-    run_record_verification,
-    submission_accept,
-    submission_build_finished,
-    submission_transition,
 )
+from portal.submissions.services import submission_transition
+from portal.submissions.verification import run_record_verification
 from tests import factories, smtp
 
 SITE = "https://podium.example.org"

@@ -9,7 +9,7 @@ from django.db import IntegrityError, connection, transaction
 
 from portal.contests.models import LeaderboardEntry
 from portal.submissions.models import AttemptLedger, Run, Submission
-from portal.submissions.services import run_claim, run_record_infra_failure, run_record_verdict
+from portal.submissions.runs import run_claim, run_record_infra_failure, run_record_verdict
 from tests.scoring.test_staging import make_cohort, make_submission
 
 

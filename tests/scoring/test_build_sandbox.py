@@ -21,8 +21,8 @@ from portal import errors, jobs, storage
 from portal.audit.models import AuditEvent
 from portal.environments.models import BuildNetworkCheck, Environment
 from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Submission
-from portal.submissions.services import submission_accept
 from scoring import engine
 from scoring.build import buildbox, buildnet, builds, egress
 from tests import factories, testhosts

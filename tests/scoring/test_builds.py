@@ -20,8 +20,8 @@ from portal import jobs, storage
 from portal.audit.models import AuditEvent
 from portal.environments.models import Environment
 from portal.environments.services import environment_claim_build, environment_create
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import AttemptLedger, Submission
-from portal.submissions.services import submission_accept
 from scoring import engine
 from scoring.build import builds
 from scoring.build.logfile import CappedLog

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from portal.submissions.models import Run, Submission
+from portal.submissions.runs import run_claim
 from portal.submissions.selectors import resources_of
-from portal.submissions.services import run_claim
 from scoring.host import gpus, health
 from scoring.run import gpumeter, runner
 from scoring.run.gpumeter import GpuMeter, Track, summary

@@ -34,8 +34,9 @@ from portal.hosts.leases import (
     machine_lease_renew,
 )
 from portal.hosts.models import MachineLease
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission, SubmissionEvent
-from portal.submissions.services import MACHINE_WAIT_NOTE, submission_accept
+from portal.submissions.runs import MACHINE_WAIT_NOTE
 from scoring import engine, worker
 from scoring.build import builds
 from scoring.host import freezer as freezer_module

@@ -21,7 +21,8 @@ from portal import jobs
 from portal.contests.models import Cohort
 from portal.submissions import dispatch
 from portal.submissions.models import AttemptLedger, Run, Submission
-from portal.submissions.services import score_enqueue, score_wake, submission_unrunnable
+from portal.submissions.runs import submission_unrunnable
+from portal.submissions.wakeups import score_enqueue, score_wake
 from scoring import tasks, worker
 from tests import factories
 from tests.scoring.test_runner import FakeEngine, the_run
@@ -124,7 +125,7 @@ def test_a_fault_of_the_host_while_claiming_is_not_swallowed(alice, benchmark, m
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr("portal.submissions.services.run_claim", broken)
+    monkeypatch.setattr("portal.submissions.runs.run_claim", broken)
     with pytest.raises(RuntimeError):
         worker.score_next(benchmark.hardware_class)
 

@@ -25,8 +25,8 @@ from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent
 from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
 from portal.environments.models import Environment, EnvironmentEvent
+from portal.submissions.intake import source_path
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
-from portal.submissions.services import source_path
 from scoring import engine
 from scoring.upkeep.retention import PurgeNotAllowed, artifacts_purge
 from tests import factories

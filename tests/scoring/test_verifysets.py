@@ -23,8 +23,9 @@ from PIL import Image
 from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.hosts.leases import machine_lease_acquire, machine_lease_release
-from portal.submissions import dispatch, pool, services
+from portal.submissions import dispatch, pool
 from portal.submissions.models import Run, Submission, VerificationSet
+from portal.submissions.runs import run_claim_next
 from scoring import tasks
 from scoring.cohort import rewrite, staging, verifysets
 from scoring.host import machine
@@ -577,7 +578,7 @@ def test_a_verification_with_a_dry_pool_is_stepped_over_until_a_set_is_ready(
 
     def claim_next() -> Run | None:
         with django_capture_on_commit_callbacks(execute=True):
-            return services.run_claim_next(hardware_class=hardware, lease_s=LEASE_S, host="h1")
+            return run_claim_next(hardware_class=hardware, lease_s=LEASE_S, host="h1")
 
     claimed = claim_next()
 

@@ -29,8 +29,9 @@ from portal.contests.cohorts import cohort_import
 from portal.contests.models import Cohort
 from portal.environments.models import Environment
 from portal.environments.services import environment_claim_build, environment_finish_build
-from portal.submissions import services as submission_services
+from portal.submissions.builds import submission_build_finished
 from portal.submissions.models import AttemptLedger, Submission
+from portal.submissions.services import submission_transition
 from tests import factories
 from tests.submissions.test_concurrent_charging import source_archive
 
@@ -199,10 +200,8 @@ def two_builds(alice, benchmark, tmp_path, sent) -> dict[str, Any]:
 
 def finish_submission_build(submission: Submission) -> None:
     """The build worker's two steps: accepted -> building -> queued (to be scored)."""
-    submission_services.submission_transition(
-        submission.pk, frm=[Submission.ACCEPTED], to=Submission.BUILDING
-    )
-    submission_services.submission_build_finished(
+    submission_transition(submission.pk, frm=[Submission.ACCEPTED], to=Submission.BUILDING)
+    submission_build_finished(
         submission_id=submission.pk, ok=True, image_tag="sub", image_digest="sha256:" + "d" * 64
     )
 

@@ -26,7 +26,8 @@ from portal.contests.models import Cohort
 from portal.submissions import anomalies
 from portal.submissions.anomalies import OtherRun
 from portal.submissions.models import Anomaly, Run, Submission
-from portal.submissions.services import run_record_verdict, run_record_verification
+from portal.submissions.runs import run_record_verdict
+from portal.submissions.verification import run_record_verification
 from tests import factories
 from tests.submissions.test_verification import SECOND, claimed, queued
 

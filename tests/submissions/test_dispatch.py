@@ -27,16 +27,16 @@ from hypothesis import strategies as st
 from portal.contests.models import Benchmark, Cohort
 from portal.submissions import dispatch
 from portal.submissions import staff as staff_actions
+from portal.submissions.builds import submission_build_finished
 from portal.submissions.dispatch import Tier, Waiting
 from portal.submissions.models import Run, Submission, SubmissionEvent
-from portal.submissions.services import (
+from portal.submissions.runs import (
     run_claim,
     run_mark_running,
     run_record_infra_failure,
-    submission_build_finished,
-    submission_transition,
     submission_wait_for_machine,
 )
+from portal.submissions.services import submission_transition
 from tests import factories
 
 T0 = dt.datetime(2026, 8, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)

@@ -16,8 +16,8 @@ from django.utils import timezone
 from portal.contests.models import Cohort
 from portal.hosts.models import ScoringHost
 from portal.submissions.models import Run, Submission
+from portal.submissions.runs import run_claim
 from portal.submissions.selectors import queue_standing, submission_state
-from portal.submissions.services import run_claim
 from tests import factories
 from tests.scoring.test_staging import make_submission
 

@@ -32,17 +32,17 @@ from portal.contests.selectors import leaderboard_rows
 from portal.hosts.models import HostCalibration, ScoringHost
 from portal.hosts.selectors import noise_band_cache_key
 from portal.submissions import dispatch, staff
+from portal.submissions.builds import submission_build_finished
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import AttemptLedger, Run, Submission
-from portal.submissions.services import (
+from portal.submissions.runs import (
     run_claim,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
-    run_record_verification,
-    submission_accept,
-    submission_build_finished,
-    submission_transition,
 )
+from portal.submissions.services import submission_transition
+from portal.submissions.verification import run_record_verification
 from scoring.cohort import staging, verifysets
 from tests import factories, smtp
 from tests.hosts.conftest import FACTS

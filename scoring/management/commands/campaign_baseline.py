@@ -33,8 +33,8 @@ from portal.campaigns.models import Campaign
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
 from portal.errors import PodiumError
+from portal.submissions.intake import submission_accept
 from portal.submissions.models import Submission
-from portal.submissions.services import submission_accept
 from scoring.build import builds
 
 BASELINE_USER = "podium-baseline"

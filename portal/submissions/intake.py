@@ -1,0 +1,177 @@
+"""Accepting an upload (the web side): the checks that come before anything is
+charged, then, in one transaction, the submission, its attempt charged on the ledger,
+its source file in place and its build enqueued.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from portal import archives, errors, jobs, storage
+from portal.contests import rules
+from portal.contests.models import Benchmark, Cohort
+from portal.environments.models import Environment
+from portal.environments.services import entrant_check_build_slots, entrant_check_verified
+from portal.submissions.models import AttemptLedger, Submission
+from portal.submissions.quota import quota_for
+from portal.submissions.services import cohort_kind_for, event_record
+
+SOURCE_FILE = "source.archive"
+
+
+def source_path(submission: Submission) -> Path:
+    return storage.submission_dir(submission.pk) / SOURCE_FILE
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _place_file(src: Path, dest: Path) -> None:
+    """Put the uploaded file in its final place without holding it in memory."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def _check_size(benchmark: Benchmark, size: int) -> None:
+    if size > benchmark.max_upload_bytes:
+        raise errors.ArchiveTooLarge(
+            f"The archive is {size:,} bytes; this benchmark accepts at most "
+            f"{benchmark.max_upload_bytes:,} bytes."
+        )
+
+
+def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> None:
+    """The checks of an upload that read a few rows: the window is open, the benchmark
+    has the cohort to score it on, an attempt of ``kind`` is left today and a build
+    slot is free. Called once before the archive is inspected (so a refused upload costs
+    no inspection) and again holding the entrant's row lock, where it decides."""
+    window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
+    if window == "upcoming":
+        raise errors.WindowNotOpen(
+            f"Uploads open at {benchmark.opens_at.isoformat()}; try again then."
+        )
+    if window == "closed":
+        raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")
+    cohort_kind = cohort_kind_for(kind)
+    if not Cohort.objects.filter(benchmark=benchmark, kind=cohort_kind).exists():
+        raise errors.NoCohort(
+            f"This benchmark has no {cohort_kind} cohort yet, so {kind} uploads cannot be "
+            "scored; nothing was charged. Try again once the organizers have published it."
+        )
+    quota = quota_for(entrant, benchmark, kind, now)
+    if quota.remaining_today <= 0:
+        raise errors.QuotaExhausted(
+            f"You have used all {quota.per_day} {kind} attempts of today "
+            f"({benchmark.attempt_timezone}); the next one is available at "
+            f"{quota.resets_at.isoformat()}."
+        )
+    entrant_check_build_slots(entrant_id=entrant.pk, benchmark=benchmark)
+
+
+def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
+    """Validate an uploaded archive before anything is charged; return its format.
+
+    The costly check of an upload (``archives.inspect_archive`` reads every member of an
+    archive of up to ``max_upload_bytes``): :func:`submission_accept` calls it last,
+    after every check that reads only a few rows."""
+    _check_size(benchmark, size)
+    try:
+        fmt = archives.detect_format(path)
+        archives.inspect_archive(path, fmt)
+    except archives.ArchiveError as exc:
+        raise errors.InvalidArchive(str(exc)) from exc
+    return fmt
+
+
+def submission_accept(
+    *,
+    entrant: Any,
+    benchmark: Benchmark,
+    environment: Environment,
+    source_file: Path,
+    source_name: str,
+    kind: str = Submission.OFFICIAL,
+    now: dt.datetime | None = None,
+) -> Submission:
+    """Accept an upload as an official attempt (or a practice run) and charge it.
+
+    The cheap checks come first, so that a refused upload costs the host no archive
+    inspection: a verified email address, the environment, the archive's size, then
+    :func:`_check_acceptable` (the window, the cohort of ``kind``: ``no_cohort``
+    without one, the day's allowance, a free build slot). Only then is the archive
+    inspected (nothing charged when it is bad). Then, holding a lock on the entrant's
+    row so concurrent uploads serialize, :func:`_check_acceptable` decides again (the
+    earlier pass only spares the inspection: an attempt spent meanwhile is refused
+    here), the submission and its ledger charge are written, and the file is put in
+    place; a refusal leaves no file and no ledger row.
+    """
+    now = now or timezone.now()
+    if kind not in (Submission.OFFICIAL, Submission.PRACTICE):
+        raise errors.InvalidParameter("kind must be 'official' or 'practice'.")
+    entrant_check_verified(entrant=entrant)
+    if environment.owner_id != entrant.pk or environment.benchmark_id != benchmark.pk:
+        raise errors.NotFound("No such environment.")
+    if environment.status != Environment.READY:
+        raise errors.EnvironmentNotReady(
+            f"Environment '{environment.name}' is {environment.status}; "
+            "submit once its build is ready."
+        )
+    size = source_file.stat().st_size
+    _check_size(benchmark, size)
+    _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
+    fmt = submission_check_upload(benchmark=benchmark, path=source_file, size=size)
+    sha256 = _sha256_file(source_file)
+    dest: Path | None = None
+    try:
+        with transaction.atomic():
+            get_user_model().objects.select_for_update().filter(pk=entrant.pk).first()
+            _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
+            submission = Submission.objects.create(
+                entrant=entrant,
+                benchmark=benchmark,
+                environment=environment,
+                kind=kind,
+                status=Submission.ACCEPTED,
+                submitted_at=now,
+                source_name=Path(source_name).name[:255] or "source",
+                source_format=fmt,
+                source_sha256=sha256,
+                source_bytes=source_file.stat().st_size,
+                environment_image_digest=environment.image_digest,
+            )
+            AttemptLedger.objects.create(
+                entrant=entrant,
+                benchmark=benchmark,
+                submission=submission,
+                kind=kind,
+                attempt_day=rules.attempt_day(now, benchmark.attempt_timezone),
+                delta=AttemptLedger.CHARGE,
+                reason="upload accepted",
+                at=now,
+            )
+            event_record(submission.pk, Submission.ACCEPTED)
+            dest = source_path(submission)
+            _place_file(source_file, dest)
+            jobs.enqueue(jobs.BUILD_SUBMISSION, submission.pk)
+    except BaseException:
+        if dest is not None:
+            dest.unlink(missing_ok=True)
+        raise
+    return submission
