@@ -87,7 +87,7 @@ def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
     """The benchmark (kind campaign), its demo cohort, the campaign and its baseline."""
     from django.utils import timezone
 
-    from portal.campaigns import services
+    from portal.campaigns.creation import campaign_baseline_record, campaign_create
     from portal.contests import cohorts, democohort
     from portal.contests.models import Benchmark, Cohort
     from scoring import engine
@@ -109,13 +109,13 @@ def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
         benchmark=benchmark, kind=Cohort.OFFICIAL, images_dir=source, answers=members
     )
     shutil.rmtree(source)
-    campaign = services.campaign_create(
+    campaign = campaign_create(
         benchmark=benchmark,
         round_size=args.images,
         slice_count=args.slices,
         slice_repeats=args.repeats,
     )
-    return services.campaign_baseline_record(
+    return campaign_baseline_record(
         campaign=campaign, image_tag=baseline, image_digest=engine.image_info(baseline).id
     )
 
@@ -127,8 +127,8 @@ def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> i
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from portal.campaigns import services
     from portal.campaigns.models import Round
+    from portal.campaigns.rounds import round_maybe_start
 
     open_round = Round.objects.filter(campaign=campaign, status__in=Round.OPEN).first()
     if open_round is not None:
@@ -165,7 +165,7 @@ def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> i
             image_tag=image,
             image_digest=digest,
         )
-    round_ = services.round_maybe_start(campaign, force=True)
+    round_ = round_maybe_start(campaign, force=True)
     if round_ is None:
         raise SystemExit("the campaign started no round")
     return int(round_.pk)

@@ -21,7 +21,7 @@ from django.template.response import TemplateResponse
 from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
-from portal.campaigns import services
+from portal.campaigns import controls
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.submissions.staff import StaffPermissionDenied, staff_permission_check
 
@@ -82,7 +82,7 @@ class CampaignAdmin(admin.ModelAdmin[Campaign]):
             action="start_round",
             title="Start a round now",
             explanation="A round starts with the leader and the oldest queued challengers.",
-            service=lambda campaign, actor, reason, origin: services.round_start_now(
+            service=lambda campaign, actor, reason, origin: controls.round_start_now(
                 campaign=campaign, actor=actor, origin=origin
             ),
         )
@@ -97,7 +97,7 @@ class CampaignAdmin(admin.ModelAdmin[Campaign]):
             action="pause",
             title="Pause",
             explanation="No new round starts; an open round still runs (void it to stop it).",
-            service=lambda campaign, actor, reason, origin: services.campaign_pause(
+            service=lambda campaign, actor, reason, origin: controls.campaign_pause(
                 campaign=campaign, actor=actor, paused=True, reason=reason, origin=origin
             ),
         )
@@ -110,7 +110,7 @@ class CampaignAdmin(admin.ModelAdmin[Campaign]):
             action="resume",
             title="Resume",
             explanation="Rounds start again when the trigger says so.",
-            service=lambda campaign, actor, reason, origin: services.campaign_pause(
+            service=lambda campaign, actor, reason, origin: controls.campaign_pause(
                 campaign=campaign, actor=actor, paused=False, reason=reason, origin=origin
             ),
         )
@@ -205,7 +205,7 @@ class RoundAdmin(ReadOnlyMixin, admin.ModelAdmin[Round]):
             explanation="A void round records the reason, queues its challengers again "
             "and spends its ordinal; no submission's state and no leader change.",
             reason_required=True,
-            apply=lambda round_, reason, origin: services.round_void(
+            apply=lambda round_, reason, origin: controls.round_void(
                 round_=round_, reason=reason, actor=request.user, origin=origin
             ),
             done=lambda count: f"Voided {count} round(s).",

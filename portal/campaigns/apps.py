@@ -9,14 +9,14 @@ class CampaignsConfig(AppConfig):
     def ready(self) -> None:
         # Imported once the models are loaded: an official submission of a campaign
         # benchmark waits for a round (``portal.submissions.hooks``, by Benchmark.kind).
-        from portal.campaigns import services
+        from portal.campaigns import queue
         from portal.contests.models import Benchmark
         from portal.submissions import hooks
 
         hooks.kind_register(
             Benchmark.CAMPAIGN,
             hooks.KindHooks(
-                entry_queued=services.campaign_entry_queue,
-                entry_disqualified=services.campaign_entry_disqualified,
+                entry_queued=queue.campaign_entry_queue,
+                entry_disqualified=queue.campaign_entry_disqualified,
             ),
         )

@@ -8,7 +8,7 @@ image on the same request set on one host of the campaign's class, and records o
 :class:`RoundEntry` per image. Scores compare only within a round.
 
 Reading these rows for pages and the API: use ``portal.campaigns.selectors``.
-Writing them: ``portal.campaigns.services`` only.
+Writing them: the write modules of ``portal.campaigns`` only (see its docstring).
 """
 
 from __future__ import annotations

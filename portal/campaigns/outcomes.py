@@ -1,7 +1,7 @@
 """What a scoring host reports of one campaign round (pure: no Django, no Docker).
 
 ``scoring/campaign/rounds.py`` runs a round on its host and builds a :class:`RoundOutcome`;
-``portal.campaigns.services`` records it (verdicts, scores, the crown, or a void). This
+``portal.campaigns.recording`` records it (verdicts, scores, the crown, or a void). This
 module is the seam between the two: plain data, JSON-serializable through
 ``dataclasses.asdict``, so the whole outcome is also the round's evidence.
 

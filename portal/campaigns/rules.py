@@ -2,8 +2,9 @@
 it runs, how each image is judged and scored, when a round is void, and who holds the crown.
 
 No Django and no database: plain values in, plain values out (the round's runs arrive as
-:mod:`portal.campaigns.outcomes` dataclasses). ``services`` calls these inside its
-transactions; ``tests/campaigns/test_rules.py`` checks them against a brute force.
+:mod:`portal.campaigns.outcomes` dataclasses). The campaign's write modules (``rounds``,
+``recording``, ``crown``) call these inside their transactions;
+``tests/campaigns/test_rules.py`` checks them against a brute force.
 
 Definitions the rules text left open, fixed here:
 

@@ -9,7 +9,7 @@ writes. Times are aware datetimes (UTC).
 - :func:`round_entry_report`: one entry's arithmetic, slice by slice, the summary and
   the host's environment readings.
 - :func:`waiting_submissions`: the queue itself, and :func:`queued`: it as the rules see
-  it (services use both).
+  it (``rounds.round_maybe_start`` composes a round from it).
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from portal.campaigns import services
+from portal.campaigns.sweep import campaigns_sweep
 from portal.task_names import CAMPAIGNS_SWEEP
 
 
 @shared_task(name=CAMPAIGNS_SWEEP)
 def sweep() -> None:
-    services.campaigns_sweep()
+    campaigns_sweep()

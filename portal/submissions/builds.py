@@ -32,7 +32,7 @@ def submission_build_finished(
 
     An official submission of a campaign benchmark goes ``bench_queued`` instead, to wait
     for a round (its kind's ``entry_queued``, ``portal.submissions.hooks``: for a campaign,
-    ``portal.campaigns.services.campaign_entry_queue``, where duplicates collapse).
+    ``portal.campaigns.queue.campaign_entry_queue``, where duplicates collapse).
     """
     with transaction.atomic():
         if not ok:

@@ -65,12 +65,12 @@ from portal.campaigns.outcomes import (
     RoundOutcome,
     SliceRun,
 )
-from portal.campaigns.services import (
+from portal.campaigns.recording import round_record
+from portal.campaigns.rounds import (
     ClaimedImage,
     RoundClaim,
     round_claim,
     round_heartbeat,
-    round_record,
     round_wait_for_capacity,
 )
 from portal.contests.models import Benchmark, CohortItem
@@ -90,7 +90,7 @@ log = logging.getLogger(__name__)
 ROUND_LABEL = "podium.round"  # on a round's containers: the round (never a run's label)
 ROUNDS = "rounds"  # under PODIUM_DATA_DIR: one folder per round
 # How often a running round tells the domain it is alive; well inside its stale limit
-# (``services.HEARTBEAT_STALE``, 15 minutes).
+# (``portal.campaigns.sweep.HEARTBEAT_STALE``, 15 minutes).
 HEARTBEAT_S = 60.0
 
 

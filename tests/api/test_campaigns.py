@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from portal import storage
 from portal.api.common import PagePagination
-from portal.campaigns import rules, services
+from portal.campaigns import creation, recording, rounds, rules
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.submissions.builds import submission_build_finished
@@ -107,7 +107,7 @@ def make_round(
         request_positions=[REQUEST_POSITION, 5, 6],
         request_digest="d" * 64,
         slice_count=3,
-        evidence={  # as services.round_record keeps it, with an answer besides
+        evidence={  # as recording.round_record keeps it, with an answer besides
             "request_positions": [REQUEST_POSITION, 5, 6],
             "environment": ENVIRONMENT,
             "outcome": {"entries": [{"slices": [{"answers": [ANSWER]}]}]},
@@ -692,18 +692,18 @@ def test_a_round_recorded_by_the_services_reads_back(client_for, bob):
         )
         for position in range(40)
     )
-    campaign = services.campaign_create(benchmark=benchmark, round_size=20, slice_count=4)
-    campaign = services.campaign_baseline_record(
+    campaign = creation.campaign_create(benchmark=benchmark, round_size=20, slice_count=4)
+    campaign = creation.campaign_baseline_record(
         campaign=campaign, image_tag="podium/starter-kit:1", image_digest="sha256:" + "b" * 64
     )
     first = built(benchmark, "sha256:" + "1" * 64)
     second = built(benchmark, "sha256:" + "2" * 64)
-    round_ = services.round_maybe_start(campaign, force=True)
+    round_ = rounds.round_maybe_start(campaign, force=True)
     assert round_ is not None
-    claim = services.round_claim(round_.pk, HOST)
+    claim = rounds.round_claim(round_.pk, HOST)
     assert claim is not None
     # first: 8 s a slice against 10 (a 0.2 speedup); second: too many wrong answers.
-    assert services.round_record(report(claim, {second.pk: {"wrong": 5}}))
+    assert recording.round_record(report(claim, {second.pk: {"wrong": 5}}))
     client = client_for(bob)
 
     overview = client.get(f"/api/v1/campaigns/{campaign.slug}/").json()

@@ -15,7 +15,7 @@ import time_machine
 from django.utils import timezone
 
 from portal import jobs
-from portal.campaigns import services
+from portal.campaigns import creation, rounds
 from portal.campaigns.models import Campaign
 from portal.campaigns.outcomes import (
     BASELINE_CLOSE,
@@ -68,8 +68,8 @@ def campaign_benchmark(db: Any) -> Benchmark:
 @pytest.fixture
 def campaign(campaign_benchmark: Benchmark) -> Campaign:
     """Round size 20 in 4 slices; the rules' defaults otherwise; the baseline recorded."""
-    campaign = services.campaign_create(benchmark=campaign_benchmark, round_size=20, slice_count=4)
-    return services.campaign_baseline_record(
+    campaign = creation.campaign_create(benchmark=campaign_benchmark, round_size=20, slice_count=4)
+    return creation.campaign_baseline_record(
         campaign=campaign, image_tag="podium/starter-kit:1", image_digest=BASELINE_DIGEST
     )
 
@@ -175,7 +175,7 @@ Report = Callable[..., RoundOutcome]
 
 
 def report(
-    claim: services.RoundClaim,
+    claim: rounds.RoundClaim,
     entries: dict[int, dict[str, Any]] | None = None,
     *,
     baseline_s: float = 10.0,

@@ -58,7 +58,7 @@ def test_rounds_start_void_pause_resume_from_the_shell(campaign: Campaign, enter
 
 
 def test_campaign_baseline_pins_a_given_image_once(campaign_benchmark: Benchmark) -> None:
-    from portal.campaigns.services import campaign_create
+    from portal.campaigns.creation import campaign_create
 
     campaign = campaign_create(benchmark=campaign_benchmark)
     out = run(
@@ -120,7 +120,7 @@ def test_the_admin_lists_rounds_and_voids_one_with_a_reason(
 def test_campaign_baseline_builds_the_starter_kit_once(
     campaign_benchmark: Benchmark, tasks: list[dict[str, Any]]
 ) -> None:
-    from portal.campaigns.services import campaign_create
+    from portal.campaigns.creation import campaign_create
     from portal.environments.models import Environment
     from scoring import engine
 

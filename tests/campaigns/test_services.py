@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from portal import errors, jobs
 from portal.audit.models import AuditEvent
-from portal.campaigns import rules, selectors, services
+from portal.campaigns import controls, creation, recording, rounds, rules, selectors, sweep
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.submissions import staff
 from portal.submissions.models import AttemptLedger, Submission, SubmissionEvent
@@ -38,15 +38,15 @@ def queued(
     return [enter(at=start - (count - 1 - n) * MINUTE) for n in range(count)]
 
 
-def start_and_claim(campaign: Campaign, now: dt.datetime = NOW) -> services.RoundClaim:
-    round_ = services.round_maybe_start(campaign, now, force=True)
+def start_and_claim(campaign: Campaign, now: dt.datetime = NOW) -> rounds.RoundClaim:
+    round_ = rounds.round_maybe_start(campaign, now, force=True)
     assert round_ is not None
-    claim = services.round_claim(round_.pk, HOST, now)
+    claim = rounds.round_claim(round_.pk, HOST, now)
     assert claim is not None
     return claim
 
 
-def entry_of(claim: services.RoundClaim, submission: Submission) -> RoundEntry:
+def entry_of(claim: rounds.RoundClaim, submission: Submission) -> RoundEntry:
     return RoundEntry.objects.get(round_id=claim.round_id, submission=submission)
 
 
@@ -119,7 +119,7 @@ def test_a_copy_of_an_image_that_already_ran_is_refused_even_if_submitted_earlie
 ) -> None:
     ran = enter(source="same", at=NOW, submitted_at=NOW - MINUTE)
     claim = start_and_claim(campaign)
-    assert services.round_record(report(claim))
+    assert recording.round_record(report(claim))
     assert status(ran) == Submission.PASSED
     late = enter(source="same", at=NOW + MINUTE, submitted_at=NOW - 5 * MINUTE)
     assert status(late) == Submission.DUPLICATE_IMAGE
@@ -133,10 +133,10 @@ def test_five_queued_start_a_round_on_the_class_queue(
     campaign: Campaign, enter: Enter, tasks: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     subs = queued(campaign, enter, 4)
-    assert services.round_maybe_start(campaign, NOW) is None
+    assert rounds.round_maybe_start(campaign, NOW) is None
     subs.append(enter(at=NOW))
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = services.round_maybe_start(campaign, NOW)
+        round_ = rounds.round_maybe_start(campaign, NOW)
     assert round_ is not None
     assert (round_.ordinal, round_.status, round_.material) == (1, Round.PENDING, rules.GENESIS)
     positions = rules.draw_requests(rules.round_seed(rules.GENESIS, campaign.pk), range(40), 20)
@@ -167,8 +167,8 @@ def test_one_queued_entry_starts_a_round_six_hours_after_its_queued_event(
     enter(at=NOW)
     overview = selectors.campaign_overview(campaign, now=NOW)
     assert overview.next_round.due_at == NOW + dt.timedelta(hours=6)
-    assert services.campaigns_sweep(NOW + dt.timedelta(hours=6) - MINUTE)["started"] == []
-    started = services.campaigns_sweep(NOW + dt.timedelta(hours=6))["started"]
+    assert sweep.campaigns_sweep(NOW + dt.timedelta(hours=6) - MINUTE)["started"] == []
+    started = sweep.campaigns_sweep(NOW + dt.timedelta(hours=6))["started"]
     assert len(started) == 1
 
 
@@ -185,10 +185,10 @@ def test_a_round_holds_the_leader_and_five_oldest_challengers_the_rest_wait(
 ) -> None:
     leader = enter(at=NOW - dt.timedelta(hours=1))
     claim = start_and_claim(campaign, NOW - dt.timedelta(hours=1))
-    services.round_record(report(claim))
+    recording.round_record(report(claim))
     assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
     subs = queued(campaign, enter, 7)
-    round_ = services.round_maybe_start(campaign, NOW)
+    round_ = rounds.round_maybe_start(campaign, NOW)
     assert round_ is not None and round_.ordinal == 2
     entries = list(round_.entries.order_by("position"))
     assert [(e.submission_id, e.role) for e in entries] == [(leader.pk, RoundEntry.LEADER)] + [
@@ -208,13 +208,13 @@ def test_no_round_starts_paused_without_a_baseline_or_beside_an_open_one(
 ) -> None:
     queued(campaign, enter, 5)
     Campaign.objects.filter(pk=campaign.pk).update(paused=True)
-    assert services.round_maybe_start(campaign, NOW) is None
+    assert rounds.round_maybe_start(campaign, NOW) is None
     Campaign.objects.filter(pk=campaign.pk).update(paused=False, baseline_image_digest="")
-    assert services.round_maybe_start(campaign, NOW) is None
+    assert rounds.round_maybe_start(campaign, NOW) is None
     Campaign.objects.filter(pk=campaign.pk).update(baseline_image_digest="sha256:x")
-    assert services.round_maybe_start(campaign, NOW) is not None
+    assert rounds.round_maybe_start(campaign, NOW) is not None
     queued(campaign, enter, 5)
-    assert services.round_maybe_start(campaign, NOW) is None  # one round at a time
+    assert rounds.round_maybe_start(campaign, NOW) is None  # one round at a time
 
 
 def test_a_disqualified_entry_never_enters_a_round(campaign: Campaign, enter: Enter) -> None:
@@ -225,7 +225,7 @@ def test_a_disqualified_entry_never_enters_a_round(campaign: Campaign, enter: En
     reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
     staff.submission_disqualify(submission=cheat, actor=reviewer, reason="copied code")
 
-    round_ = services.round_maybe_start(campaign, NOW)
+    round_ = rounds.round_maybe_start(campaign, NOW)
 
     assert round_ is not None
     entered = set(round_.entries.values_list("submission_id", flat=True))
@@ -242,11 +242,11 @@ def test_no_round_starts_once_the_campaign_has_closed_not_even_by_staff(
     campaign.benchmark.closes_at = closes_at
     campaign.benchmark.save(update_fields=["closes_at"])
 
-    assert services.round_maybe_start(campaign, closes_at, force=True) is None
-    assert services.campaigns_sweep(closes_at + dt.timedelta(hours=7))["started"] == []
+    assert rounds.round_maybe_start(campaign, closes_at, force=True) is None
+    assert sweep.campaigns_sweep(closes_at + dt.timedelta(hours=7))["started"] == []
     assert not Round.objects.filter(campaign=campaign).exists()
     # Before the close, the same queue starts one.
-    assert services.round_maybe_start(campaign, closes_at - MINUTE) is not None
+    assert rounds.round_maybe_start(campaign, closes_at - MINUTE) is not None
 
 
 # Claiming and waiting for capacity ----------------------------------------------------------
@@ -254,9 +254,9 @@ def test_no_round_starts_once_the_campaign_has_closed_not_even_by_staff(
 
 def test_a_claim_moves_a_pending_round_to_running_once(campaign: Campaign, enter: Enter) -> None:
     sub = enter(at=NOW)
-    round_ = services.round_maybe_start(campaign, NOW, force=True)
+    round_ = rounds.round_maybe_start(campaign, NOW, force=True)
     assert round_ is not None
-    claim = services.round_claim(round_.pk, HOST, NOW)
+    claim = rounds.round_claim(round_.pk, HOST, NOW)
     assert claim is not None
     assert claim.baseline.image_digest == campaign.baseline_image_digest
     assert [(e.submission_id, e.image_digest) for e in claim.entries] == [
@@ -264,7 +264,7 @@ def test_a_claim_moves_a_pending_round_to_running_once(campaign: Campaign, enter
     ]
     assert claim.request_positions == round_.request_positions
     assert claim.slices == [(0, 5), (5, 10), (10, 15), (15, 20)]
-    assert services.round_claim(round_.pk, "other-host", NOW) is None
+    assert rounds.round_claim(round_.pk, "other-host", NOW) is None
     round_.refresh_from_db()
     assert (round_.status, round_.host) == (Round.RUNNING, HOST)
 
@@ -274,12 +274,12 @@ def test_a_round_without_capacity_waits_with_a_doubling_backoff(
 ) -> None:
     enter(at=NOW)
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = services.round_maybe_start(campaign, NOW, force=True)
+        round_ = rounds.round_maybe_start(campaign, NOW, force=True)
         assert round_ is not None
         positions = round_.request_positions
-        assert services.round_claim(round_.pk, HOST, NOW) is not None
-        assert services.round_wait_for_capacity(round_.pk, now=NOW) == NOW + 5 * MINUTE
-        assert services.round_wait_for_capacity(round_.pk, now=NOW) == NOW + 10 * MINUTE
+        assert rounds.round_claim(round_.pk, HOST, NOW) is not None
+        assert rounds.round_wait_for_capacity(round_.pk, now=NOW) == NOW + 5 * MINUTE
+        assert rounds.round_wait_for_capacity(round_.pk, now=NOW) == NOW + 10 * MINUTE
     round_.refresh_from_db()
     assert (round_.status, round_.tries, round_.ordinal, round_.host) == (Round.PENDING, 2, 1, "")
     assert round_.request_positions == positions
@@ -288,7 +288,7 @@ def test_a_round_without_capacity_waits_with_a_doubling_backoff(
     row = selectors.campaign_overview(campaign, now=NOW).rounds[0]
     assert row.waiting_for_capacity and row.next_try_at == NOW + 10 * MINUTE
     # A round nobody claimed waits for capacity too, from the sweep.
-    assert services.campaigns_sweep(NOW + 15 * MINUTE)["retried"] == [round_.pk]
+    assert sweep.campaigns_sweep(NOW + 15 * MINUTE)["retried"] == [round_.pk]
     round_.refresh_from_db()
     assert round_.tries == 3 and round_.next_try_at == NOW + 35 * MINUTE
 
@@ -311,8 +311,8 @@ def test_a_scored_round_settles_every_challenger_and_crowns_the_best(
             killed.pk: {"killed": True, "exit_code": None},
         },
     )
-    assert services.round_record(outcome, NOW)
-    assert not services.round_record(outcome, NOW)  # once
+    assert recording.round_record(outcome, NOW)
+    assert not recording.round_record(outcome, NOW)  # once
     round_ = Round.objects.get(pk=claim.round_id)
     assert round_.status == Round.SCORED
     assert round_.evidence_digest == rules.evidence_digest(round_.evidence)
@@ -348,7 +348,7 @@ def test_disqualifying_the_leader_vacates_the_crown_at_once_audited(
     leader, other = queued(campaign, enter, 2)
     claim = start_and_claim(campaign)
     outcome = report(claim, {leader.pk: {"seconds": 6.0}, other.pk: {"seconds": 9.0}})
-    assert services.round_record(outcome, NOW)
+    assert recording.round_record(outcome, NOW)
     assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
     reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
 
@@ -371,7 +371,7 @@ def test_a_second_infra_failure_ends_the_submission_and_refunds_it(
         enter(at=NOW)  # a challenger with a verdict, or the round would be void
         claim = start_and_claim(campaign, NOW + attempt * MINUTE)
         spec = {flaky.pk: {"killed": True, "exit_code": None}}
-        assert services.round_record(report(claim, spec), NOW + attempt * MINUTE)
+        assert recording.round_record(report(claim, spec), NOW + attempt * MINUTE)
     assert status(flaky) == Submission.INFRA_FAILED
     assert refunded(flaky)
 
@@ -379,17 +379,19 @@ def test_a_second_infra_failure_ends_the_submission_and_refunds_it(
 def test_a_challenger_must_beat_the_leader_by_the_moat(campaign: Campaign, enter: Enter) -> None:
     leader = enter(at=NOW)
     claim = start_and_claim(campaign)
-    services.round_record(report(claim, {leader.pk: {"seconds": 7.0}}))  # 0.3
+    recording.round_record(report(claim, {leader.pk: {"seconds": 7.0}}))  # 0.3
     close = enter(at=NOW + MINUTE)
     claim = start_and_claim(campaign, NOW + MINUTE)
     # The leader re-measured at 0.3; the challenger at 0.302: under 0.3 * 1.01.
-    services.round_record(report(claim, {leader.pk: {"seconds": 7.0}, close.pk: {"seconds": 6.98}}))
+    recording.round_record(
+        report(claim, {leader.pk: {"seconds": 7.0}, close.pk: {"seconds": 6.98}})
+    )
     crown = Crown.objects.get(campaign=campaign)
     assert (crown.submission_id, crown.round_id) == (leader.pk, claim.round_id)
     assert status(close) == Submission.PASSED
     clear = enter(at=NOW + 2 * MINUTE)
     claim = start_and_claim(campaign, NOW + 2 * MINUTE)
-    services.round_record(report(claim, {leader.pk: {"seconds": 7.0}, clear.pk: {"seconds": 6.9}}))
+    recording.round_record(report(claim, {leader.pk: {"seconds": 7.0}, clear.pk: {"seconds": 6.9}}))
     crown = Crown.objects.get(campaign=campaign)
     assert (crown.submission_id, crown.score) == (clear.pk, pytest.approx(0.31))
     assert status(leader) == Submission.PASSED  # the old leader's verdict stands
@@ -399,10 +401,10 @@ def test_a_leader_failing_correctness_vacates_the_crown_when_nobody_passes(
     campaign: Campaign, enter: Enter
 ) -> None:
     leader = enter(at=NOW)
-    services.round_record(report(start_and_claim(campaign)))
+    recording.round_record(report(start_and_claim(campaign)))
     challenger = enter(at=NOW + MINUTE)
     claim = start_and_claim(campaign, NOW + MINUTE)
-    services.round_record(
+    recording.round_record(
         report(claim, {leader.pk: {"wrong": 5}, challenger.pk: {"seconds": 11.0}})
     )
     assert not Crown.objects.filter(campaign=campaign).exists()  # vacant: no row
@@ -418,12 +420,12 @@ def test_a_void_round_requeues_changes_nothing_and_spends_its_ordinal(
     campaign: Campaign, enter: Enter
 ) -> None:
     leader = enter(at=NOW - dt.timedelta(hours=1))
-    services.round_record(report(start_and_claim(campaign, NOW - dt.timedelta(hours=1))))
+    recording.round_record(report(start_and_claim(campaign, NOW - dt.timedelta(hours=1))))
     challenger = enter(at=NOW - 30 * MINUTE)
     claim = start_and_claim(campaign, NOW)
     later = NOW + 20 * MINUTE
     # The closing baseline ran 8 % slower than the opening one: drift over 0.05.
-    assert services.round_record(report(claim, closing_s=10.8), later)
+    assert recording.round_record(report(claim, closing_s=10.8), later)
     round_ = Round.objects.get(pk=claim.round_id)
     assert round_.status == Round.VOID
     assert "drifted" in round_.void_reason
@@ -433,17 +435,17 @@ def test_a_void_round_requeues_changes_nothing_and_spends_its_ordinal(
     challenger.refresh_from_db()
     assert challenger.queued_at == later  # its wait starts again
     assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
-    assert services.round_maybe_start(campaign, later) is None  # waits six hours again
-    nxt = services.round_maybe_start(campaign, later + dt.timedelta(hours=6))
+    assert rounds.round_maybe_start(campaign, later) is None  # waits six hours again
+    nxt = rounds.round_maybe_start(campaign, later + dt.timedelta(hours=6))
     assert nxt is not None and nxt.ordinal == 3 and nxt.material == round_.evidence_digest
 
 
 def test_a_leader_infra_failure_voids_the_round(campaign: Campaign, enter: Enter) -> None:
     leader = enter(at=NOW)
-    services.round_record(report(start_and_claim(campaign)))
+    recording.round_record(report(start_and_claim(campaign)))
     challenger = enter(at=NOW + MINUTE)
     claim = start_and_claim(campaign, NOW + MINUTE)
-    services.round_record(
+    recording.round_record(
         report(claim, {leader.pk: {"exit_code": 1}, challenger.pk: {"seconds": 5.0}})
     )
     round_ = Round.objects.get(pk=claim.round_id)
@@ -457,15 +459,15 @@ def test_a_host_side_void_and_a_stale_heartbeat_void_the_round(
 ) -> None:
     sub = enter(at=NOW)
     claim = start_and_claim(campaign)
-    services.round_record(report(claim, void_reason="the host died"))
+    recording.round_record(report(claim, void_reason="the host died"))
     assert Round.objects.get(pk=claim.round_id).void_reason == "the host died"
     claim = start_and_claim(campaign, NOW + MINUTE)
-    assert services.round_heartbeat(claim.round_id, HOST, NOW + 5 * MINUTE)
-    assert services.campaigns_sweep(NOW + 19 * MINUTE)["voided"] == []
-    assert services.campaigns_sweep(NOW + 21 * MINUTE)["voided"] == [claim.round_id]
-    assert Round.objects.get(pk=claim.round_id).void_reason == services.STALE_HEARTBEAT
-    assert not services.round_heartbeat(claim.round_id, HOST)  # the host learns to stop
-    assert not services.round_record(report(claim))  # and its late report is ignored
+    assert rounds.round_heartbeat(claim.round_id, HOST, NOW + 5 * MINUTE)
+    assert sweep.campaigns_sweep(NOW + 19 * MINUTE)["voided"] == []
+    assert sweep.campaigns_sweep(NOW + 21 * MINUTE)["voided"] == [claim.round_id]
+    assert Round.objects.get(pk=claim.round_id).void_reason == sweep.STALE_HEARTBEAT
+    assert not rounds.round_heartbeat(claim.round_id, HOST)  # the host learns to stop
+    assert not recording.round_record(report(claim))  # and its late report is ignored
     assert status(sub) == Submission.BENCH_QUEUED
 
 
@@ -476,22 +478,22 @@ def test_staff_start_void_and_pause_are_audited(
     campaign: Campaign, enter: Enter, staff: Any
 ) -> None:
     enter(at=timezone.now())
-    round_ = services.round_start_now(campaign=campaign, actor=staff)
+    round_ = controls.round_start_now(campaign=campaign, actor=staff)
     assert round_.status == Round.PENDING
     with pytest.raises(errors.InvalidParameter):
-        services.round_start_now(campaign=campaign, actor=staff)  # one is open
+        controls.round_start_now(campaign=campaign, actor=staff)  # one is open
     with pytest.raises(errors.InvalidParameter):
-        services.round_void(round_=round_, reason=" ", actor=staff)
-    services.round_void(round_=round_, reason="wrong driver on the host", actor=staff)
+        controls.round_void(round_=round_, reason=" ", actor=staff)
+    controls.round_void(round_=round_, reason="wrong driver on the host", actor=staff)
     assert round_.status == Round.VOID
     assert round_.void_reason == "voided by staff: wrong driver on the host"
     with pytest.raises(errors.InvalidParameter):
-        services.round_void(round_=round_, reason="again", actor=staff)
-    services.campaign_pause(campaign=campaign, actor=staff, paused=True, reason="driver update")
+        controls.round_void(round_=round_, reason="again", actor=staff)
+    controls.campaign_pause(campaign=campaign, actor=staff, paused=True, reason="driver update")
     with pytest.raises(errors.InvalidParameter):
-        services.round_start_now(campaign=campaign, actor=staff)
-    assert services.campaigns_sweep(timezone.now() + dt.timedelta(days=1))["started"] == []
-    services.campaign_pause(campaign=campaign, actor=staff, paused=False)
+        controls.round_start_now(campaign=campaign, actor=staff)
+    assert sweep.campaigns_sweep(timezone.now() + dt.timedelta(days=1))["started"] == []
+    controls.campaign_pause(campaign=campaign, actor=staff, paused=False)
     events = list(AuditEvent.objects.order_by("id").values_list("action", "actor", "reason"))
     assert [
         (a, r)
@@ -510,7 +512,7 @@ def test_the_baseline_cannot_change_once_rounds_exist(campaign: Campaign, enter:
     enter(at=NOW)
     start_and_claim(campaign)
     with pytest.raises(errors.InvalidParameter):
-        services.campaign_baseline_record(
+        creation.campaign_baseline_record(
             campaign=campaign, image_tag="x", image_digest="sha256:new"
         )
 
@@ -521,7 +523,7 @@ def test_the_baseline_cannot_change_once_rounds_exist(campaign: Campaign, enter:
 def test_the_overview_and_the_entry_report(campaign: Campaign, enter: Enter) -> None:
     leader = enter(at=NOW)
     claim = start_and_claim(campaign)
-    services.round_record(report(claim, {leader.pk: {"seconds": 7.5}}))
+    recording.round_record(report(claim, {leader.pk: {"seconds": 7.5}}))
     waiting = enter(at=NOW + MINUTE)
     overview = selectors.campaign_overview(campaign, now=NOW + MINUTE)
     assert overview.crown is not None and overview.crown.submission_id == leader.pk
@@ -588,13 +590,13 @@ def test_a_voided_challenger_keeps_its_place_by_first_queued_time(
     old = enter(at=NOW)
     claim = start_and_claim(campaign, NOW)
     later = NOW + 10 * MINUTE
-    assert services.round_record(report(claim, closing_s=10.8), later)  # drift: the baseline's
+    assert recording.round_record(report(claim, closing_s=10.8), later)  # drift: the baseline's
     assert Round.objects.get(pk=claim.round_id).void_cause == rules.VOID_BASELINE
     newer = enter(at=later + MINUTE)
     old.refresh_from_db()
     assert old.queued_at == later  # the wait trigger restarted
     assert [s.pk for s in selectors.waiting_submissions(campaign)] == [old.pk, newer.pk]
-    nxt = services.round_maybe_start(campaign, later + 2 * MINUTE, force=True)
+    nxt = rounds.round_maybe_start(campaign, later + 2 * MINUTE, force=True)
     assert nxt is not None
     assert [e.submission_id for e in nxt.entries.all()] == [old.pk]
     overview = selectors.campaign_overview(campaign, now=later + 2 * MINUTE)
@@ -610,7 +612,7 @@ def test_a_challenger_whose_own_entry_voided_the_round_goes_to_the_back(
     later = NOW + 10 * MINUTE
     # Killed at the deadline: infra_failed by its own doing; no challenger got a verdict.
     spec = {noisy.pk: {"killed": True, "exit_code": None}}
-    assert services.round_record(report(claim, spec), later)
+    assert recording.round_record(report(claim, spec), later)
     round_ = Round.objects.get(pk=claim.round_id)
     assert (round_.status, round_.void_cause, round_.void_by) == (
         Round.VOID,
@@ -627,7 +629,7 @@ def test_a_leader_voiding_rounds_by_its_own_entry_loses_the_crown_at_the_limit(
     """An image with a time switch (exit 1 once it leads) must not hold the crown for ever
     by voiding every round: at two own voids in a row it loses it, and the page says why."""
     leader = enter(at=NOW)
-    services.round_record(report(start_and_claim(campaign, NOW)), NOW)
+    recording.round_record(report(start_and_claim(campaign, NOW)), NOW)
     assert Crown.objects.get(campaign=campaign).submission_id == leader.pk
     moment = NOW
     for number in (1, 2):
@@ -635,7 +637,7 @@ def test_a_leader_voiding_rounds_by_its_own_entry_loses_the_crown_at_the_limit(
         challenger = enter(at=moment)
         claim = start_and_claim(campaign, moment)
         spec = {leader.pk: {"exit_code": 1}, challenger.pk: {"seconds": 9.0}}
-        assert services.round_record(report(claim, spec), moment)
+        assert recording.round_record(report(claim, spec), moment)
         round_ = Round.objects.get(pk=claim.round_id)
         assert (round_.void_cause, round_.void_by) == (rules.VOID_LEADER, [leader.pk])
         crown = Crown.objects.filter(campaign=campaign).first()
@@ -653,7 +655,7 @@ def test_a_void_the_leader_did_not_cause_neither_counts_nor_resets_and_a_scored_
     campaign: Campaign, enter: Enter
 ) -> None:
     leader = enter(at=NOW)
-    services.round_record(report(start_and_claim(campaign, NOW)), NOW)
+    recording.round_record(report(start_and_claim(campaign, NOW)), NOW)
     moment = NOW
 
     def next_round(spec_for_leader: dict[str, Any], **kwargs: Any) -> None:
@@ -662,7 +664,7 @@ def test_a_void_the_leader_did_not_cause_neither_counts_nor_resets_and_a_scored_
         challenger = enter(at=moment)
         claim = start_and_claim(campaign, moment)
         spec = {leader.pk: spec_for_leader, challenger.pk: {"seconds": 9.5}}
-        assert services.round_record(report(claim, spec, **kwargs), moment)
+        assert recording.round_record(report(claim, spec, **kwargs), moment)
 
     next_round({"exit_code": 1})  # own: 1
     next_round({}, closing_s=10.8)  # the baseline drifted: still 1
@@ -677,7 +679,7 @@ def test_a_disqualified_challenger_leaves_a_pending_round_which_voids_when_empty
     campaign: Campaign, enter: Enter
 ) -> None:
     first, second = queued(campaign, enter, 2)
-    round_ = services.round_maybe_start(campaign, NOW, force=True)
+    round_ = rounds.round_maybe_start(campaign, NOW, force=True)
     assert round_ is not None
     reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
     staff.submission_disqualify(submission=first, actor=reviewer, reason="plagiarism")
@@ -699,7 +701,7 @@ def test_a_challenger_disqualified_in_a_running_round_cannot_take_the_crown(
     reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
     staff.submission_disqualify(submission=cheat, actor=reviewer, reason="lookup table")
     spec = {cheat.pk: {"seconds": 5.0}, honest.pk: {"seconds": 9.0}}
-    assert services.round_record(report(claim, spec), NOW)
+    assert recording.round_record(report(claim, spec), NOW)
     entry = entry_of(claim, cheat)
     assert (entry.verdict, entry.score) == (RoundEntry.DISQUALIFIED, None)
     assert rules.STAFF_DISQUALIFIED in entry.reason
@@ -711,7 +713,7 @@ def test_the_page_says_why_the_crown_is_vacant_and_a_closed_campaign_is_final(
     campaign: Campaign, enter: Enter
 ) -> None:
     leader = enter(at=NOW)
-    services.round_record(report(start_and_claim(campaign, NOW)), NOW)
+    recording.round_record(report(start_and_claim(campaign, NOW)), NOW)
     reviewer = factories.UserFactory(is_staff=True, is_superuser=True)
     staff.submission_disqualify(submission=leader, actor=reviewer, reason="copied code")
     overview = selectors.campaign_overview(campaign, now=NOW)
@@ -725,7 +727,7 @@ def test_the_page_says_why_the_crown_is_vacant_and_a_closed_campaign_is_final(
 def test_a_claim_carries_the_campaigns_slice_repeats(campaign: Campaign, enter: Enter) -> None:
     Campaign.objects.filter(pk=campaign.pk).update(slice_repeats=3)
     enter(at=NOW)
-    round_ = services.round_maybe_start(campaign, NOW, force=True)
+    round_ = rounds.round_maybe_start(campaign, NOW, force=True)
     assert round_ is not None
-    claim = services.round_claim(round_.pk, HOST, NOW)
+    claim = rounds.round_claim(round_.pk, HOST, NOW)
     assert claim is not None and claim.limits.slice_repeats == 3

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from django.utils import timezone
 
-from portal.campaigns import services as campaign_services
+from portal.campaigns import creation as campaign_creation
 from portal.campaigns.models import Round
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
@@ -78,7 +78,7 @@ def voided_round(benchmark: Benchmark, host: str) -> Round:
     benchmark.kind = Benchmark.CAMPAIGN
     benchmark.save()
     cohort = make_cohort(benchmark, [7] * 4)
-    campaign = campaign_services.campaign_create(benchmark=benchmark, round_size=4, slice_count=2)
+    campaign = campaign_creation.campaign_create(benchmark=benchmark, round_size=4, slice_count=2)
     now = timezone.now()
     return Round.objects.create(
         campaign=campaign,

@@ -15,8 +15,9 @@ import pytest
 from django.utils import timezone
 
 from portal import jobs
+from portal.campaigns import creation as campaign_creation
+from portal.campaigns import rounds as campaign_rounds
 from portal.campaigns import rules as campaign_rules
-from portal.campaigns import services as campaign_services
 from portal.campaigns.models import Crown, Round, RoundEntry
 from portal.campaigns.outcomes import (
     BASELINE_CLOSE,
@@ -517,14 +518,14 @@ def make_round(
     make_cohort(benchmark, [7] * POOL)
     # The ceilings are the rules' (tests/campaigns); a busy shared test machine is no
     # quiet scoring host, so they are wide here: this is about the host's side.
-    campaign = campaign_services.campaign_create(
+    campaign = campaign_creation.campaign_create(
         benchmark=benchmark,
         round_size=POOL,
         slice_count=SLICES,
         reproducibility_ceiling=5.0,
         drift_ceiling=1.0,
     )
-    campaign_services.campaign_baseline_record(
+    campaign_creation.campaign_baseline_record(
         campaign=campaign, image_tag=images["baseline"], image_digest=image_id(images["baseline"])
     )
     submissions: dict[str, Submission] = {}
@@ -540,7 +541,7 @@ def make_round(
             image_digest=image_id(images[name]), queued_at=start + dt.timedelta(minutes=index)
         )
         submissions[name] = submission
-    round_ = campaign_services.round_maybe_start(campaign, force=True)
+    round_ = campaign_rounds.round_maybe_start(campaign, force=True)
     assert round_ is not None
     return round_, submissions
 
@@ -582,7 +583,7 @@ def test_a_round_claimed_elsewhere_is_left_alone(alice, benchmark, monkeypatch, 
 
     monkeypatch.setattr(hosts, "machine_facts", lambda: {})
     round_, _submissions = make_round(benchmark, {"baseline": "b:1", "fast": "f:1"}, [alice])
-    assert campaign_services.round_claim(round_.pk, "another-host") is not None
+    assert campaign_rounds.round_claim(round_.pk, "another-host") is not None
     ran: list[Any] = []
     monkeypatch.setattr(rounds, "run_claimed", lambda *args: ran.append(args))
 

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.campaigns import selectors, services
+from portal.campaigns import creation, selectors
 from portal.campaigns.models import Campaign
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
@@ -81,7 +81,7 @@ class Command(BaseCommand):
         self._pin(campaign, submission.image_tag, submission.image_digest, submission.image_ref)
 
     def _pin(self, campaign: Campaign, tag: str, digest: str, ref: str) -> None:
-        services.campaign_baseline_record(
+        creation.campaign_baseline_record(
             campaign=campaign, image_tag=tag, image_digest=digest, image_ref=ref
         )
         self.stdout.write(f"{campaign.slug}: baseline pinned: {tag} ({digest}).")

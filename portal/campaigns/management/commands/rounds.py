@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.campaigns import selectors, services
+from portal.campaigns import controls, selectors
 from portal.campaigns.models import Round
 from portal.errors import PodiumError
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
         action, reason = options["action"], options["reason"]
         try:
             if action == "start":
-                started = services.round_start_now(campaign=campaign, actor=None)
+                started = controls.round_start_now(campaign=campaign, actor=None)
                 self.stdout.write(f"Round {started.ordinal} (id {started.pk}) is pending.")
             elif action == "void":
                 if options["round"] is None or not reason.strip():
@@ -45,11 +45,11 @@ class Command(BaseCommand):
                 round_ = Round.objects.filter(pk=options["round"], campaign=campaign).first()
                 if round_ is None:
                     raise CommandError(f"{campaign.slug} has no round {options['round']}.")
-                services.round_void(round_=round_, reason=reason, actor=None)
+                controls.round_void(round_=round_, reason=reason, actor=None)
                 self.stdout.write(f"Round {round_.ordinal} (id {round_.pk}) is void.")
             else:
                 paused = action == "pause"
-                services.campaign_pause(campaign=campaign, actor=None, paused=paused, reason=reason)
+                controls.campaign_pause(campaign=campaign, actor=None, paused=paused, reason=reason)
                 self.stdout.write(f"{campaign.slug} is {'paused' if paused else 'running'}.")
         except PodiumError as exc:
             raise CommandError(exc.detail) from None

@@ -30,8 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from portal import storage
+from portal.campaigns.creation import campaign_create
 from portal.campaigns.models import Campaign
-from portal.campaigns.services import campaign_create
 from portal.contests import democohort
 from portal.contests.cohorts import cohort_import
 from portal.contests.models import Benchmark, Cohort
