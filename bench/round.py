@@ -5,7 +5,7 @@ requests, cut into ``--slices`` (4) slices; the starter kit as the baseline and 
 ``--challengers`` (5) challengers (starter-kit-like images: the same kit, one submission
 each). The round runs as a scoring host runs it: ``scoring.campaign.rounds.run_round`` in this
 process (the machine lock, the freezer, the health gates, a warm-up pass, the opening
-baseline, every challenger, the closing baseline; ``--repeats`` (3) supervised containers per
+baseline, every challenger, the closing baseline; ``--repeats`` (1) supervised containers per
 slice, one after another, the fastest clean one standing for the slice).
 
 Figures printed:
@@ -61,7 +61,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--slices", type=int, default=4, help="slices per pass (default 4)")
     parser.add_argument("--challengers", type=int, default=5, help="challengers (default 5)")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="timed tries per slice and pass (default 3)"
+        "--repeats", type=int, default=1, help="timed tries per slice and pass (default 1)"
     )
     parser.add_argument("--seed", type=int, default=20260810, help="demo cohort seed")
     parser.add_argument(

@@ -53,10 +53,6 @@ a real benchmark, so this is also the place to learn the rules before they count
 CAMPAIGN_SLUG = "demo-campaign"
 CAMPAIGN_ROUND_SIZE = 20
 CAMPAIGN_SLICES = 4
-# The demo's slices are a few images each, so a slice's time is mostly its process's
-# start; the fastest of 3 tries keeps that noise under the seeds' ceilings
-# (bench/round.py measures it).
-CAMPAIGN_SLICE_REPEATS = 3
 CAMPAIGN_DESCRIPTION = """\
 The demo's images, scored in rounds instead of a leaderboard.
 
@@ -224,7 +220,6 @@ class Command(BaseCommand):
                 benchmark=benchmark,
                 round_size=CAMPAIGN_ROUND_SIZE,
                 slice_count=CAMPAIGN_SLICES,
-                slice_repeats=CAMPAIGN_SLICE_REPEATS,
             )
             self.stdout.write(
                 f"Created campaign {CAMPAIGN_SLUG} (pin its baseline: manage.py "
