@@ -20,9 +20,9 @@ from portal.contests.selectors import LeaderboardRow
 from portal.environments.models import Environment, EnvironmentEvent
 from portal.environments.selectors import BuildNetworkState
 from portal.hosts.selectors import HostRow, NoiseBand, class_hardware, noise_band
+from portal.submissions.attempts import Quota
 from portal.submissions.leaderboard import VerifyingRow
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
-from portal.submissions.quota import Quota
 from portal.submissions.selectors import (
     QueueStanding,
     queue_standing,

@@ -39,9 +39,9 @@ from portal.contests.models import Benchmark, Cohort
 from portal.contests.selectors import leaderboard_rows
 from portal.environments.selectors import build_network_state
 from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
+from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
-from portal.submissions.quota import quota_for
 from portal.throttles import PostRateThrottle
 
 # Tokens -----------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from portal.campaigns.crown import crown_vacate
 from portal.campaigns.models import Campaign, Crown, QueuePlace, Round, RoundEntry
 from portal.campaigns.recording import round_facts, round_void_record
 from portal.campaigns.rounds import round_maybe_start_after_commit
+from portal.submissions.attempts import attempt_refund
 from portal.submissions.models import Submission
-from portal.submissions.services import attempt_refund, submission_transition
+from portal.submissions.services import submission_transition
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,9 @@ from portal.campaigns.rounds import (
     round_maybe_start_after_commit,
     submission_event,
 )
+from portal.submissions.attempts import attempt_refund
 from portal.submissions.models import Submission
-from portal.submissions.services import attempt_refund, submission_transition
+from portal.submissions.services import submission_transition
 
 
 def round_record(outcome: RoundOutcome, now: dt.datetime | None = None) -> bool:

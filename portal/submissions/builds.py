@@ -11,8 +11,9 @@ from django.utils import timezone
 from portal import jobs
 from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
 from portal.submissions import hooks
+from portal.submissions.attempts import attempt_refund
 from portal.submissions.models import Submission, SubmissionEvent
-from portal.submissions.services import attempt_refund, event_record, submission_transition
+from portal.submissions.services import event_record, submission_transition
 from portal.submissions.wakeups import score_enqueue
 
 PLATFORM_RETRY_NOTE = "platform error, build will be retried"

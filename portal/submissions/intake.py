@@ -21,8 +21,8 @@ from portal.contests import rules
 from portal.contests.models import Benchmark, Cohort
 from portal.environments.models import Environment
 from portal.environments.services import entrant_check_build_slots, entrant_check_verified
-from portal.submissions.models import AttemptLedger, Submission
-from portal.submissions.quota import quota_for
+from portal.submissions.attempts import attempt_charge, quota_for
+from portal.submissions.models import Submission
 from portal.submissions.services import cohort_kind_for, event_record
 
 SOURCE_FILE = "source.archive"
@@ -156,16 +156,7 @@ def submission_accept(
                 source_bytes=source_file.stat().st_size,
                 environment_image_digest=environment.image_digest,
             )
-            AttemptLedger.objects.create(
-                entrant=entrant,
-                benchmark=benchmark,
-                submission=submission,
-                kind=kind,
-                attempt_day=rules.attempt_day(now, benchmark.attempt_timezone),
-                delta=AttemptLedger.CHARGE,
-                reason="upload accepted",
-                at=now,
-            )
+            attempt_charge(submission=submission, now=now)
             event_record(submission.pk, Submission.ACCEPTED)
             dest = source_path(submission)
             _place_file(source_file, dest)

@@ -15,10 +15,10 @@ from django.utils import timezone
 from portal import errors
 from portal.contests.models import Cohort
 from portal.submissions import anomalies, dispatch, pool
+from portal.submissions.attempts import attempt_refund
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission, SubmissionEvent
 from portal.submissions.services import (
-    attempt_refund,
     cohort_kind_for,
     event_record,
     run_finish,

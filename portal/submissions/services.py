@@ -10,11 +10,12 @@ Rules of the road:
 The stages have modules of their own: ``intake`` (accepting and charging an upload, the
 web side), ``builds`` (a submission's build), ``runs`` (claiming and recording scored
 runs, waiting for the scoring machine) and ``verification`` (verifying a passed run
-before it ranks); ``wakeups`` wakes the scoring hosts. This module holds what they
-share: a transition with its timeline event (:func:`submission_transition`), a refund
-(:func:`attempt_refund`), a run's verdict written once (:func:`run_finish`) and the
-cohort a kind of submission is scored on (:func:`cohort_kind_for`). A stage imports
-no other stage, only this module and ``wakeups``; but ``runs`` imports
+before it ranks); ``wakeups`` wakes the scoring hosts, and ``attempts`` charges,
+refunds and counts attempts. This module holds what the stages share: a transition
+with its timeline event (:func:`submission_transition`), a run's verdict written once
+(:func:`run_finish`) and the cohort a kind of submission is scored on
+(:func:`cohort_kind_for`). A stage imports no other stage, only this module,
+``attempts`` and ``wakeups``; but ``runs`` imports
 ``verification`` (a passing official run may be verified before it ranks).
 """
 
@@ -23,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import IntegrityError, models, transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from portal.contests.models import Cohort
 from portal.submissions import hooks
-from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
+from portal.submissions.models import Run, Submission, SubmissionEvent
 
 
 def event_record(submission_id: int, status: str, note: str = "") -> None:
@@ -67,28 +68,6 @@ def submission_transition(
             event_record(submission_id, to, note)
             hooks.status_entered(submission_id=submission_id, status=to)
         return bool(done)
-
-
-def attempt_refund(*, submission: Submission, reason: str) -> bool:
-    """Refund the submission's attempt once (platform failure or staff cancellation)."""
-    charge = submission.ledger.filter(delta=AttemptLedger.CHARGE).first()
-    if charge is None:
-        return False
-    try:
-        with transaction.atomic():
-            AttemptLedger.objects.create(
-                entrant_id=submission.entrant_id,
-                benchmark_id=submission.benchmark_id,
-                submission=submission,
-                kind=submission.kind,
-                attempt_day=charge.attempt_day,
-                delta=AttemptLedger.REFUND,
-                reason=reason,
-                at=timezone.now(),
-            )
-    except IntegrityError:
-        return False  # already refunded
-    return True
 
 
 def run_finish(

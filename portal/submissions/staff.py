@@ -21,10 +21,11 @@ from django.utils import timezone
 from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.submissions import hooks
+from portal.submissions.attempts import attempt_refund
 from portal.submissions.intake import source_path
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
-from portal.submissions.services import attempt_refund, submission_transition
+from portal.submissions.services import submission_transition
 from portal.submissions.verification import verification_requeue
 from portal.submissions.wakeups import score_enqueue
 

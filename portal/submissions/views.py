@@ -15,9 +15,9 @@ from portal.contests.selectors import schedule_at
 from portal.environments.models import Environment
 from portal.errors import PodiumError
 from portal.submissions import intake
+from portal.submissions.attempts import quota_for
 from portal.submissions.forms import SubmissionForm
 from portal.submissions.models import Submission
-from portal.submissions.quota import quota_for
 from portal.submissions.selectors import submission_state, submissions_with_latest_run
 
 

@@ -20,9 +20,9 @@ from portal.contests.selectors import (
 )
 from portal.environments.selectors import build_network_state
 from portal.hosts.selectors import class_hardware
+from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
-from portal.submissions.quota import quota_for
 from portal.web.chart import progress_chart
 
 BOARD_PREVIEW_ROWS = 20

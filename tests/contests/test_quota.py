@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from portal.submissions.attempts import quota_for
 from portal.submissions.models import Submission
-from portal.submissions.quota import quota_for
 from tests import factories
 
 UTC = dt.UTC

@@ -30,8 +30,8 @@ from rest_framework.test import APIClient
 
 from portal import archives, uploads
 from portal.environments.models import Environment
+from portal.submissions.attempts import quota_for
 from portal.submissions.models import AttemptLedger, Submission
-from portal.submissions.quota import quota_for
 from tests import factories
 
 BOUNDARY = "AttackerBoundary7MA4YWxkTrZu0gW"

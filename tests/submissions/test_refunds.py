@@ -19,17 +19,17 @@ from portal import errors, jobs
 from portal.contests import rules
 from portal.contests.models import Cohort
 from portal.submissions import staff
+from portal.submissions.attempts import attempt_refund, quota_for
 from portal.submissions.builds import submission_build_finished, submission_build_platform_failure
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import AttemptLedger, Run, Submission
-from portal.submissions.quota import quota_for
 from portal.submissions.runs import (
     run_claim,
     run_mark_running,
     run_record_infra_failure,
     run_record_verdict,
 )
-from portal.submissions.services import attempt_refund, submission_transition
+from portal.submissions.services import submission_transition
 from scoring import engine
 from scoring.build import builds
 from tests import factories

@@ -97,7 +97,7 @@ def test_moment_is_a_time_element_in_utc_with_the_kst_text():
 
 
 def test_quota_sentence_states_what_is_left_and_when_more_comes():
-    from portal.submissions.quota import Quota
+    from portal.submissions.attempts import Quota
 
     now = dt.datetime(2026, 8, 12, 18, 48, tzinfo=KST)
     reset = dt.datetime(2026, 8, 13, 0, 0, tzinfo=KST)

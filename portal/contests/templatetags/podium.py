@@ -174,7 +174,7 @@ def quota_sentence(
     """The quota in one line: "1 of 2 official attempts left today; the next one at
     00:00 KST, in 5 h 12 min".
 
-    ``quota`` is a ``submissions.quota.Quota``. The reset time carries its full date in
+    ``quota`` is a ``submissions.attempts.Quota``. The reset time carries its full date in
     KST and UTC in its title, and podium.js adds the viewer's own clock time.
     """
     noun = f"{quota.kind} attempt" + ("" if quota.per_day == 1 else "s")

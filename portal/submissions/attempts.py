@@ -1,5 +1,8 @@
-"""An entrant's attempt quota: what the attempt ledger charged on an attempt day, and what
-is left of today's."""
+"""An entrant's attempts, in one place: the ledger's charge when an upload is accepted,
+its refund (platform failures, staff cancellations, duplicates), and the quota they
+leave on an attempt day. The day's arithmetic is pure (``portal.contests.rules``:
+``attempt_day``, ``remaining_attempts``, ``next_attempt_at``); what the ledger holds is
+read and written only here."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Sum
+from django.utils import timezone
 
 from portal.contests import rules
 from portal.contests.models import Benchmark
@@ -57,3 +62,41 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
         resets_at=rules.next_reset(now, tz_name),
         next_available_at=next_at,
     )
+
+
+def attempt_charge(*, submission: Submission, now: dt.datetime) -> None:
+    """Charge ``submission``'s attempt on its attempt day (inside the transaction that
+    accepts it, holding the entrant's row lock: ``intake.submission_accept``)."""
+    benchmark = submission.benchmark
+    AttemptLedger.objects.create(
+        entrant_id=submission.entrant_id,
+        benchmark=benchmark,
+        submission=submission,
+        kind=submission.kind,
+        attempt_day=rules.attempt_day(now, benchmark.attempt_timezone),
+        delta=AttemptLedger.CHARGE,
+        reason="upload accepted",
+        at=now,
+    )
+
+
+def attempt_refund(*, submission: Submission, reason: str) -> bool:
+    """Refund the submission's attempt once (platform failure or staff cancellation)."""
+    charge = submission.ledger.filter(delta=AttemptLedger.CHARGE).first()
+    if charge is None:
+        return False
+    try:
+        with transaction.atomic():
+            AttemptLedger.objects.create(
+                entrant_id=submission.entrant_id,
+                benchmark_id=submission.benchmark_id,
+                submission=submission,
+                kind=submission.kind,
+                attempt_day=charge.attempt_day,
+                delta=AttemptLedger.REFUND,
+                reason=reason,
+                at=timezone.now(),
+            )
+    except IntegrityError:
+        return False  # already refunded
+    return True
