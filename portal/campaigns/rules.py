@@ -245,6 +245,20 @@ class Judgement:
     own: bool = False
 
 
+def slice_fatal(run: SliceRun) -> bool:
+    """Whether a slice ends its image's pass: it was stopped (deadline, host timer, OOM) or
+    its process did not exit 0. Such a slice decides the image's verdict by itself
+    (:func:`judge_run` looks no further); an output that is wrong or malformed does not,
+    so the pass goes on and every slice's output is checked and counted."""
+    return (
+        run.wall_ns is None
+        or run.killed
+        or run.oom_killed
+        or run.signal is not None
+        or run.exit_code != 0
+    )
+
+
 def standing_slice(tries: Sequence[SliceRun]) -> SliceRun:
     """Which of one slice's repeated invocations stands for it in the pass.
 
@@ -257,14 +271,7 @@ def standing_slice(tries: Sequence[SliceRun]) -> SliceRun:
     if not tries:
         raise ValueError("a slice with no try")
     for one in tries:
-        if (
-            one.wall_ns is None
-            or one.killed
-            or one.oom_killed
-            or one.signal is not None
-            or one.exit_code != 0
-            or not one.output_ok
-        ):
+        if slice_fatal(one) or not one.output_ok:
             return one
     return min(tries, key=lambda one: int(one.wall_ns or 0))
 

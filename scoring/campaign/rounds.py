@@ -28,7 +28,7 @@ round's hardware class. In order:
 5. Off the clock, each slice's output is checked (4 bytes per request, every class in
    [0, 999]) and its matches counted against that slice's references
    (:func:`check_output`): a ``SliceRun``. A pass stops at its first fatal slice
-   (:func:`slice_fatal`: stopped, or not exit 0); a wrong or malformed output is not
+   (``rules.slice_fatal``: stopped, or not exit 0); a wrong or malformed output is not
    fatal: it is checked and counted like every slice.
 6. Hand the ``RoundOutcome`` (with its environment block) to ``round_record``, which
    decides verdicts, scores, the crown or a void (``rules.decide_round``). Nothing is
@@ -155,20 +155,6 @@ def stopped_slice(index: int, total: int, *, oom_killed: bool) -> SliceRun:
     )
 
 
-def slice_fatal(run: SliceRun) -> bool:
-    """Whether a slice ends its image's pass: it was stopped (deadline, host timer, OOM) or
-    its process did not exit 0. Such a slice decides the image's verdict by itself
-    (``rules.judge_run`` looks no further); an output that is wrong or malformed does not,
-    so the pass goes on and every slice's output is checked and counted."""
-    return (
-        run.wall_ns is None
-        or run.killed
-        or run.oom_killed
-        or run.signal is not None
-        or run.exit_code != 0
-    )
-
-
 def pass_clean(run: ImageRun | None) -> bool:
     """Whether a pass ran slices, all of them to a clean end with a well-formed output,
     and met no platform fault: what a baseline pass must be for the round to go on."""
@@ -176,7 +162,7 @@ def pass_clean(run: ImageRun | None) -> bool:
         run is not None
         and not run.infra_error
         and bool(run.slices)
-        and not any(slice_fatal(one) or not one.output_ok for one in run.slices)
+        and not any(rules.slice_fatal(one) or not one.output_ok for one in run.slices)
     )
 
 
@@ -380,7 +366,7 @@ def run_pass(
     repeats: int = 1,
 ) -> tuple[ImageRun, int | None]:
     """One image over every slice, in order, stopping at the first fatal slice
-    (:func:`slice_fatal`), a platform fault or a lost lock; the pass and the cgroup
+    (``rules.slice_fatal``), a platform fault or a lost lock; the pass and the cgroup
     version its slices' meter saw. Each slice runs ``repeats`` times in a row (fewer
     when a try is fatal or its output malformed) and ``rules.standing_slice`` picks the
     try that stands for it; every try's result line is kept as evidence."""
@@ -402,11 +388,11 @@ def run_pass(
             if result is not None:
                 cgroup_version = result.resources.cgroup_version
             tries.append(run)
-            if slice_fatal(run) or not run.output_ok or lost():
+            if rules.slice_fatal(run) or not run.output_ok or lost():
                 break
         run = rules.standing_slice(tries)
         slices.append(run)
-        if slice_fatal(run) or lost():
+        if rules.slice_fatal(run) or lost():
             break
     return ImageRun(role, entry_id, image_id, slices), cgroup_version
 

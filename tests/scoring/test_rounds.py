@@ -90,7 +90,7 @@ def test_a_slice_carries_the_trusted_time_and_its_matches():
         matches=2,
         total=3,
     )
-    assert not rounds.slice_fatal(run)  # a wrong answer is counted, not fatal
+    assert not campaign_rules.slice_fatal(run)  # a wrong answer is counted, not fatal
 
 
 def test_an_output_longer_than_the_slice_is_not_ok():
@@ -109,7 +109,7 @@ def test_an_oom_kill_inside_the_container_is_seen_by_the_meter():
     run = rounds.slice_run(0, result, [7, 7])
 
     assert run.oom_killed is True
-    assert rounds.slice_fatal(run)
+    assert campaign_rules.slice_fatal(run)
 
 
 def test_a_slice_stopped_from_outside_has_no_time():
@@ -136,7 +136,7 @@ def test_a_slice_stopped_from_outside_has_no_time():
 def test_a_slice_is_fatal_when_stopped_crashed_or_malformed(changes, fatal):
     clean = SliceRun(0, 10, 0, None, False, False, True, 5, 5)
 
-    assert rounds.slice_fatal(SliceRun(**{**clean.__dict__, **changes})) is fatal
+    assert campaign_rules.slice_fatal(SliceRun(**{**clean.__dict__, **changes})) is fatal
 
 
 def test_a_pass_is_clean_only_with_slices_and_no_fault():
