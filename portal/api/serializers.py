@@ -299,6 +299,10 @@ class PracticeSerializer(serializers.Serializer[dict[str, Any]]):
     download_url = serializers.URLField()
     answers = PracticeAnswerSerializer(many=True)
     count = serializers.IntegerField()
+    seed = serializers.CharField(
+        allow_null=True,
+        help_text="The public seed the cohort was drawn with; null for a prepared cohort.",
+    )
 
 
 # Environments -----------------------------------------------------------------------

@@ -217,12 +217,14 @@ class PracticeView(APIView):
     )
     def get(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
-        items = downloads.practice_items(practice_cohort(benchmark))
+        cohort = practice_cohort(benchmark)
+        items = downloads.practice_items(cohort)
         url = reverse("api:practice-download", kwargs={"slug": benchmark.slug})
         data = {
             "download_url": request.build_absolute_uri(url),
             "answers": items,
             "count": len(items),
+            "seed": cohort.public_seed or None,
         }
         return Response(s.PracticeSerializer(data).data)
 

@@ -219,10 +219,17 @@ def _stage(sources: list[_Source], placement: _Placement) -> tuple[Path, list[_M
 
 
 def _install(
-    *, benchmark: Benchmark, kind: str, staging: Path, members: list[_Member], placement: _Placement
+    *,
+    benchmark: Benchmark,
+    kind: str,
+    staging: Path,
+    members: list[_Member],
+    placement: _Placement,
+    public_seed: str = "",
 ) -> Cohort:
     """Inside the caller's transaction: replace the ``kind`` cohort with ``members`` and
-    move ``staging`` to its folder. Raises ``ValueError`` when a run used the old one."""
+    move ``staging`` to its folder. Raises ``ValueError`` when a run used the old one.
+    ``public_seed``: the practice draw's published seed (never an official one's)."""
     old = Cohort.objects.select_for_update().filter(benchmark=benchmark, kind=kind).first()
     if old is not None:
         old_dir = storage.cohort_dir(old.pk)
@@ -234,7 +241,9 @@ def _install(
                 "a scored cohort cannot be replaced"
             ) from None
         transaction.on_commit(lambda: _remove_tree(old_dir))
-    cohort = Cohort.objects.create(benchmark=benchmark, kind=kind)
+    if kind != Cohort.PRACTICE:
+        public_seed = ""
+    cohort = Cohort.objects.create(benchmark=benchmark, kind=kind, public_seed=public_seed)
     CohortItem.objects.bulk_create(
         CohortItem(
             cohort=cohort,
@@ -505,6 +514,7 @@ def imagenet_import(
                     staging=staging,
                     members=members,
                     placement=placement,
+                    public_seed=practice_seed if kind == Cohort.PRACTICE else "",
                 )
                 audit_record(
                     actor=None,
@@ -548,9 +558,11 @@ def cohort_change(
         changes = {name: [old[name], new[name]] for name in old if old[name] != new[name]}
         if changes:
             current.benchmark, current.kind = benchmark, kind
+            if kind != Cohort.PRACTICE:
+                current.public_seed = ""  # an official cohort's draw stays private
             current.refuse_frozen_change()
             current.full_clean()  # an unknown kind, or one the benchmark already has
-            current.save(update_fields=["benchmark", "kind"])
+            current.save(update_fields=["benchmark", "kind", "public_seed"])
             audit_record(
                 actor=actor,
                 action="cohort.change",

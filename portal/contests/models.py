@@ -217,6 +217,10 @@ class Cohort(models.Model):
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="cohorts")
     kind = models.CharField(max_length=16, choices=KINDS)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The public seed a practice cohort was drawn with (the ImageNet import), published on
+    # the benchmark's page and API so anyone can redo the draw; empty for a prepared
+    # cohort, and never kept on an official one (its seed is private).
+    public_seed = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [

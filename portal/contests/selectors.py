@@ -218,6 +218,17 @@ def benchmark_schedules(now: dt.datetime) -> list[tuple[Benchmark, Schedule]]:
     return sorted(pairs, key=lambda pair: order[pair[1].status])
 
 
+def practice_seed(benchmark: Benchmark) -> str:
+    """The public seed the practice cohort was drawn with; "" when it was not drawn (a
+    prepared cohort) or none is published."""
+    seed = (
+        Cohort.objects.filter(benchmark=benchmark, kind=Cohort.PRACTICE)
+        .values_list("public_seed", flat=True)
+        .first()
+    )
+    return seed or ""
+
+
 def practice_cohort_size(benchmark: Benchmark) -> int | None:
     """How many images the published practice cohort holds; None before one is imported."""
     row = (

@@ -16,6 +16,7 @@ from portal.contests.selectors import (
     leaderboard_standing,
     leaderboard_version,
     practice_cohort_size,
+    practice_seed,
     schedule_at,
 )
 from portal.environments.selectors import build_network_state
@@ -60,6 +61,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "chart": progress_chart(benchmark, now=now, version=version),
         "quotas": quotas,
         "practice_size": practice_cohort_size(benchmark),
+        "practice_seed": practice_seed(benchmark),
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
         "build_network": build_network_state(now=now),

@@ -220,6 +220,7 @@ def test_it_publishes_the_practice_answers_and_a_download_link(practice, alice, 
     assert data["download_url"] == (
         f"http://testserver/api/v1/benchmarks/{practice.benchmark.slug}/practice/download"
     )
+    assert data["seed"] is None  # a prepared cohort: no draw to redo
     assert "secret-official" not in response.content.decode()
 
 

@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent
-from portal.contests.cohorts import cohort_path
+from portal.contests.cohorts import cohort_change, cohort_path
 from portal.contests.models import Benchmark, Cohort
 from portal.submissions.models import Run, Submission
 from tests import factories
@@ -255,6 +255,34 @@ def test_no_entrant_can_fetch_the_seed_or_the_official_members(
     assert event.details["seed_sha256"] == seed_sha256
     assert SEED not in str(event.details)
     assert AuditEvent.objects.get(details__kind="practice").details["seed"] == PRACTICE_SEED
+
+
+def test_the_practice_seed_is_published_so_anyone_can_redo_the_draw(
+    bench, val_dir, reference, seed_file, alice
+) -> None:
+    import_default(val_dir, reference, seed_file)
+
+    practice = api_client(alice).get("/api/v1/benchmarks/eva/practice/").json()
+    assert practice["seed"] == PRACTICE_SEED
+    assert sorted(item["path"] for item in practice["answers"]) == expected_draw(
+        practice["seed"], practice["count"]
+    )
+    page = Client().get("/b/eva/").content.decode()
+    assert f"public seed <code>{PRACTICE_SEED}</code>" in page
+    assert Cohort.objects.get(benchmark=bench, kind=Cohort.OFFICIAL).public_seed == ""
+
+
+def test_a_practice_cohort_moved_to_official_loses_its_public_seed(
+    bench, val_dir, reference, seed_file, staff
+) -> None:
+    import_default(val_dir, reference, seed_file)
+    Cohort.objects.filter(benchmark=bench, kind=Cohort.OFFICIAL).delete()
+    practice = Cohort.objects.get(benchmark=bench, kind=Cohort.PRACTICE)
+
+    moved = cohort_change(cohort=practice, benchmark=bench, kind=Cohort.OFFICIAL, actor=staff)
+
+    assert (moved.kind, moved.public_seed) == (Cohort.OFFICIAL, "")
+    assert PRACTICE_SEED not in Client().get("/b/eva/").content.decode()
 
 
 def one_line_refusal(match: str, **paths: Path) -> None:
