@@ -218,23 +218,13 @@ def benchmark_schedules(now: dt.datetime) -> list[tuple[Benchmark, Schedule]]:
     return sorted(pairs, key=lambda pair: order[pair[1].status])
 
 
-def practice_seed(benchmark: Benchmark) -> str:
-    """The public seed the practice cohort was drawn with; "" when it was not drawn (a
-    prepared cohort) or none is published."""
-    seed = (
-        Cohort.objects.filter(benchmark=benchmark, kind=Cohort.PRACTICE)
-        .values_list("public_seed", flat=True)
-        .first()
-    )
-    return seed or ""
-
-
-def practice_cohort_size(benchmark: Benchmark) -> int | None:
-    """How many images the published practice cohort holds; None before one is imported."""
+def practice_cohort(benchmark: Benchmark) -> tuple[int, str] | None:
+    """The published practice cohort's size and the public seed it was drawn with ("" for
+    a prepared cohort), in one query; None before one is imported."""
     row = (
         Cohort.objects.filter(benchmark=benchmark, kind=Cohort.PRACTICE)
         .annotate(size=Count("items"))
-        .values_list("size", flat=True)
+        .values_list("size", "public_seed")
         .first()
     )
-    return None if row is None else int(row)
+    return None if row is None else (int(row[0]), str(row[1]))

@@ -41,7 +41,8 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
     """How many attempts of ``kind`` the entrant has left on today's attempt day.
 
     ``next_available_at`` is when the next upload can be accepted: now, the next reset,
-    the opening if that is later, or None once the window has closed.
+    the opening if that is later (official attempts only: practice runs are accepted
+    before the opening), or None once the window has closed.
     """
     per_day = (
         benchmark.attempts_per_day if kind == Submission.OFFICIAL else benchmark.practice_per_day
@@ -50,7 +51,7 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
     used = net_charged_on(entrant, benchmark, kind, rules.attempt_day(now, tz_name))
     window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
     next_at: dt.datetime | None = rules.next_attempt_at(now, tz_name, per_day, used)
-    if window == "upcoming":
+    if window == "upcoming" and kind == Submission.OFFICIAL:
         next_at = benchmark.opens_at
     elif window == "closed" or (next_at is not None and next_at >= benchmark.closes_at):
         next_at = None

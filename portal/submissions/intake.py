@@ -63,9 +63,10 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
     slot is free. Called once before the archive is inspected (so a refused upload costs
     no inspection) and again holding the entrant's row lock, where it decides."""
     window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
-    if window == "upcoming":
+    if window == "upcoming" and kind != Submission.PRACTICE:
         raise errors.WindowNotOpen(
-            f"Uploads open at {benchmark.opens_at.isoformat()}; try again then."
+            f"Uploads open at {benchmark.opens_at.isoformat()}; try again then. Practice "
+            "runs are accepted before (their own daily allowance)."
         )
     if window == "closed":
         raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")

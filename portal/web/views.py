@@ -15,8 +15,7 @@ from portal.contests.selectors import (
     leaderboard_page,
     leaderboard_standing,
     leaderboard_version,
-    practice_cohort_size,
-    practice_seed,
+    practice_cohort,
     schedule_at,
 )
 from portal.environments.selectors import build_network_state
@@ -52,6 +51,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
             for kind in (Submission.OFFICIAL, Submission.PRACTICE)
         ]
         standing = leaderboard_standing(benchmark, request.user)
+    practice = practice_cohort(benchmark)
     context = {
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, now),
@@ -60,8 +60,8 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
         "chart": progress_chart(benchmark, now=now, version=version),
         "quotas": quotas,
-        "practice_size": practice_cohort_size(benchmark),
-        "practice_seed": practice_seed(benchmark),
+        "practice_size": practice[0] if practice else None,
+        "practice_seed": practice[1] if practice else "",
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
         "build_network": build_network_state(now=now),

@@ -141,13 +141,21 @@ def test_uploads_open_inclusive_and_close_exclusive(
         assert stored == []
 
 
-def test_practice_follows_the_same_window(flagship, entrant):
+def test_practice_is_accepted_before_the_opening_and_closes_with_the_window(flagship, entrant):
     alice = entrant(flagship)
 
-    early = alice.upload_at(OPENS_AT - US, kind="practice")
+    before = OPENS_AT - dt.timedelta(days=3)
+    quota = alice.quota_at(before)
+    early = alice.upload_at(before, kind="practice")
+    official = alice.upload_at(before)
     late = alice.upload_at(CLOSES_AT, kind="practice")
 
-    assert (code(early), code(late)) == ("window_not_open", "window_closed")
+    assert (code(early), code(official), code(late)) == (201, "window_not_open", "window_closed")
+    assert Submission.objects.get().kind == Submission.PRACTICE
+    ledger = AttemptLedger.objects.get()
+    assert (ledger.kind, ledger.delta) == (Submission.PRACTICE, AttemptLedger.CHARGE)
+    assert instant(quota["practice"]["next_available_at"]) == before
+    assert instant(quota["official"]["next_available_at"]) == OPENS_AT
 
 
 @pytest.mark.parametrize(
