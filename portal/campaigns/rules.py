@@ -219,7 +219,8 @@ def slice_bounds(request_count: int, slice_count: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class Limits:
-    """The campaign's numbers that the judgement uses."""
+    """The campaign's numbers that a round uses: the judgement's agreement, ceilings and
+    moat, and the host's tries per slice."""
 
     min_agreement: float = 0.99
     reproducibility_ceiling: float = 0.335
