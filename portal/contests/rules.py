@@ -117,14 +117,15 @@ def next_reset(now: dt.datetime, tz_name: str) -> dt.datetime:
 def remaining_attempts(per_day: int, net_charged_today: int) -> int:
     """Attempts left today: ``max(0, per_day - net_charged_today)``.
 
-    ``net_charged_today`` is the day's charges minus the day's refunds. A negative net
-    (more refunds than charges on one day, e.g. refunds of yesterday's attempts) counts
-    as zero, so the result is always within ``[0, per_day]``. ``per_day`` must not be
+    ``net_charged_today`` is the day's charges minus the refunds booked on the day. A
+    refund is booked on the day it is given (see ``attempt_refund``), so a refund of an
+    earlier day's attempt gives one back today: the net may then be negative and more
+    than ``per_day`` be left, one more for each such refund. ``per_day`` must not be
     negative (``ValueError``).
     """
     if per_day < 0:
         raise ValueError(f"per_day must not be negative, got {per_day}")
-    return max(0, per_day - max(0, net_charged_today))
+    return max(0, per_day - net_charged_today)
 
 
 def next_attempt_at(

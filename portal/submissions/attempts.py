@@ -40,6 +40,10 @@ def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) 
 def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> Quota:
     """How many attempts of ``kind`` the entrant has left on today's attempt day.
 
+    ``used_today`` is the day's charges net of its refunds, never below zero; a refund of
+    an earlier day's attempt booked today shows as one more ``remaining_today``, which
+    may then exceed ``per_day``.
+
     ``next_available_at`` is when the next upload can be accepted: now, the next reset,
     the opening if that is later (official attempts only: practice runs are accepted
     before the opening), or None once the window has closed.
@@ -58,7 +62,7 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
     return Quota(
         kind=kind,
         per_day=per_day,
-        used_today=used,
+        used_today=max(0, used),
         remaining_today=rules.remaining_attempts(per_day, used),
         resets_at=rules.next_reset(now, tz_name),
         next_available_at=next_at,
@@ -82,10 +86,18 @@ def attempt_charge(*, submission: Submission, now: dt.datetime) -> None:
 
 
 def attempt_refund(*, submission: Submission, reason: str) -> bool:
-    """Refund the submission's attempt once (platform failure or staff cancellation)."""
+    """Refund the submission's attempt once (platform failure or staff cancellation).
+
+    The refund is booked on the attempt day it is given: on the charge's own day that
+    day gets its attempt back; after it (a build or run that failed past midnight) the
+    attempt comes back on the refund's day, since the charge's day is over and an
+    attempt restored to it could never be used.
+    """
     charge = submission.ledger.filter(delta=AttemptLedger.CHARGE).first()
     if charge is None:
         return False
+    now = timezone.now()
+    today = rules.attempt_day(now, submission.benchmark.attempt_timezone)
     try:
         with transaction.atomic():
             AttemptLedger.objects.create(
@@ -93,10 +105,10 @@ def attempt_refund(*, submission: Submission, reason: str) -> bool:
                 benchmark_id=submission.benchmark_id,
                 submission=submission,
                 kind=submission.kind,
-                attempt_day=charge.attempt_day,
+                attempt_day=max(charge.attempt_day, today),
                 delta=AttemptLedger.REFUND,
                 reason=reason,
-                at=timezone.now(),
+                at=now,
             )
     except IntegrityError:
         return False  # already refunded

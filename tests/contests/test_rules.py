@@ -191,13 +191,16 @@ def test_remaining_attempts_counts_charges_net_of_refunds() -> None:
     charges=st.integers(min_value=0, max_value=50),
     refunds=st.integers(min_value=0, max_value=50),
 )
-def test_remaining_is_never_negative_nor_above_the_allowance(
+def test_remaining_is_never_negative_and_each_refund_gives_one_back(
     per_day: int, charges: int, refunds: int
 ) -> None:
     remaining = remaining_attempts(per_day, charges - refunds)
-    assert 0 <= remaining <= per_day
-    if charges >= refunds:
-        assert remaining == max(0, per_day - (charges - refunds))
+    assert remaining == max(0, per_day - (charges - refunds))
+    if refunds > 0:  # one refund more never gives less, and gives one more while any is used
+        more = remaining_attempts(per_day, charges - refunds - 1)
+        assert more == remaining + 1 or (remaining == 0 and more == 0)
+    # Refunds of earlier days' attempts booked today: one more each, above the allowance.
+    assert remaining_attempts(per_day, -refunds) == per_day + refunds
 
 
 def test_remaining_refuses_a_negative_allowance() -> None:

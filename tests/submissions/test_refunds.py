@@ -1,4 +1,4 @@
-"""The attempt ledger: every charge and refund with its reason, on the day of the charge.
+"""The attempt ledger: every charge and refund with its reason and attempt day.
 
 An attempt is charged when an upload is accepted and refunded only when the platform
 fails (a fault is retried once; the second one refunds) or staff cancel. Whatever the
@@ -280,7 +280,7 @@ def test_a_refund_is_written_once_however_often_it_is_asked_for(contest, upload)
 # The day a refund belongs to ----------------------------------------------------------
 
 
-def test_a_refund_after_seoul_midnight_gives_the_attempt_back_on_the_day_of_the_charge(
+def test_a_refund_after_seoul_midnight_gives_the_attempt_back_on_the_day_of_the_refund(
     contest, alice, upload, staff_user
 ):
     with time_machine.travel(BEFORE_SEOUL_MIDNIGHT, tick=False):
@@ -291,17 +291,42 @@ def test_a_refund_after_seoul_midnight_gives_the_attempt_back_on_the_day_of_the_
         staff.submission_cancel(submission=cancelled, actor=staff_user, reason="late refund")
         today = used(alice, contest, AFTER_SEOUL_MIDNIGHT)
 
-    assert ledger(cancelled)[-1] == (-1, OFFICIAL, AUG_12, "cancelled by staff: late refund")
+    assert ledger(cancelled) == [
+        (1, OFFICIAL, AUG_12, "upload accepted"),
+        (-1, OFFICIAL, AUG_13, "cancelled by staff: late refund"),
+    ]
     assert AttemptLedger.objects.get(submission=cancelled, delta=-1).at == AFTER_SEOUL_MIDNIGHT
-    # The refunded attempt belongs to 12 August (KST): that day is back to one used ...
+    # 12 August is over and stays as it was: both of its attempts were charged ...
     last_moment_of_aug_12 = dt.datetime(2026, 8, 12, 14, 59, 59, 999999, tzinfo=dt.UTC)
-    assert used(alice, contest, last_moment_of_aug_12) == (1, 1)
-    # ... and 13 August keeps its own two, not three.
-    assert today == (0, 2)
+    assert used(alice, contest, last_moment_of_aug_12) == (2, 0)
+    # ... and 13 August has its own two plus the one given back.
+    assert today == (0, 3)
     assert ledger(kept) == [(1, OFFICIAL, AUG_12, "upload accepted")]
 
 
-def test_a_platform_refund_after_seoul_midnight_also_lands_on_the_day_of_the_charge(
+def test_the_attempt_a_late_refund_gives_back_can_be_spent_that_day_and_only_that_day(
+    contest, alice, upload, staff_user
+):
+    contest.max_concurrent_builds = 5  # the uploads wait for no build here
+    contest.save(update_fields=["max_concurrent_builds"])
+    with time_machine.travel(BEFORE_SEOUL_MIDNIGHT, tick=False):
+        cancelled = upload()
+        upload()
+
+    with time_machine.travel(AFTER_SEOUL_MIDNIGHT, tick=False):
+        staff.submission_cancel(submission=cancelled, actor=staff_user, reason="late refund")
+        for _ in range(3):
+            upload()
+        assert used(alice, contest, AFTER_SEOUL_MIDNIGHT) == (2, 0)
+        with pytest.raises(errors.QuotaExhausted):
+            upload()
+
+    next_day = AFTER_SEOUL_MIDNIGHT + dt.timedelta(days=1)
+    with time_machine.travel(next_day, tick=False):
+        assert used(alice, contest, next_day) == (0, 2)
+
+
+def test_a_platform_refund_after_seoul_midnight_also_lands_on_the_day_of_the_refund(
     contest, alice, upload
 ):
     with time_machine.travel(BEFORE_SEOUL_MIDNIGHT, tick=False):
@@ -312,9 +337,9 @@ def test_a_platform_refund_after_seoul_midnight_also_lands_on_the_day_of_the_cha
     with time_machine.travel(AFTER_SEOUL_MIDNIGHT, tick=False):
         run_record_infra_failure(run_id=second.pk, reason="second fault")
 
-    assert ledger(submission)[-1] == (-1, OFFICIAL, AUG_12, "platform failure: second fault")
+    assert ledger(submission)[-1] == (-1, OFFICIAL, AUG_13, "platform failure: second fault")
     assert rules.attempt_day(AFTER_SEOUL_MIDNIGHT, "Asia/Seoul") == AUG_13
-    assert used(alice, contest, AFTER_SEOUL_MIDNIGHT) == (0, 2)
+    assert used(alice, contest, AFTER_SEOUL_MIDNIGHT) == (0, 3)
 
 
 @time_machine.travel(dt.datetime(2026, 8, 12, 3, 0, tzinfo=dt.UTC), tick=False)

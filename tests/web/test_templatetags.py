@@ -113,6 +113,10 @@ def test_quota_sentence_states_what_is_left_and_when_more_comes():
     assert re.sub(r"<[^>]+>", "", full).startswith(
         "1 of 1 practice attempt left today; they renew at 00:00 KST"
     )
+    restored = podium.quota_sentence(Quota("official", 2, 0, 3, reset, now), "Asia/Seoul", now)
+    assert re.sub(r"<[^>]+>", "", restored).startswith(
+        "3 official attempts left today (2 a day and 1 given back by a refund); they renew at"
+    )
 
 
 def test_timelines_show_seconds_in_kst_and_utc():

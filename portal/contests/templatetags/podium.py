@@ -180,12 +180,20 @@ def quota_sentence(
     noun = f"{quota.kind} attempt" + ("" if quota.per_day == 1 else "s")
     lead = "the next one at" if quota.remaining_today < quota.per_day else "they renew at"
     reset = quota.resets_at
+    given_back = quota.remaining_today - quota.per_day
+    if given_back > 0:  # a refund of an earlier day's attempt, booked today
+        amount = format_html(
+            "{} {} left today ({} a day and {} given back by a refund)",
+            quota.remaining_today,
+            f"{quota.kind} attempts",
+            quota.per_day,
+            given_back,
+        )
+    else:
+        amount = format_html("{} of {} {} left today", quota.remaining_today, quota.per_day, noun)
     return format_html(
-        '{} of {} {} left today; {} <time datetime="{}" title="{}" data-local="clock">{}</time>, '
-        "{}",
-        quota.remaining_today,
-        quota.per_day,
-        noun,
+        '{}; {} <time datetime="{}" title="{}" data-local="clock">{}</time>, {}',
+        amount,
         lead,
         reset.astimezone(dt.UTC).isoformat(),
         zoned(reset, zone_name),
