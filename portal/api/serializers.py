@@ -15,11 +15,12 @@ from rest_framework import serializers
 
 from portal.accounts.models import ApiToken
 from portal.campaigns.api_selectors import TimelineEvent
+from portal.contests.hardware import class_hardware
 from portal.contests.models import Benchmark, CohortItem
 from portal.contests.selectors import LeaderboardRow
 from portal.environments.models import Environment, EnvironmentEvent
 from portal.environments.selectors import BuildNetworkState
-from portal.hosts.selectors import HostRow, NoiseBand, class_hardware, noise_band
+from portal.hosts.selectors import HostRow, NoiseBand, noise_band
 from portal.submissions.attempts import Quota
 from portal.submissions.leaderboard import VerifyingRow
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
@@ -181,6 +182,16 @@ class HardwareSerializer(serializers.Serializer[dict[str, Any]]):
     gpu_model = serializers.CharField(allow_null=True)
     gpu_driver = serializers.CharField(allow_null=True, help_text="The pinned driver version.")
     cuda = serializers.CharField(allow_null=True, help_text="The pinned CUDA version.")
+    kernel = serializers.CharField(allow_null=True, help_text="The pinned kernel release.")
+    engine = serializers.CharField(allow_null=True, help_text="The pinned Docker Engine version.")
+    supervisor_sha256 = serializers.CharField(
+        allow_null=True, help_text="SHA-256 of the pinned supervisor binary."
+    )
+    unpinned = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The pins a GPU class still lacks; its benchmark accepts no upload until "
+        "this is empty.",
+    )
 
 
 class NoiseBandSerializer(serializers.Serializer[NoiseBand]):

@@ -1,4 +1,4 @@
-"""Benchmarks and cohorts in the admin.
+"""Benchmarks, the hardware classes they run on, and cohorts in the admin.
 
 Every change of a benchmark's rules is audited. A cohort shows its counts and digests;
 its member list is audited whenever it is viewed or exported, and its reference answers
@@ -23,7 +23,25 @@ from portal.audit.reasons import reason_given, reason_page
 from portal.audit.services import Origin, audit_record
 from portal.contests import review
 from portal.contests.cohorts import cohort_change
-from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
+from portal.contests.models import Benchmark, Cohort, CohortItem, HardwareClass, LeaderboardEntry
+
+
+@admin.register(HardwareClass)
+class HardwareClassAdmin(admin.ModelAdmin[HardwareClass]):
+    """Staff describe each class once: platform, GPUs and the pinned software of its hosts
+    (a GPU class opens only with all five pins)."""
+
+    list_display = [
+        "name",
+        "platform",
+        "gpus",
+        "gpu_model",
+        "pin_gpu_driver",
+        "pin_cuda",
+        "pin_kernel",
+        "pin_engine_version",
+    ]
+    search_fields = ["name", "gpu_model"]
 
 
 @admin.register(Benchmark)

@@ -1,4 +1,5 @@
-"""Benchmarks (with every rule setting), their cohorts, and the stored leaderboard."""
+"""Benchmarks (with every rule setting), the hardware classes they run on, their cohorts,
+and the stored leaderboard."""
 
 from __future__ import annotations
 
@@ -22,6 +23,79 @@ def validate_timezone(name: str) -> None:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
         raise ValidationError(f"{name!r} is not a known timezone name (like Asia/Seoul).") from exc
+
+
+class HardwareClass(models.Model):
+    """What every host of one class is: its platform, its GPUs and their pinned software.
+
+    A benchmark names its class (``Benchmark.hardware_class``); the hosts of that class
+    score it. A class with no row here is a CPU class of the engine's default platform.
+    ``platform`` drives the environment build's platform, the Dockerfile policy's
+    architecture check and the supervisor binary a host uses. ``gpus`` is how many GPUs
+    each host of the class gives a scored container (its ``PODIUM_GPU_DEVICES``); a host
+    of a GPU class must show the NVIDIA runtime and those devices, on the pinned driver
+    and CUDA versions, or it refuses to register.
+
+    The ``pin_*`` fields are the frozen software of every host of the class: a host whose
+    version differs refuses to score (its health gate names the pin). A GPU class with
+    any of them empty cannot open (:meth:`missing_pins`): no upload is accepted for its
+    benchmarks until staff pin all five. It lives here, beside the benchmarks that name
+    it, so the rules can ask about it; its table kept its first name.
+    """
+
+    AMD64 = "linux/amd64"
+    ARM64 = "linux/arm64"
+    PLATFORMS = [(AMD64, "linux/amd64"), (ARM64, "linux/arm64")]
+
+    name = models.CharField(max_length=64, unique=True)
+    platform = models.CharField(max_length=16, choices=PLATFORMS, default=AMD64)
+    description = models.CharField(max_length=200, blank=True)
+    gpus = models.PositiveSmallIntegerField(
+        default=0, help_text="GPUs each host of this class gives a scored container."
+    )
+    gpu_model = models.CharField(
+        max_length=100, blank=True, help_text='As nvidia-smi names it ("NVIDIA H200").'
+    )
+    pin_gpu_driver = models.CharField(max_length=32, blank=True)
+    pin_cuda = models.CharField(max_length=16, blank=True)
+    pin_kernel = models.CharField(
+        max_length=200, blank=True, help_text="The hosts' kernel release (uname -r)."
+    )
+    pin_engine_version = models.CharField(
+        max_length=64, blank=True, help_text="The hosts' Docker Engine version."
+    )
+    pin_supervisor_sha256 = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of the hosts' supervisor binary."
+    )
+    calibration_reference_ns = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The calibration workload's reference median on this class (ns); empty: "
+        "the first good calibration of the class sets it.",
+    )
+
+    # Each pin, as the gates and the refusals name it.
+    PINS = {
+        "pin_gpu_driver": "GPU driver",
+        "pin_cuda": "CUDA",
+        "pin_kernel": "kernel",
+        "pin_engine_version": "engine",
+        "pin_supervisor_sha256": "supervisor",
+    }
+
+    class Meta:
+        db_table = "hosts_hardwareclass"  # where it was created; rows stay
+        ordering = ["name"]
+        verbose_name_plural = "hardware classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def missing_pins(self) -> list[str]:
+        """The pins a GPU class still lacks, by name (none for a CPU class)."""
+        if not self.gpus:
+            return []
+        return [label for field, label in self.PINS.items() if not getattr(self, field)]
 
 
 class Benchmark(models.Model):

@@ -21,7 +21,7 @@ from django.utils import timezone
 from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.hosts import calibrations, services
-from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
+from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text
 from portal.submissions.staff import RESCORE, StaffPermissionDenied, staff_permission_check
 
@@ -182,14 +182,6 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin[ScoringHost]):
             ),
             done=lambda count: f"{title}: {count} host(s).",
         )
-
-
-@admin.register(HardwareClass)
-class HardwareClassAdmin(admin.ModelAdmin[HardwareClass]):
-    """Staff describe each class once: platform, GPUs and the pinned GPU software."""
-
-    list_display = ["name", "platform", "gpus", "gpu_model", "pin_gpu_driver", "pin_cuda"]
-    search_fields = ["name", "gpu_model"]
 
 
 @admin.register(HostCalibration)

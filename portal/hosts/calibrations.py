@@ -20,8 +20,9 @@ from django.utils import timezone
 
 from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.contests.models import HardwareClass
 from portal.hosts import noise
-from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
+from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.hosts.selectors import noise_band_cache_key
 from portal.hosts.services import host_drain
 from portal.submissions.models import Run

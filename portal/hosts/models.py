@@ -75,48 +75,6 @@ class ScoringHost(models.Model):
         return self.name
 
 
-class HardwareClass(models.Model):
-    """What every host of one class is: its platform, its GPUs and their pinned software.
-
-    A benchmark names its class (``Benchmark.hardware_class``); the hosts of that class
-    score it. A class with no row here is a CPU class of the engine's default platform.
-    ``platform`` drives the environment build's platform, the Dockerfile policy's
-    architecture check and the supervisor binary a host uses. ``gpus`` is how many GPUs
-    each host of the class gives a scored container (its ``PODIUM_GPU_DEVICES``); a host
-    of a GPU class must show the NVIDIA runtime and those devices, on the pinned driver
-    and CUDA versions, or it refuses to register.
-    """
-
-    AMD64 = "linux/amd64"
-    ARM64 = "linux/arm64"
-    PLATFORMS = [(AMD64, "linux/amd64"), (ARM64, "linux/arm64")]
-
-    name = models.CharField(max_length=64, unique=True)
-    platform = models.CharField(max_length=16, choices=PLATFORMS, default=AMD64)
-    description = models.CharField(max_length=200, blank=True)
-    gpus = models.PositiveSmallIntegerField(
-        default=0, help_text="GPUs each host of this class gives a scored container."
-    )
-    gpu_model = models.CharField(
-        max_length=100, blank=True, help_text='As nvidia-smi names it ("NVIDIA H200").'
-    )
-    pin_gpu_driver = models.CharField(max_length=32, blank=True)
-    pin_cuda = models.CharField(max_length=16, blank=True)
-    calibration_reference_ns = models.PositiveBigIntegerField(
-        null=True,
-        blank=True,
-        help_text="The calibration workload's reference median on this class (ns); empty: "
-        "the first good calibration of the class sets it.",
-    )
-
-    class Meta:
-        ordering = ["name"]
-        verbose_name_plural = "hardware classes"
-
-    def __str__(self) -> str:
-        return self.name
-
-
 class HostCalibration(models.Model):
     """One calibration of one host: the calibration workload run a few times, alone on the
     machine, in a scored run's sandbox and timed by its supervisor (``scoring.run.calibration``).

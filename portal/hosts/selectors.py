@@ -16,7 +16,7 @@ from django.core.cache import cache
 from django.db.models import Count, OuterRef, Subquery
 
 from portal.hosts import noise
-from portal.hosts.models import HardwareClass, HostCalibration, ScoringHost
+from portal.hosts.models import HostCalibration, ScoringHost
 from portal.submissions.models import Run, Submission
 
 ONLINE = "online"
@@ -135,33 +135,6 @@ def host_rows(now: dt.datetime) -> list[HostRow]:
 def memory_text(memory_bytes: int) -> str:
     """Memory for people: ``62.8 GiB``."""
     return f"{memory_bytes / 2**30:.1f} GiB"
-
-
-def hardware_class(name: str) -> HardwareClass | None:
-    """The class's row, or None for a class nobody described (a CPU class)."""
-    return HardwareClass.objects.filter(name=name).first()
-
-
-def class_platform(name: str) -> str:
-    """The Docker platform of a class's images (``linux/amd64``, ``linux/arm64``): its
-    row's, else ``PODIUM_DOCKER_PLATFORM`` ("" lets the engine choose its own)."""
-    row = hardware_class(name)
-    return row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
-
-
-def class_hardware(name: str) -> dict[str, Any]:
-    """What entrants are told of a benchmark's hardware class: platform, GPUs per run, GPU
-    model, and the pinned driver and CUDA versions (null when not pinned)."""
-    row = hardware_class(name)
-    platform = row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
-    return {
-        "name": name,
-        "platform": platform or None,
-        "gpus": row.gpus if row is not None else 0,
-        "gpu_model": (row.gpu_model or None) if row is not None else None,
-        "gpu_driver": (row.pin_gpu_driver or None) if row is not None else None,
-        "cuda": (row.pin_cuda or None) if row is not None else None,
-    }
 
 
 # Calibration ---------------------------------------------------------------------------

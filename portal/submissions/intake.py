@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from portal import archives, errors, jobs, storage
 from portal.contests import rules
+from portal.contests.hardware import class_missing_pins
 from portal.contests.models import Benchmark, Cohort
 from portal.environments.models import Environment
 from portal.environments.services import entrant_check_build_slots, entrant_check_verified
@@ -58,10 +59,11 @@ def _check_size(benchmark: Benchmark, size: int) -> None:
 
 
 def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> None:
-    """The checks of an upload that read a few rows: the window is open, the benchmark
-    has the cohort to score it on, an attempt of ``kind`` is left today and a build
-    slot is free. Called once before the archive is inspected (so a refused upload costs
-    no inspection) and again holding the entrant's row lock, where it decides."""
+    """The checks of an upload that read a few rows: the window is open (and, for a GPU
+    class, every pin of the class is set), the benchmark has the cohort to score it on,
+    an attempt of ``kind`` is left today and a build slot is free. Called once before
+    the archive is inspected (so a refused upload costs no inspection) and again holding
+    the entrant's row lock, where it decides."""
     window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
     if window == "upcoming" and kind != Submission.PRACTICE:
         raise errors.WindowNotOpen(
@@ -70,6 +72,14 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
         )
     if window == "closed":
         raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")
+    unpinned = class_missing_pins(benchmark.hardware_class)
+    if unpinned:
+        raise errors.WindowNotOpen(
+            f"This benchmark has not opened: its hardware class {benchmark.hardware_class} "
+            f"has no pinned {', '.join(unpinned)} version yet, so no scoring host could "
+            "be checked against it. Nothing was charged; try again once the organizers "
+            "have pinned it."
+        )
     cohort_kind = cohort_kind_for(kind)
     if not Cohort.objects.filter(benchmark=benchmark, kind=cohort_kind).exists():
         raise errors.NoCohort(

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from portal.contests import rules
+from portal.contests.hardware import class_hardware
 from portal.contests.models import Benchmark
 from portal.contests.selectors import (
     LeaderboardRow,
@@ -19,7 +20,6 @@ from portal.contests.selectors import (
     schedule_at,
 )
 from portal.environments.selectors import build_network_state
-from portal.hosts.selectors import class_hardware
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission

@@ -65,6 +65,7 @@ from django.conf import settings
 
 from portal import archives, dockerfile_policy, storage
 from portal.contests import rules
+from portal.contests.hardware import class_platform
 from portal.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.environments.models import Environment
 from portal.environments.services import (
@@ -75,7 +76,6 @@ from portal.environments.services import (
     environment_finish_build,
     environment_wait_for_build_network,
 )
-from portal.hosts.selectors import class_platform
 from portal.submissions.builds import (
     submission_build_finished,
     submission_build_platform_failure,

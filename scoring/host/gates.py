@@ -67,6 +67,19 @@ def pinned(name: str, actual: str, pin: str) -> Reading:
     return Reading(name, ok=False, value=actual, detail=f"expected {pin}")
 
 
+def failed_text(failed: Sequence[Reading]) -> str:
+    """Why the gates kept the machine, in one line: the failed gates by name, and for a
+    pin its value here against the pin ("health check kernel failed (kernel 6.1.0 here,
+    pinned 6.8.0)")."""
+    text = "health check " + ", ".join(r.name for r in failed) + " failed"
+    pins = [
+        f"{r.name} {r.value or 'unknown'} here, pinned {r.detail.removeprefix('expected ')}"
+        for r in failed
+        if r.detail.startswith("expected ")
+    ]
+    return f"{text} ({'; '.join(pins)})" if pins else text
+
+
 def mem_available_bytes(meminfo: str) -> int:
     """``MemAvailable`` of a ``/proc/meminfo`` text, in bytes."""
     for line in meminfo.splitlines():

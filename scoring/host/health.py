@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from portal import cpus
-from portal.hosts.selectors import hardware_class
+from portal.contests.hardware import hardware_class
 from portal.submissions.models import Run
 from scoring import engine
 from scoring.host import gates, gpus
@@ -38,14 +38,20 @@ def gpu_devices() -> list[str]:
 
 
 def limits() -> gates.Limits:
-    """The gates' limits on this host: settings, with the class's GPU pins first."""
+    """The gates' limits on this host: settings, with the class's pins first (a class's
+    pin, when set, is what every host of it must show; ``PODIUM_PIN_*`` pins a host whose
+    class leaves that one empty)."""
     row = hardware_class(settings.PODIUM_HARDWARE_CLASS)
+
+    def pin(field: str, fallback: str) -> str:
+        return str(getattr(row, field) if row is not None else "") or fallback
+
     return gates.Limits(
-        pin_engine_version=settings.PODIUM_PIN_ENGINE_VERSION,
-        pin_kernel=settings.PODIUM_PIN_KERNEL,
-        pin_supervisor_sha256=settings.PODIUM_PIN_SUPERVISOR_SHA256,
-        pin_gpu_driver=(row.pin_gpu_driver if row else "") or settings.PODIUM_PIN_GPU_DRIVER,
-        pin_cuda=(row.pin_cuda if row else "") or settings.PODIUM_PIN_CUDA,
+        pin_engine_version=pin("pin_engine_version", settings.PODIUM_PIN_ENGINE_VERSION),
+        pin_kernel=pin("pin_kernel", settings.PODIUM_PIN_KERNEL),
+        pin_supervisor_sha256=pin("pin_supervisor_sha256", settings.PODIUM_PIN_SUPERVISOR_SHA256),
+        pin_gpu_driver=pin("pin_gpu_driver", settings.PODIUM_PIN_GPU_DRIVER),
+        pin_cuda=pin("pin_cuda", settings.PODIUM_PIN_CUDA),
         min_memory_bytes=settings.PODIUM_GATE_MIN_MEMORY_BYTES,
         min_disk_bytes=settings.PODIUM_GATE_MIN_DISK_BYTES,
         max_busy_cpus=settings.PODIUM_GATE_CPU_BUSY_MAX,

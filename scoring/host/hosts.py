@@ -29,8 +29,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal import cpus
+from portal.contests.hardware import class_platform, hardware_class
 from portal.hosts.models import ScoringHost
-from portal.hosts.selectors import class_platform, hardware_class
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
 from scoring import engine
 from scoring.host import gpus as gpu_devices

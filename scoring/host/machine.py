@@ -448,7 +448,7 @@ def hold(
     if failed:
         for reading in failed:
             log.warning("gate %s failed: %s (%s)", reading.name, reading.value, reading.detail)
-        reschedule("health check " + ", ".join(r.name for r in failed) + " failed")
+        reschedule(gates.failed_text(failed))
         raise MachineWaiting(", ".join(r.name for r in failed))
 
 

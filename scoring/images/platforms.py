@@ -1,7 +1,7 @@
 """Platforms: which supervisor binary a host runs, Docker's names for architectures, and
 what platforms an image is available for.
 
-A hardware class has a Docker platform (``portal.hosts.selectors.class_platform``:
+A hardware class has a Docker platform (``portal.contests.hardware.class_platform``:
 ``linux/amd64``, ``linux/arm64``, or "" for the engine's own). The environment build
 builds for it, the Dockerfile policy checks every stage's image against it (with
 :func:`image_platforms` as its lookup), and a scoring host registers for the class only

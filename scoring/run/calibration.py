@@ -49,10 +49,11 @@ from django.db import connections
 from django.utils import timezone
 
 from portal.contests import rules
+from portal.contests.hardware import hardware_class
 from portal.contests.models import Benchmark
 from portal.hosts.calibrations import calibration_record
 from portal.hosts.models import HostCalibration
-from portal.hosts.selectors import calibration_due, hardware_class
+from portal.hosts.selectors import calibration_due
 from portal.hosts.services import host_accepts_work
 from scoring import engine
 from scoring.cohort import staging

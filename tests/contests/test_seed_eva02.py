@@ -10,19 +10,27 @@ import pytest
 from django.core.management import call_command
 
 from portal import dockerfile_policy
-from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.contests.models import Benchmark, Cohort, CohortItem, HardwareClass
 from portal.environments.services import allowed_prefixes
-from portal.hosts.models import HardwareClass
 
 SLUG = "eva02-imagenet1k-v3"
 SEOUL = ZoneInfo("Asia/Seoul")
 GIB = 1024**3
 
 
-def seed() -> str:
+def seed(*options: str) -> str:
     out = StringIO()
-    call_command("seed_eva02", stdout=out)
+    call_command("seed_eva02", *options, stdout=out)
     return out.getvalue()
+
+
+PINS = (
+    "--gpu-driver=570.124.06",
+    "--cuda=12.8",
+    "--kernel=6.8.0-1021-nvidia-64k",
+    "--engine-version=28.2.2",
+    f"--supervisor-sha256={'b' * 64}",
+)
 
 
 def assert_the_rules(flagship: Benchmark) -> None:
@@ -56,7 +64,33 @@ def test_it_describes_the_gpu_hardware_class(db) -> None:
     seed()
 
     row = HardwareClass.objects.get(name="gpu-h200")
-    assert (row.platform, row.gpus, row.gpu_model) == ("linux/amd64", 1, "NVIDIA H200")
+    assert (row.platform, row.gpus, row.gpu_model) == ("linux/arm64", 1, "NVIDIA H200")
+    assert row.missing_pins() == ["GPU driver", "CUDA", "kernel", "engine", "supervisor"]
+
+
+def test_it_asks_for_the_five_pins_and_sets_those_given(db) -> None:
+    out = seed("--cuda=12.8", "--kernel=6.8.0-1021-nvidia-64k")
+
+    row = HardwareClass.objects.get(name="gpu-h200")
+    assert (row.pin_cuda, row.pin_kernel, row.pin_gpu_driver) == (
+        "12.8",
+        "6.8.0-1021-nvidia-64k",
+        "",
+    )
+    assert "Pin the class's GPU driver, engine, supervisor" in out
+    assert "manage.py seed_eva02 --gpu-driver V --engine-version V --supervisor-sha256 V" in out
+
+    out = seed(*PINS)
+
+    row.refresh_from_db()
+    assert row.missing_pins() == []
+    assert (row.pin_gpu_driver, row.pin_supervisor_sha256) == ("570.124.06", "b" * 64)
+    assert "Updated hardware class gpu-h200: pin_gpu_driver, pin_cuda" not in out  # cuda kept
+    assert "pin_gpu_driver, pin_engine_version, pin_supervisor_sha256" in out
+    assert "Hardware class gpu-h200 is pinned." in out and "Pin the class" not in out
+    assert "Hardware class gpu-h200 is in place" in seed()  # no option: pins left alone
+    row.refresh_from_db()
+    assert row.missing_pins() == []
 
 
 def test_running_it_again_changes_nothing(db) -> None:
@@ -76,7 +110,9 @@ def test_running_it_again_changes_nothing(db) -> None:
 def test_it_brings_the_demo_seeded_flagship_to_the_rules(db) -> None:
     call_command("seed_demo", "--official-count=3", "--practice-count=2", stdout=StringIO())
     Benchmark.objects.filter(slug=SLUG).update(attempts_per_day=5)
-    HardwareClass.objects.create(name="gpu-h200", gpus=2, pin_cuda="12.4")
+    HardwareClass.objects.create(
+        name="gpu-h200", platform=HardwareClass.AMD64, gpus=2, pin_cuda="12.4"
+    )
 
     out = seed()
 
@@ -85,6 +121,8 @@ def test_it_brings_the_demo_seeded_flagship_to_the_rules(db) -> None:
     assert "hardware_class cpu-" in out
     row = HardwareClass.objects.get(name="gpu-h200")
     assert (row.gpus, row.gpu_model, row.pin_cuda) == (1, "NVIDIA H200", "12.4")
+    assert row.platform == "linux/arm64"
+    assert "Updated hardware class gpu-h200: platform, gpus, gpu_model." in out
     assert Benchmark.objects.get(slug="demo").hardware_class != "gpu-h200"
 
 

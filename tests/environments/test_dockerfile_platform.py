@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from portal import storage
+from portal.contests.models import HardwareClass
 from portal.dockerfile_policy import (
     Violation,
     check_dockerfile,
@@ -24,7 +25,6 @@ from portal.dockerfile_policy import (
 )
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
-from portal.hosts.models import HardwareClass
 from scoring import engine
 from scoring.build import builds
 from scoring.images import platforms

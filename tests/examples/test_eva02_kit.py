@@ -371,15 +371,15 @@ def test_the_dockerfile_passes_the_flagships_policy() -> None:
     flagship = [line for line in ALLOWED_REGISTRIES.splitlines() if line]
 
     assert dockerfile_policy.check_dockerfile(text, flagship) == []
-    # ... and only because the flagship allows the PyTorch images: not under the default.
+    # ... and only because the flagship allows NVIDIA's images: not under the default.
     refused = dockerfile_policy.check_dockerfile(text, ["localhost/podium/", "docker.io/library/"])
-    assert [violation.line for violation in refused] == [6]
+    assert [violation.line for violation in refused] == [10]
 
 
 def test_the_dockerfile_freezes_the_model_the_kit_loads() -> None:
     text = (KIT / "Dockerfile").read_text()
 
-    assert "ARG BASE=docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime" in text
+    assert "ARG BASE=nvcr.io/nvidia/pytorch:24.10-py3" in text  # arm64 and amd64
     assert f"ARG EVA02_MODEL={abi.DEFAULT_MODEL}" in text
     assert f"torch.save(model, '{abi.DEFAULT_CHECKPOINT}')" in text
     assert f"EVA02_CHECKPOINT={abi.DEFAULT_CHECKPOINT}" in text

@@ -20,14 +20,14 @@ from django.utils import timezone
 
 from portal import errors, jobs
 from portal.audit.models import AuditEvent
-from portal.contests.models import Cohort
+from portal.contests.models import Cohort, HardwareClass
 from portal.hosts import noise
 from portal.hosts.calibrations import (
     calibration_flag_dismiss,
     calibration_flag_rescore,
     calibration_record,
 )
-from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
+from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.hosts.selectors import calibration_due, noise_band
 from portal.submissions.models import AttemptLedger, Run, Submission
 from tests import factories

@@ -22,7 +22,8 @@ from django.utils import timezone
 from portal import jobs
 from portal.audit.models import AuditEvent
 from portal.contests import rules
-from portal.hosts.models import CalibrationFlag, HardwareClass, HostCalibration, ScoringHost
+from portal.contests.models import HardwareClass
+from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine, worker
 from scoring.cohort.staging import StagedRun

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from portal.contests.models import Cohort
-from portal.hosts.models import HardwareClass, ScoringHost
+from portal.contests.models import Cohort, HardwareClass
+from portal.hosts.models import ScoringHost
 from portal.submissions.models import Run
 from scoring import engine
 from scoring.build import builds

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import os
 import re
 import subprocess
 import tarfile
@@ -26,6 +27,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal import jobs, storage
+from portal.contests.models import HardwareClass
 from portal.environments.models import Environment
 from portal.hosts.leases import (
     machine_held,
@@ -341,8 +343,30 @@ def test_pins_that_do_not_match_keep_the_machine_waiting(
     runner.score_submission(queued.pk)
 
     assert waiting_notes(queued)[0].startswith(
-        "waiting for the scoring machine: health check kernel failed"
+        "waiting for the scoring machine: health check kernel failed "
+        f"(kernel {os.uname().release} here, pinned 0.0.0-not-this-kernel)"
     )
+    assert not Run.objects.filter(submission=queued).exists()  # nothing claimed or charged
+    assert queued.ledger.filter(delta=-1).count() == 0
+
+
+def test_the_classs_pins_come_before_the_hosts_settings_and_say_which_pin(
+    queued, host, no_builds, quick_gates, monkeypatch, sent, settings
+):
+    FakeEngine().install(monkeypatch)
+    HardwareClass.objects.create(
+        name=settings.PODIUM_HARDWARE_CLASS,
+        pin_engine_version="0.0-not-this-engine",
+        pin_kernel=os.uname().release,
+    )
+    settings.PODIUM_PIN_KERNEL = "0.0.0-a-setting-the-class-overrides"
+
+    runner.score_submission(queued.pk)
+
+    note = waiting_notes(queued)[0]
+    assert note.startswith("waiting for the scoring machine: health check engine_version failed (")
+    assert "pinned 0.0-not-this-engine)" in note
+    assert "kernel" not in note
 
 
 def test_the_runs_lease_is_the_heartbeat_lease_not_the_whole_score_timeout(

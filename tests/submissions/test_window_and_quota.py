@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 
 from portal import jobs
 from portal.accounts.models import ApiToken
+from portal.contests.models import HardwareClass
 from portal.environments.models import Environment
 from portal.environments.services import environment_create, environment_rebuild
 from portal.submissions.models import AttemptLedger, Submission
@@ -156,6 +157,34 @@ def test_practice_is_accepted_before_the_opening_and_closes_with_the_window(flag
     assert (ledger.kind, ledger.delta) == (Submission.PRACTICE, AttemptLedger.CHARGE)
     assert instant(quota["practice"]["next_available_at"]) == before
     assert instant(quota["official"]["next_available_at"]) == OPENS_AT
+
+
+def test_a_gpu_class_without_every_pin_does_not_open_and_says_which_pins_are_missing(
+    flagship, entrant, data_dir
+):
+    gpu = HardwareClass.objects.create(
+        name="gpu-test", gpus=1, gpu_model="NVIDIA H200", pin_gpu_driver="550.90.07"
+    )
+    flagship.hardware_class = gpu.name
+    flagship.save(update_fields=["hardware_class"])
+    alice = entrant(flagship)
+    during = OPENS_AT + dt.timedelta(days=1)
+
+    refused = [alice.upload_at(during), alice.upload_at(during, kind="practice")]
+
+    assert [code(response) for response in refused] == ["window_not_open"] * 2
+    assert "no pinned CUDA, kernel, engine, supervisor version yet" in refused[0].json()["detail"]
+    assert not Submission.objects.exists() and not AttemptLedger.objects.exists()
+    assert not [path for path in (data_dir / "submissions").rglob("*") if path.is_file()]
+    assert alice.quota_at(during)["remaining_today"] == 2  # nothing was charged
+
+    HardwareClass.objects.filter(pk=gpu.pk).update(
+        pin_cuda="12.4",
+        pin_kernel="6.8.0",
+        pin_engine_version="28.2.2",
+        pin_supervisor_sha256="a" * 64,
+    )
+    assert code(alice.upload_at(during)) == 201
 
 
 @pytest.mark.parametrize(

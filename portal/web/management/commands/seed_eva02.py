@@ -3,21 +3,22 @@
 Idempotent. ``eva02-imagenet1k-v3`` is created, or brought back to the rules' numbers
 (docs/rules.md, "The flagship benchmark"): every field that differs is set and named in
 the output, so running it again changes nothing and says so. The ``gpu-h200`` hardware
-class row gets its platform, GPU count and GPU model; its pinned driver and CUDA versions
-and calibration are staff's (admin) and left alone. Cohorts are not touched: the command
-ends by saying what staff must still do (import them with ``import_cohort``, start a
-scoring host of the class).
+class row gets its platform (ARM64 hosts with an NVIDIA H200: Grace Hopper class), GPU
+count and GPU model. Its five pins (GPU driver, CUDA, kernel, engine, supervisor) are
+asked for as options, set when given and otherwise left as they are: the benchmark
+accepts no upload until all five are set (``HardwareClass.missing_pins``). Cohorts are not
+touched: the command ends by saying what staff must still do (pin the class, import the
+cohorts with ``import_cohort``, start a scoring host of the class).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from portal.contests.models import GIB, Benchmark, Cohort
-from portal.hosts.models import HardwareClass
+from portal.contests.models import GIB, Benchmark, Cohort, HardwareClass
 from portal.web.management.commands.seed_demo import (
     FLAGSHIP_CLOSES_AT,
     FLAGSHIP_DESCRIPTION,
@@ -27,11 +28,19 @@ from portal.web.management.commands.seed_demo import (
 
 HARDWARE_CLASS = "gpu-h200"
 HARDWARE = {
-    "platform": HardwareClass.AMD64,
+    "platform": HardwareClass.ARM64,
     "gpus": 1,
     "gpu_model": "NVIDIA H200",
 }
-HARDWARE_DESCRIPTION = "One NVIDIA H200 per scored run (linux/amd64)."
+HARDWARE_DESCRIPTION = "One NVIDIA H200 per scored run, on an ARM64 host (linux/arm64)."
+# The class's pins, by option: (option, HardwareClass field, where a host shows it).
+PIN_OPTIONS = (
+    ("gpu_driver", "pin_gpu_driver", "nvidia-smi's driver version"),
+    ("cuda", "pin_cuda", "nvidia-smi's CUDA version"),
+    ("kernel", "pin_kernel", "uname -r"),
+    ("engine_version", "pin_engine_version", "docker version's server version"),
+    ("supervisor_sha256", "pin_supervisor_sha256", "sha256sum of the host's supervisor"),
+)
 
 # Docker Hub's official images, the PyTorch and NVIDIA organisations there, and NVIDIA's
 # own registry: where the CUDA/PyTorch bases an entrant needs come from.
@@ -67,27 +76,38 @@ class Command(BaseCommand):
         "its gpu-h200 hardware class, and say what staff must still do."
     )
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        with transaction.atomic():
-            self._seed_hardware_class()
-            benchmark = self._seed_benchmark()
-        self._next_steps(benchmark)
+    def add_arguments(self, parser: CommandParser) -> None:
+        for option, _field, shown_by in PIN_OPTIONS:
+            parser.add_argument(
+                f"--{option.replace('_', '-')}",
+                default="",
+                help=f"Pin every {HARDWARE_CLASS} host to this ({shown_by}).",
+            )
 
-    def _seed_hardware_class(self) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
+        pins = {field: str(options[option]).strip() for option, field, _ in PIN_OPTIONS}
+        with transaction.atomic():
+            hardware = self._seed_hardware_class({k: v for k, v in pins.items() if v})
+            benchmark = self._seed_benchmark()
+        self._next_steps(benchmark, hardware)
+
+    def _seed_hardware_class(self, pins: dict[str, str]) -> HardwareClass:
+        wanted = {**HARDWARE, **pins}
         row, created = HardwareClass.objects.select_for_update().get_or_create(
-            name=HARDWARE_CLASS, defaults={**HARDWARE, "description": HARDWARE_DESCRIPTION}
+            name=HARDWARE_CLASS, defaults={**wanted, "description": HARDWARE_DESCRIPTION}
         )
         if created:
             self.stdout.write(f"Created hardware class {HARDWARE_CLASS}.")
-            return
-        changed = [name for name, value in HARDWARE.items() if getattr(row, name) != value]
+            return row
+        changed = [name for name, value in wanted.items() if getattr(row, name) != value]
         for name in changed:
-            setattr(row, name, HARDWARE[name])
+            setattr(row, name, wanted[name])
         if changed:
             row.save(update_fields=changed)
             self.stdout.write(f"Updated hardware class {HARDWARE_CLASS}: {', '.join(changed)}.")
         else:
             self.stdout.write(f"Hardware class {HARDWARE_CLASS} is in place.")
+        return row
 
     def _seed_benchmark(self) -> Benchmark:
         benchmark = Benchmark.objects.select_for_update().filter(slug=FLAGSHIP_SLUG).first()
@@ -112,10 +132,24 @@ class Command(BaseCommand):
         self.stdout.write(f"Updated benchmark {FLAGSHIP_SLUG}: {'; '.join(shown)}.")
         return benchmark
 
-    def _next_steps(self, benchmark: Benchmark) -> None:
+    def _next_steps(self, benchmark: Benchmark, hardware: HardwareClass) -> None:
         sizes = {cohort.kind: cohort.items.count() for cohort in benchmark.cohorts.all()}
         official, practice = sizes.get(Cohort.OFFICIAL), sizes.get(Cohort.PRACTICE)
         steps = []
+        missing = hardware.missing_pins()
+        if missing:
+            wanted = [
+                f"--{option.replace('_', '-')} V"
+                for option, field, _ in PIN_OPTIONS
+                if not getattr(hardware, field)
+            ]
+            steps.append(
+                f"Pin the class's {', '.join(missing)} (as a host of the class shows them); "
+                "no upload is accepted until all five are set:\n"
+                f"    manage.py seed_eva02 {' '.join(wanted)}"
+            )
+        else:
+            self.stdout.write(f"Hardware class {HARDWARE_CLASS} is pinned.")
         if official is None or practice is None:
             steps.append(
                 "Import both cohorts from the ImageNet validation JPEGs, the frozen reference "
@@ -129,8 +163,7 @@ class Command(BaseCommand):
             )
         steps.append(
             f"Start a scoring host of class {HARDWARE_CLASS} (PODIUM_HARDWARE_CLASS="
-            f"{HARDWARE_CLASS}, PODIUM_GPU_DEVICES naming its GPU), and pin the class's GPU "
-            "driver and CUDA versions in the admin (Hardware classes)."
+            f"{HARDWARE_CLASS}, PODIUM_GPU_DEVICES naming its GPU) on an ARM64 machine."
         )
         self.stdout.write("Still to do:")
         for number, step in enumerate(steps, start=1):

@@ -1,0 +1,53 @@
+"""Reads of the hardware classes benchmarks run on: a class's row, its Docker platform,
+what entrants are told of it, and whether it can open (a GPU class needs every pin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from portal.contests.models import HardwareClass
+
+
+def hardware_class(name: str) -> HardwareClass | None:
+    """The class's row, or None for a class nobody described (a CPU class)."""
+    return HardwareClass.objects.filter(name=name).first()
+
+
+def class_platform(name: str) -> str:
+    """The Docker platform of a class's images (``linux/amd64``, ``linux/arm64``): its
+    row's, else ``PODIUM_DOCKER_PLATFORM`` ("" lets the engine choose its own)."""
+    row = hardware_class(name)
+    return row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
+
+
+def class_missing_pins(name: str) -> list[str]:
+    """The pins a GPU class still lacks (``HardwareClass.missing_pins``); [] for a CPU
+    class or a class with no row."""
+    row = hardware_class(name)
+    return row.missing_pins() if row is not None else []
+
+
+def class_hardware(name: str) -> dict[str, Any]:
+    """What entrants are told of a benchmark's hardware class: platform, GPUs per run, GPU
+    model, the pinned software (null where not pinned) and, as ``unpinned``, the pins a
+    GPU class still lacks (its benchmarks accept no upload until there are none)."""
+    row = hardware_class(name)
+    platform = row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
+
+    def pin(field: str) -> str | None:
+        return (getattr(row, field) or None) if row is not None else None
+
+    return {
+        "name": name,
+        "platform": platform or None,
+        "gpus": row.gpus if row is not None else 0,
+        "gpu_model": pin("gpu_model"),
+        "gpu_driver": pin("pin_gpu_driver"),
+        "cuda": pin("pin_cuda"),
+        "kernel": pin("pin_kernel"),
+        "engine": pin("pin_engine_version"),
+        "supervisor_sha256": pin("pin_supervisor_sha256"),
+        "unpinned": row.missing_pins() if row is not None else [],
+    }
