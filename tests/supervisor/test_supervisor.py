@@ -33,7 +33,8 @@ IMAGE = "localhost/podium/busybox:1"
 SECOND = 1_000_000_000
 VALID = bytes([1, 0, 0, 0, 231, 3, 0, 0])  # two int32 predictions: 1 and 999
 KEYS = """podium_supervisor start_ns end_ns wall_ns exit_code signal killed rusage
-output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64 cgroup meter_ns"""
+output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64 cgroup meter_ns
+prewarm_ns prewarm_bytes prewarm_files prewarm_truncated"""
 
 
 @pytest.fixture(scope="session")
