@@ -481,8 +481,10 @@ def _keep_evidence(run_id: int, result: SupervisorResult) -> None:
         path.chmod(0o600)
 
 
-def _clock_started(container_id: str) -> bool:
-    """Whether the supervisor got past its warm start (its stderr says so: ``PREWARMED``)."""
+def clock_started(container_id: str) -> bool:
+    """Whether the supervisor of a stopped container got past its warm start (its stderr
+    says so, ``PREWARMED``): if not, nothing of the entrant's ran, and whatever stopped
+    it is a platform fault."""
     return PREWARMED in engine.logs(container_id, stdout=False, stderr=True)
 
 
@@ -756,7 +758,7 @@ def read(
     supervisor that failed or lied about the clock is a platform fault.
     """
     if supervised.status_code is None:
-        if not _clock_started(container.id):
+        if not clock_started(container.id):
             # Stopped before the supervisor's clock: while it prewarmed, never the
             # entrant's time.
             raise SupervisorError("the run was stopped before its clock started")
@@ -771,7 +773,7 @@ def read(
     if (
         supervised.status_code != 0
         and engine.state(container.id).get("OOMKilled")
-        and _clock_started(container.id)
+        and clock_started(container.id)
     ):
         # The container hit its memory limit after the warm start and the kernel took
         # the supervisor: only the entrant's processes can have used that memory, so the
