@@ -708,9 +708,9 @@ static void touch_stack(void)
 }
 
 /* Off the clock, first of the rules' warm start (prewarm_walk reads the rest): look up
- * and read the entrypoint (and its #! interpreter) so that exec does not pay for a cold lookup
- * through the image's storage driver (a round trip to a user-space daemon for each
- * path step with fuse-overlayfs). Regular files only, at most PREWARM_BYTES of each,
+ * and read the entrypoint (and its #! interpreter) so that exec does not pay for a cold
+ * lookup through the image's storage driver (a round trip to a user-space daemon for
+ * each path step with fuse-overlayfs). Regular files only, at most PREWARM_BYTES of each,
  * never blocking: a FIFO or a device is skipped. */
 static void prewarm(const char *path, int interpreters)
 {
