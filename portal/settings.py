@@ -299,6 +299,9 @@ PODIUM_SUPERVISOR = Path(
 PODIUM_LOG_CAP_BYTES = env.int("PODIUM_LOG_CAP_BYTES", default=4 * 1024 * 1024)
 # -1000 on engines that may set it (rootful): the OOM killer then never picks the supervisor.
 PODIUM_RUN_OOM_SCORE_ADJ = env.int("PODIUM_RUN_OOM_SCORE_ADJ", default=None)
+# The warm start's byte budget (docs/rules.md, "The warm start"); unset: the runner's
+# default (scoring/run/prewarm.py), 0 turns it off. Never more than half a run's memory.
+PODIUM_PREWARM_BYTES = env.int("PODIUM_PREWARM_BYTES", default=None)
 PODIUM_STARTER_BASE_IMAGE = env.str(
     "PODIUM_STARTER_BASE_IMAGE", default="localhost/podium/python:bookworm"
 )

@@ -295,6 +295,11 @@ def run_slice(
         slot.spare(container_id)  # before it starts: the freezer pauses any other container
         container = runner.Container(id=container_id, supervisor_sha256=slot.supervisor_sha256)
         supervised = runner.supervise(container, slot.benchmark, runner.Measured())
+        stopped = supervised.status_code is None or (
+            supervised.status_code != 0 and engine.state(container_id).get("OOMKilled")
+        )
+        if stopped and not runner.clock_started(container_id):
+            raise runner.SupervisorError("the slice was stopped before its clock started")
         if supervised.status_code is None:
             return stopped_slice(index, staged.rows, oom_killed=False), None
         if supervised.status_code != 0:

@@ -24,7 +24,8 @@ OOM events                ``memory.events`` the larger     ``memory.oom_control`
 
 What the readings cover: the container's cgroup over its whole life, so besides the
 entrant's processes also the engine's start (``runc init``: a few threads, a few MiB),
-the supervisor itself (its set-up before the clock, its memory reserve) and the
+the supervisor itself (its set-up before the clock, its memory reserve, and the page
+cache its warm start reads: up to its byte budget, ``scoring.run.prewarm``) and the
 container's tmpfs pages (files count as memory). I/O counts block devices only: page
 cache hits and tmpfs do not show.
 

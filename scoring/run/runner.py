@@ -65,7 +65,7 @@ from scoring.cohort.staging import StagedRun
 from scoring.host import gpus, health
 from scoring.host import machine as machine_lock
 from scoring.images import registry
-from scoring.run import gpumeter, meter, verdict
+from scoring.run import gpumeter, meter, prewarm, verdict
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,10 @@ MAX_MARGIN_MS = 10_000
 # starting the container (runc, containerd, dockerd answering the start and our wait):
 # on a small host that work otherwise competes with the entrant's first milliseconds.
 SETTLE_MS = 20
+# What the supervisor writes to its own stderr once its warm start is over, right before
+# its clock: a run the host's outer timer stops without it was stopped on our side of
+# the line (a platform fault), never on the entrant's.
+PREWARMED = b"supervise: prewarmed\n"
 RUN_LOG = storage.RUN_LOG
 # The memory limit covers the container's tmpfs mounts, so an entrant can fill it with
 # files that outlive its processes; if the OOM killer then picked the supervisor, the
@@ -148,6 +152,7 @@ class SupervisorResult:
     stderr_tail: bytes
     line: bytes  # the result line itself, kept as evidence for staff
     resources: meter.Resources  # the container's cgroup, read after the tree was reaped
+    prewarm: prewarm.Prewarm  # the warm start, before the clock
 
 
 # The container ------------------------------------------------------------------
@@ -158,6 +163,27 @@ def supervisor_deadline_ms(score_timeout_s: int) -> int:
     limit_ms = score_timeout_s * 1000
     margin_ms = min(MAX_MARGIN_MS, max(MIN_MARGIN_MS, limit_ms // 10))
     return max(1, limit_ms - margin_ms)
+
+
+def prewarm_bounds(benchmark: Benchmark) -> prewarm.Bounds:
+    """The warm start's bounds for a run of ``benchmark`` on this host (the host's
+    ``PODIUM_PREWARM_BYTES``, or the default; see ``scoring.run.prewarm.bounds``)."""
+    return prewarm.bounds(
+        run_memory_bytes=benchmark.run_memory_bytes,
+        budget_bytes=settings.PODIUM_PREWARM_BYTES,
+    )
+
+
+def outer_timeout_s(benchmark: Benchmark) -> float:
+    """The host's outer timer: the score timeout plus the warm start's time bound.
+
+    The warm start happens before the supervisor's clock, so its deadline
+    (:func:`supervisor_deadline_ms`, counted from that clock) ends at most the walk's
+    time bound (the supervisor stops the walk there) plus the settle time later than it
+    would without it; the margin of :func:`supervisor_deadline_ms` (at least a second)
+    covers the settle time and the report, as before.
+    """
+    return benchmark.score_timeout_s + prewarm_bounds(benchmark).time_ms / 1000
 
 
 def supervisor_uid() -> int:
@@ -229,6 +255,7 @@ def container_spec(
             "and neither may be root"
         )
     oom_score_adj = getattr(settings, RUN_OOM_SCORE_ADJ_SETTING, None)
+    warm = prewarm_bounds(benchmark)
     # Docker ignores tmpfs ``mode=`` where the image already has the folder (the copy-up
     # keeps the image's owner and mode), so ownership is given explicitly too.
     owned = f"uid={run_uid},gid={run_uid},mode=0700"
@@ -249,6 +276,12 @@ def container_spec(
             str(TAIL_BYTES),
             "--settle-ms",
             str(SETTLE_MS),
+            "--prewarm-bytes",
+            str(warm.budget_bytes),
+            "--prewarm-files",
+            str(warm.names),
+            "--prewarm-ms",
+            str(warm.time_ms),
             "--supervisor-user",
             f"{own_uid}:{own_uid}",
             "--entrant-user",
@@ -377,6 +410,10 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
         resources = meter.from_line(data)
     except ValueError:
         raise SupervisorError("the supervisor's result has no valid meter readings") from None
+    try:
+        warm_start = prewarm.from_line(data)
+    except ValueError:
+        raise SupervisorError("the supervisor's result has no valid warm start readings") from None
     return SupervisorResult(
         start_ns=start_ns,
         end_ns=end_ns,
@@ -392,6 +429,7 @@ def parse_supervisor_line(stdout: bytes) -> SupervisorResult:
         stderr_tail=_b64(data, "stderr_tail_b64"),
         line=lines[-1].strip(),
         resources=resources,
+        prewarm=warm_start,
     )
 
 
@@ -441,6 +479,13 @@ def _keep_evidence(run_id: int, result: SupervisorResult) -> None:
         path = private / name
         path.write_bytes(data)
         path.chmod(0o600)
+
+
+def clock_started(container_id: str) -> bool:
+    """Whether the supervisor of a stopped container got past its warm start (its stderr
+    says so, ``PREWARMED``): if not, nothing of the entrant's ran, and whatever stopped
+    it is a platform fault."""
+    return PREWARMED in engine.logs(container_id, stdout=False, stderr=True)
 
 
 def _log_supervisor_stderr(run_id: int, container_id: str) -> None:
@@ -687,7 +732,7 @@ def supervise(container: Container, benchmark: Benchmark, measured: Measured) ->
     try:
         host_start = time.monotonic_ns()
         engine.start(container.id)
-        left_s = benchmark.score_timeout_s - (time.monotonic_ns() - host_start) / 1e9
+        left_s = outer_timeout_s(benchmark) - (time.monotonic_ns() - host_start) / 1e9
         status_code = engine.wait(container.id, timeout_s=max(left_s, 1.0))
         host_end = time.monotonic_ns()
         measured.host_start_ns, measured.host_end_ns = host_start, host_end
@@ -713,6 +758,10 @@ def read(
     supervisor that failed or lied about the clock is a platform fault.
     """
     if supervised.status_code is None:
+        if not clock_started(container.id):
+            # Stopped before the supervisor's clock: while it prewarmed, never the
+            # entrant's time.
+            raise SupervisorError("the run was stopped before its clock started")
         # The supervisor should have stopped everything before this; whatever held the
         # container past the limit was the entrant's, so the attempt counts.
         reason = f"The run did not finish within the {benchmark.score_timeout_s}-second limit."
@@ -721,9 +770,14 @@ def read(
     started = time.perf_counter_ns()
     # The supervisor exits 0 right after its line; anything else means it failed (its
     # own stderr, logged by the caller, says why), never the entrant's doing.
-    if supervised.status_code != 0 and engine.state(container.id).get("OOMKilled"):
-        # The container hit its memory limit and the kernel took the supervisor: only
-        # the entrant's processes can have used that memory, so the attempt counts.
+    if (
+        supervised.status_code != 0
+        and engine.state(container.id).get("OOMKilled")
+        and clock_started(container.id)
+    ):
+        # The container hit its memory limit after the warm start and the kernel took
+        # the supervisor: only the entrant's processes can have used that memory, so the
+        # attempt counts. (Before the clock nothing of the entrant's ran: our fault.)
         reason = (
             f"The run used more than its {benchmark.run_memory_bytes:,}-byte memory "
             "limit and was stopped."
@@ -794,7 +848,10 @@ def judge(
             "matches": decision.matches,
             "output_sha256": output_sha256,
             "resources": result.resources.as_dict()
-            | {"cpu_per_wall": meter.cpu_per_wall(result.resources, result.wall_ns)},
+            | {
+                "cpu_per_wall": meter.cpu_per_wall(result.resources, result.wall_ns),
+                "prewarm": result.prewarm.as_dict(),
+            },
         },
     )
 

@@ -3,6 +3,7 @@
  *
  *   supervise --deadline-ms N --log-dir DIR --output PATH --expect-bytes N
  *             [--tail-bytes N] [--settle-ms N]
+ *             [--prewarm-bytes N [--prewarm-files N] [--prewarm-ms N]]
  *             [--supervisor-user UID:GID --entrant-user UID:GID] -- PROGRAM ARG...
  *
  * Contract (the Python runner depends on every line of it):
@@ -11,10 +12,18 @@
  *    monotonic clock, so the host can check that its own interval contains ours.
  *    Everything that can be prepared is prepared before the first reading, off the
  *    clock: the entrant's environment, its seccomp program, our buffers, and the
- *    entrypoint file (and its #! interpreter) read once, as the rules' page-cache
- *    prewarming of the submission image. Then we wait settle-ms (default 0) for the
- *    engine to finish starting the container, and last, right before the clock, we
- *    fork and exec ourselves once (a fresh container's first fork and exec are
+ *    entrypoint file (and its #! interpreter) read once, and, as PID 1 with
+ *    --prewarm-bytes N > 0 (default 0: none), the rules' warm start: every regular file
+ *    of the container's filesystems that the entrant may read, read once into the page
+ *    cache with plain read()s (see prewarm_walk: a physical walk as the entrant's uid
+ *    and gid, no pseudo or tmpfs filesystem; at most N bytes, prewarm-files names,
+ *    default 65536, and prewarm-ms milliseconds, default 60000: the same bounds for
+ *    everyone). Not posix_fadvise(WILLNEED): it returns at once and, on fuse-overlayfs,
+ *    leaves most of a file cold a second later. Then we wait settle-ms (default 0) for
+ *    the engine to finish starting the container, and write "supervise: prewarmed"
+ *    and a newline to our stderr: the runner reads it to tell an outer timeout before
+ *    our clock (never the entrant's fault) from one after it. Last, right before the
+ *    clock, we fork and exec ourselves once (a fresh container's first fork and exec are
  *    slow); no entrant code runs before the clock. rusage leaves that warm-up out
  *    (but its maxrss, a few hundred kB, is a floor of the reported one).
  *  - The entrant (PROGRAM) runs in a new session, stdin /dev/null, stdout and
@@ -56,11 +65,15 @@
  *    {"podium_supervisor": 1, "start_ns", "end_ns", "wall_ns", "exit_code",
  *     "signal", "killed", "rusage": {"utime_us", "stime_us", "maxrss_kb"},
  *     "output_bytes", "output_error", "output_b64", "stdout_tail_b64",
- *     "stderr_tail_b64", "cgroup": {FILE: BASE64, ...}, "meter_ns"}
+ *     "stderr_tail_b64", "cgroup": {FILE: BASE64, ...}, "meter_ns", "prewarm_ns",
+ *     "prewarm_bytes", "prewarm_files", "prewarm_truncated"}
  *    where "cgroup" holds, under its allow-list name, the contents of each cgroup file
  *    that could be read whole (a file longer than the bound is left out rather than
  *    cut), {} natively; and "meter_ns" the time the meter took (CLOCK_MONOTONIC,
- *    after end_ns, so never part of wall_ns). scoring/meter.py decodes them.
+ *    after end_ns, so never part of wall_ns). scoring/meter.py decodes them. The
+ *    prewarm_* fields are the warm start's: how long it took (before start_ns, so never
+ *    part of wall_ns), the bytes and the files it read, and whether a bound stopped it
+ *    (all 0 and false without it); scoring/run/prewarm.py decodes them.
  *  - Exit 2 on a usage error, 1 if the run could not be set up (message on stderr).
  *
  *   supervise --self-test
@@ -148,6 +161,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <grp.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
@@ -167,6 +181,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,6 +223,11 @@
 #define RESERVE_BYTES (4 << 20)  /* memory we give back to ourselves off the clock */
 #define ENTRANT_OOM_SCORE_ADJ "1000"
 #define PREWARM_BYTES (16 << 20) /* of the entrypoint, read before the clock */
+#define WALK_FILES 65536          /* --prewarm-files: names the walk visits, at most */
+#define WALK_MS 60000             /* --prewarm-ms: how long the walk may take, at most */
+#define WALK_CHUNK (1 << 20)      /* each read() of the walk */
+#define WALK_OPEN_DIRS 16         /* nftw's descriptors */
+#define PREWARMED "supervise: prewarmed\n" /* on stderr, right before the clock */
 #define WARM_UP "--warm-up"          /* argv[1] of our own warm-up exec: exit 0 at once */
 #define METER_FILE_BYTES 4096        /* of each cgroup file the meter reads */
 #define SELF_TEST "--self-test"
@@ -225,6 +245,7 @@ static void usage(const char *why)
 {
     fprintf(stderr, "supervise: %s\nusage: supervise --deadline-ms N --log-dir DIR "
             "--output PATH --expect-bytes N [--tail-bytes N] [--settle-ms N] "
+            "[--prewarm-bytes N [--prewarm-files N] [--prewarm-ms N]] "
             "[--supervisor-user UID:GID --entrant-user UID:GID] -- PROGRAM ARG...\n"
             "       supervise --self-test\n", why);
     exit(2);
@@ -686,10 +707,10 @@ static void touch_stack(void)
         page[i] = 0;
 }
 
-/* Off the clock, as the rules' prewarming of the submission image: look up and read
- * the entrypoint (and its #! interpreter) so that exec does not pay for a cold lookup
- * through the image's storage driver (a round trip to a user-space daemon for each
- * path step with fuse-overlayfs). Regular files only, at most PREWARM_BYTES of each,
+/* Off the clock, first of the rules' warm start (prewarm_walk reads the rest): look up
+ * and read the entrypoint (and its #! interpreter) so that exec does not pay for a cold
+ * lookup through the image's storage driver (a round trip to a user-space daemon for
+ * each path step with fuse-overlayfs). Regular files only, at most PREWARM_BYTES of each,
  * never blocking: a FIFO or a device is skipped. */
 static void prewarm(const char *path, int interpreters)
 {
@@ -717,6 +738,118 @@ static void prewarm(const char *path, int interpreters)
     close(fd);
     if (interpreter[0] == '/' && interpreters > 0)
         prewarm(interpreter, interpreters - 1);
+}
+
+/* The rules' warm start: off the clock, as PID 1 only (natively "/" is the host's), the
+ * same for every entrant. We walk the container's root filesystem, as the entrant (its
+ * effective uid and gid, our saved ones: a file it cannot read is not read), and read
+ * every regular file into the page cache, through the container's own mount (a storage
+ * driver such as fuse-overlayfs keeps a page cache per mount: warming the image from
+ * the host would not help). Deny by default: a physical walk (a symlink is never
+ * followed), never /proc, /sys or /dev, nothing on a pseudo or memory filesystem (the
+ * list below: tmpfs holds our logs and the entrant's empty output and scratch space),
+ * only what lstat and then fstat of an O_NOFOLLOW|O_NONBLOCK descriptor both call a
+ * regular file (a FIFO is never opened, a device never read). Bounded, the same bounds
+ * for everyone: at most walk.budget bytes, walk.max_names names visited (files,
+ * folders, links: a million empty files stop there too), and walk.deadline on our
+ * clock, a safety net the runner sizes from a floor rate so that it does not fire on a
+ * healthy host. Reaching a bound stops the walk and sets "prewarm_truncated". */
+static struct {
+    long long budget, max_names, deadline;
+    long long bytes, files, names;
+    int truncated;
+    unsigned char *buf;
+} walk;
+
+/* Filesystems whose files are no image's: pseudo ones (proc, sysfs, devpts, cgroup and
+ * cgroup2, mqueue, securityfs, debugfs, tracefs, binfmt_misc, pstore, bpf, fusectl,
+ * configfs, nsfs, autofs) and memory ones (tmpfs and devtmpfs share a magic; ramfs,
+ * hugetlbfs). The numbers are linux/magic.h's, spelled out for older headers. */
+static int walk_skips(long type)
+{
+    static const unsigned long skipped[] = {
+        0x9fa0 /* proc */, 0x62656572 /* sysfs */, 0x1cd1 /* devpts */,
+        0x01021994 /* tmpfs, devtmpfs */, 0x27e0eb /* cgroup */, 0x63677270 /* cgroup2 */,
+        0x19800202 /* mqueue */, 0x73636673 /* securityfs */, 0x64626720 /* debugfs */,
+        0x74726163 /* tracefs */, 0x42494e4d /* binfmt_misc */, 0x6165676c /* pstore */,
+        0xcafe4a11 /* bpf */, 0x65735543 /* fusectl */, 0x62656570 /* configfs */,
+        0x6e736673 /* nsfs */, 0x0187 /* autofs */, 0x858458f6 /* ramfs */,
+        0x958458f6 /* hugetlbfs */};
+    for (size_t i = 0; i < sizeof skipped / sizeof *skipped; i++)
+        if ((unsigned long)(unsigned int)type == skipped[i])
+            return 1;
+    return 0;
+}
+
+/* Reads one regular file (at most what is left of the budget) through its descriptor. */
+static void walk_read(const char *path)
+{
+    struct stat st;
+    struct statfs fs;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return; /* the entrant could not read it either */
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fstatfs(fd, &fs) == 0 &&
+        !walk_skips((long)fs.f_type)) {
+        long long want = st.st_size, off = 0;
+        if (want > walk.budget - walk.bytes) {
+            want = walk.budget - walk.bytes;
+            walk.truncated = 1;
+        }
+        ssize_t n = 1;
+        while (off < want && n > 0 && mono_ns() < walk.deadline) {
+            size_t chunk = want - off < WALK_CHUNK ? (size_t)(want - off) : WALK_CHUNK;
+            if ((n = pread(fd, walk.buf, chunk, (off_t)off)) > 0)
+                off += n;
+            else if (n < 0 && errno == EINTR)
+                n = 1;
+        }
+        if (off < want && n > 0)
+            walk.truncated = 1; /* the deadline */
+        walk.bytes += off;
+        walk.files += off > 0;
+    }
+    close(fd);
+}
+
+static int walk_visit(const char *path, const struct stat *sb, int type, struct FTW *at)
+{
+    struct statfs fs;
+    if (++walk.names > walk.max_names || mono_ns() >= walk.deadline) {
+        walk.truncated = 1;
+        return FTW_STOP;
+    }
+    if (type == FTW_D) {
+        if (at->level == 1 && (!strcmp(path, "/proc") || !strcmp(path, "/sys") ||
+                               !strcmp(path, "/dev")))
+            return FTW_SKIP_SUBTREE;
+        return statfs(path, &fs) == 0 && !walk_skips((long)fs.f_type) ? FTW_CONTINUE
+                                                                      : FTW_SKIP_SUBTREE;
+    }
+    if (type == FTW_F && S_ISREG(sb->st_mode) && sb->st_size > 0)
+        walk_read(path);
+    return walk.truncated ? FTW_STOP : FTW_CONTINUE;
+}
+
+/* The walk (see above); returns the time it took. Only as PID 1 and with a budget. */
+static long long prewarm_walk(long long budget, long long max_names, long long max_ms)
+{
+    long long started = mono_ns();
+    walk.budget = budget;
+    walk.max_names = max_names;
+    walk.deadline = started + max_ms * 1000000LL;
+    if (getpid() != 1 || budget <= 0 || !(walk.buf = malloc(WALK_CHUNK)))
+        return mono_ns() - started;
+    if (two_users && setresgid((gid_t)-1, entrant_user.gid, (gid_t)-1) != 0)
+        die("setresgid");
+    act_as_entrant(1);
+    nftw("/", walk_visit, WALK_OPEN_DIRS, FTW_PHYS | FTW_ACTIONRETVAL);
+    act_as_entrant(0);
+    if (two_users && setresgid((gid_t)-1, self_user.gid, (gid_t)-1) != 0)
+        die("setresgid");
+    free(walk.buf);
+    walk.buf = NULL;
+    return mono_ns() - started;
 }
 
 /* A fresh container's first fork and exec are slow (about 0.3 ms more than the next
@@ -918,6 +1051,7 @@ static char stdout_buf[1 << 16];
 int main(int argc, char **argv)
 {
     long long deadline_ms = -1, expect = -1, tail = 65536, settle_ms = 0;
+    long long walk_bytes = 0, walk_files = WALK_FILES, walk_ms = WALK_MS;
     const char *log_dir = NULL, *output = NULL, *self_spec = NULL, *entrant_spec = NULL;
     int i;
 
@@ -942,6 +1076,12 @@ int main(int argc, char **argv)
             tail = parse_num(argv[i + 1], 1LL << 30);
         else if (!strcmp(argv[i], "--settle-ms"))
             settle_ms = parse_num(argv[i + 1], 10000LL);
+        else if (!strcmp(argv[i], "--prewarm-bytes"))
+            walk_bytes = parse_num(argv[i + 1], 1LL << 50);
+        else if (!strcmp(argv[i], "--prewarm-files"))
+            walk_files = parse_num(argv[i + 1], 1LL << 40);
+        else if (!strcmp(argv[i], "--prewarm-ms"))
+            walk_ms = parse_num(argv[i + 1], 86400000LL);
         else if (!strcmp(argv[i], "--log-dir"))
             log_dir = argv[i + 1];
         else if (!strcmp(argv[i], "--output"))
@@ -1005,6 +1145,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, stdout_buf, _IOFBF, sizeof stdout_buf);
     touch_stack();
     prewarm(prog[0], 1);
+    long long prewarm_ns = prewarm_walk(walk_bytes, walk_files, walk_ms);
     int reserve = reserve_memory();
     /* Says why the child could not set up; closed unread by a successful exec. */
     if (pipe2(status, O_CLOEXEC) != 0)
@@ -1015,6 +1156,11 @@ int main(int argc, char **argv)
     struct timespec settle = {settle_ms / 1000, settle_ms % 1000 * 1000000L};
     while (settle_ms > 0 && nanosleep(&settle, &settle) != 0 && errno == EINTR)
         ;
+    /* Tells the runner that whatever stops us from here on is on the entrant's side of
+     * the line (an outer timeout before it is a platform fault: see the header). */
+    if (write(2, PREWARMED, sizeof PREWARMED - 1) < 0) {
+        /* nothing to do: the runner then blames the platform, never the entrant */
+    }
     struct rusage warm_ru = warm_up(); /* last: right before the clock, while warm */
 
     long long start = mono_ns();
@@ -1101,7 +1247,9 @@ int main(int argc, char **argv)
     b64_tail("stdout_tail_b64", fds[0], tail);
     b64_tail("stderr_tail_b64", fds[1], tail);
     print_meter(meter_ns);
-    printf("}\n");
+    printf(", \"prewarm_ns\": %lld, \"prewarm_bytes\": %lld, \"prewarm_files\": %lld, "
+           "\"prewarm_truncated\": %s}\n",
+           prewarm_ns, walk.bytes, walk.files, walk.truncated ? "true" : "false");
     free(out);
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }

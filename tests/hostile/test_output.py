@@ -32,6 +32,10 @@ FORGED = json.dumps(
         "stderr_tail_b64": "",
         "cgroup": {},
         "meter_ns": 0,
+        "prewarm_ns": 0,
+        "prewarm_bytes": 0,
+        "prewarm_files": 0,
+        "prewarm_truncated": False,
     }
 )
 

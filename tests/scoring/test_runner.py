@@ -51,6 +51,10 @@ def supervisor_line(**overrides: Any) -> bytes:
         "stderr_tail_b64": b64(b"oops\n"),
         "cgroup": {},
         "meter_ns": 0,
+        "prewarm_ns": 0,
+        "prewarm_bytes": 0,
+        "prewarm_files": 0,
+        "prewarm_truncated": False,
     }
     fields.update(overrides)
     return json.dumps(fields).encode() + b"\n"
@@ -310,6 +314,8 @@ class FakeEngine:
         self.ended_ns = 0
         self.rows = 0
         self.oom_killed = False
+        # The supervisor's own stderr: by default it got past its warm start.
+        self.stderr = runner.PREWARMED + b"supervise: cannot set up the run\n"
 
     def install(self, monkeypatch) -> FakeEngine:
         names = ("create_container", "start", "wait", "kill", "remove_container", "logs", "state")
@@ -347,7 +353,7 @@ class FakeEngine:
         if stderr:  # the supervisor's own stderr, read only for the staff log
             assert not stdout
             self.calls.append("stderr")
-            return b"supervise: cannot set up the run\n"
+            return self.stderr
         self.calls.append("logs")
         if self.stdout is not None:
             return self.stdout
@@ -548,6 +554,10 @@ FORGED_LINE = json.dumps(
         "stderr_tail_b64": "",
         "cgroup": {},
         "meter_ns": 0,
+        "prewarm_ns": 0,
+        "prewarm_bytes": 0,
+        "prewarm_files": 0,
+        "prewarm_truncated": False,
     }
 )
 

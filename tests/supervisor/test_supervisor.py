@@ -33,7 +33,8 @@ IMAGE = "localhost/podium/busybox:1"
 SECOND = 1_000_000_000
 VALID = bytes([1, 0, 0, 0, 231, 3, 0, 0])  # two int32 predictions: 1 and 999
 KEYS = """podium_supervisor start_ns end_ns wall_ns exit_code signal killed rusage
-output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64 cgroup meter_ns"""
+output_bytes output_error output_b64 stdout_tail_b64 stderr_tail_b64 cgroup meter_ns
+prewarm_ns prewarm_bytes prewarm_files prewarm_truncated"""
 
 
 @pytest.fixture(scope="session")
@@ -493,13 +494,16 @@ def container_args(
     env: Sequence[str] = (),
     own_uid: bool = False,
     extra: Sequence[str] = (),
+    options: Sequence[str] = (),
+    image: str = IMAGE,
 ) -> list[str]:
     """``docker run`` options, image and command (no ``--rm``) for one supervised run.
 
     ``own_uid``: as the runner does it, the supervisor starts as root with nothing but
     CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and becomes uid 65533 (its logs are its
     own) before it starts the entrant as 65534. Otherwise both are 65534 from the start.
-    ``extra``: more ``docker run`` options (limits, mounts).
+    ``extra``: more ``docker run`` options (limits, mounts); ``options``: more of the
+    supervisor's (``--prewarm-bytes``...); ``image``: the submission image.
     """
     logs_uid = 65533 if own_uid else 65534
     sandbox = f"""--network none --read-only --cap-drop ALL
@@ -516,9 +520,9 @@ def container_args(
     args += ["-v", f"{binary}:/podium/supervise:ro", "-v", f"{program}:/submission/run:ro"]
     args += [a for e in env for a in ("-e", e)]
     args += extra
-    args += ["--entrypoint", "/podium/supervise", IMAGE, "--deadline-ms", str(deadline_ms)]
+    args += ["--entrypoint", "/podium/supervise", image, "--deadline-ms", str(deadline_ms)]
     args += ["--log-dir", "/contest/logs", "--output", CONTAINER_OUTPUT]
-    args += ["--expect-bytes", str(len(VALID))]
+    args += ["--expect-bytes", str(len(VALID)), *options]
     if own_uid:
         args += USERS
     args += ["--", "/submission/run"]
