@@ -140,7 +140,11 @@ def submit(args: argparse.Namespace) -> int:
             print(f"Packed {show.plural(upload.packed_files, 'file')} from {source} ({packed}).")
         submission = client.post_files(
             f"/benchmarks/{args.benchmark}/submissions/",
-            {"environment": str(args.env), "kind": kind},
+            {
+                "environment": str(args.env),
+                "kind": kind,
+                "confirm_boundary": "true" if args.confirm_boundary else "false",
+            },
             {"source": (upload.name, upload.path)},
         )
     what = "official attempt" if kind == "official" else "practice run"

@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a practice run on the public practice cohort (its own allowance, off the board)",
     )
+    submit.add_argument(
+        "--confirm-boundary",
+        action="store_true",
+        help="confirm the benchmark's validation-data boundary (its rules page states it); an "
+        "official upload to a benchmark that states one is refused without",
+    )
 
     follow = command(
         "watch",

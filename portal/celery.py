@@ -11,7 +11,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("podium")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["scoring", "portal.campaigns", "portal.notifications"])
+app.autodiscover_tasks(
+    ["scoring", "portal.campaigns", "portal.notifications", "portal.submissions"]
+)
 
 
 def _pin_off_scoring(**_: object) -> None:

@@ -21,8 +21,10 @@ VERIFICATION_POOL_SWEEP = "scoring.verification_pool_sweep"
 RUN_ROUND = "scoring.run_round"  # a campaign round, to its class's queue
 REMOVE_IMAGE = "scoring.remove_image"
 REAP = "scoring.reap"
+REVIEW_ARTIFACTS = "scoring.review_artifacts"  # list a reviewed image's artifacts
 # The portal's own.
 CAMPAIGNS_SWEEP = "portal.campaigns.sweep"
+REVIEW_SWEEP = "portal.submissions.review_sweep"
 SEND_VERDICT_MAIL = "portal.notifications.send_verdict_mail"
 
 ROUTES: dict[str, dict[str, str]] = {
@@ -37,6 +39,9 @@ ROUTES: dict[str, dict[str, str]] = {
         VERIFICATION_POOL_FILL,
         VERIFICATION_POOL_SWEEP,
         CAMPAIGNS_SWEEP,
+        REVIEW_SWEEP,
+        # An image's artifacts are listed on the builds side, never on a scoring host.
+        REVIEW_ARTIFACTS,
         # Verdict mail: never sent by a scoring host, which holds its machine while it
         # records.
         SEND_VERDICT_MAIL,
@@ -51,4 +56,6 @@ BEAT: dict[str, dict[str, Any]] = {
     "campaigns": {"task": CAMPAIGNS_SWEEP, "schedule": 60.0},
     # Each cohort verification may need keeps its pool of prepared sets full.
     "verification-pool": {"task": VERIFICATION_POOL_SWEEP, "schedule": 60.0},
+    # Apparent winners of a benchmark with a validation boundary enter provenance review.
+    "provenance-review": {"task": REVIEW_SWEEP, "schedule": 60.0},
 }

@@ -576,6 +576,12 @@ def follow_logs(container_id: str) -> Iterator[bytes]:
         raise EngineError(str(exc)) from exc
 
 
+def export_container(container_id: str) -> Iterator[bytes]:
+    """The container's whole filesystem as one tar stream, in chunks (never started)."""
+    chunks = _wrap(lambda: client().api.export(container_id, chunk_size=1 << 20))
+    return iter(chunks)
+
+
 def put_archive(container_id: str, path: str, data: IO[bytes] | bytes) -> None:
     """Unpack a tar stream at ``path`` inside a (created or stopped) container."""
     ok = _wrap(lambda: client().api.put_archive(container_id, path, data))

@@ -16,6 +16,7 @@ from scoring.build import builds
 from scoring.campaign import rounds
 from scoring.cohort import verifysets
 from scoring.host import machine
+from scoring.images import artifacts
 from scoring.upkeep import reaper
 from scoring.worker import on_builds_worker_ready, on_worker_ready
 
@@ -75,6 +76,12 @@ def run_round(round_id: int) -> None:
 @shared_task(name=names.REMOVE_IMAGE)
 def remove_image(image_tag: str) -> None:
     engine.remove_image(image_tag)
+
+
+@shared_task(name=names.REVIEW_ARTIFACTS)
+def review_artifacts(submission_id: int) -> None:
+    """On ``builds``: list a reviewed submission's image for staff."""
+    artifacts.review_listing(submission_id)
 
 
 @shared_task(name=names.REAP)

@@ -258,6 +258,11 @@ class LeaderboardRowSerializer(serializers.Serializer[LeaderboardRow]):
         allow_null=True,
         help_text="The run's mean GPU utilization, percent (null on a class without GPUs).",
     )
+    review = serializers.ChoiceField(
+        choices=["under_review", "cleared"],
+        allow_null=True,
+        help_text="The submission's provenance review: under review, cleared, or null (none).",
+    )
 
 
 class VerifyingRowSerializer(serializers.Serializer[VerifyingRow]):
@@ -375,6 +380,11 @@ class SubmissionCreateSerializer(serializers.Serializer[dict[str, Any]]):
     )
     kind = serializers.ChoiceField(
         choices=[Submission.OFFICIAL, Submission.PRACTICE], default=Submission.OFFICIAL
+    )
+    confirm_boundary = serializers.BooleanField(
+        default=False,
+        help_text="Confirms the benchmark's validation-data boundary (its validation_boundary); "
+        "required for an official upload to a benchmark that states one.",
     )
 
 
@@ -611,6 +621,38 @@ class SubmissionSerializer(serializers.ModelSerializer[Submission]):
 
 class StaffReasonSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ReviewSerializer(serializers.Serializer[Any]):
+    """A submission's provenance review as its entrant sees it (staff also see the image's
+    artifacts as the worker listed them)."""
+
+    status = serializers.ChoiceField(choices=["under_review", "cleared", "disqualified"])
+    opened_at = OffsetDateTimeField()
+    opened_because = serializers.CharField()
+    statement = serializers.CharField(allow_blank=True)
+    statement_at = OffsetDateTimeField(allow_null=True)
+    decided_at = OffsetDateTimeField(allow_null=True)
+    decision_reason = serializers.CharField(allow_blank=True)
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = dict(super().to_representation(instance))
+        if self.context.get("staff"):
+            data["artifacts"] = instance.artifacts
+        return data
+
+
+class ReviewStatementSerializer(serializers.Serializer[dict[str, Any]]):
+    statement = serializers.CharField(
+        allow_blank=True,
+        help_text="The data, the checkpoints with their sources and SHA-256 hashes, and the "
+        "training code behind the submission (at most 20,000 characters).",
+    )
+
+
+class ReviewDecisionSerializer(serializers.Serializer[dict[str, Any]]):
+    decision = serializers.ChoiceField(choices=["cleared", "disqualified"])
+    reason = serializers.CharField(min_length=1, help_text="Why (recorded, shown to the entrant).")
 
 
 class DisqualifySerializer(serializers.Serializer[dict[str, Any]]):

@@ -99,6 +99,7 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
                 source_file=path,
                 source_name=upload.name or "source",
                 kind=data["kind"],
+                boundary_confirmed=data["confirm_boundary"],
             )
         submission = get_submission(submission.pk)
         return Response(s.SubmissionSerializer(submission).data, status=status.HTTP_201_CREATED)

@@ -9,6 +9,7 @@ from portal.api import (
     campaign_views,
     environment_views,
     host_views,
+    review_views,
     staff_views,
     submission_views,
     views,
@@ -78,6 +79,16 @@ urlpatterns = [
         f"{SUBMISSION}disqualify/",
         staff_views.SubmissionDisqualifyView.as_view(),
         name="submission-disqualify",
+    ),
+    path(
+        f"{SUBMISSION}review/",
+        review_views.SubmissionReviewView.as_view(),
+        name="submission-review",
+    ),
+    path(
+        f"{SUBMISSION}review/decide/",
+        review_views.SubmissionReviewDecideView.as_view(),
+        name="submission-review-decide",
     ),
     path(
         f"{SUBMISSION}rescore/",

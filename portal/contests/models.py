@@ -182,6 +182,22 @@ class Benchmark(models.Model):
             "may be for the run to rank; a faster one always confirms it."
         ),
     )
+    validation_boundary = models.TextField(
+        blank=True,
+        help_text=(
+            "The validation-data boundary in the benchmark's own words, shown on its rules "
+            "page. When set, every official upload must confirm it, and apparent winners "
+            "(a new first place; the top review_top rows at the close) enter provenance "
+            "review."
+        ),
+    )
+    review_top = models.PositiveSmallIntegerField(
+        default=3,
+        help_text=(
+            "With a validation boundary: how many rows at the top of the board enter "
+            "provenance review when the benchmark closes (0: only new first places)."
+        ),
+    )
     verify_self_agreement_pct = models.PositiveSmallIntegerField(
         default=98,
         validators=[POSITIVE, MaxValueValidator(100)],

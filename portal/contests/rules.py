@@ -17,6 +17,7 @@ Time rules:
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -361,3 +362,9 @@ def verification_decision(
             f"{_percent(noise_band_pct or 0.0)}%)"
         )
     return verdict(REMEASURE if count < limit else REJECT, why + ".", fastest)
+
+
+def boundary_sha256(text: str) -> str:
+    """The SHA-256 an official upload's confirmation of a validation-data boundary keeps:
+    of the boundary's text as shown (surrounding blank space left out)."""
+    return hashlib.sha256(text.strip().encode()).hexdigest()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, F, Max, Q, Sum
 from django.db.models.fields.json import KeyTransform
 
 from portal.contests import rules
@@ -29,6 +29,8 @@ class LeaderboardRow:
     # The GPU meter (on a GPU class; None elsewhere): joules per image, mean utilization %.
     energy_per_image_j: float | None = None
     gpu_util_mean_pct: float | None = None
+    # Provenance review of the row's submission: "under_review", "cleared" or None.
+    review: str | None = None
 
 
 def _run_figure(*path: str) -> KeyTransform:
@@ -50,6 +52,7 @@ def _entries(benchmark: Benchmark) -> Any:
             run_cpu_per_wall=_run_figure("cpu_per_wall"),
             run_energy_per_image_j=_run_figure("gpu", "energy_per_image_j"),
             run_gpu_util_mean_pct=_run_figure("gpu", "gpu_util_mean_pct"),
+            review_status=F("submission__provenance_review__status"),
         )
         .order_by(*RANK_ORDER)
     )
@@ -71,7 +74,8 @@ class BoardVersion:
 
     Every change of a row changes its run (a new best, or an older run after a
     disqualification) or the number of rows, so the count, the sum of run ids, the sum
-    of wall times and the newest row id together move with any change. Caches of what
+    of wall times and the newest row id together move with any change; the counts of
+    the rows' provenance reviews, opened and decided, move with their marks. Caches of what
     is drawn from the board (its rendered pages, the progress chart) key on ``key``.
     """
 
@@ -82,11 +86,16 @@ class BoardVersion:
 def leaderboard_version(benchmark: Benchmark) -> BoardVersion:
     """The board's size and fingerprint. One query (an aggregate over the board's rows)."""
     board = LeaderboardEntry.objects.filter(benchmark=benchmark).aggregate(
-        rows=Count("id"), runs=Sum("run_id"), times=Sum("wall_time_ns"), last=Max("id")
+        rows=Count("id"),
+        runs=Sum("run_id"),
+        times=Sum("wall_time_ns"),
+        last=Max("id"),
+        reviews=Count("submission__provenance_review"),
+        decided=Count("submission__provenance_review__decided_at"),
     )
     return BoardVersion(
         entrants=board["rows"],
-        key="{rows}-{runs}-{times}-{last}".format(**board),
+        key="{rows}-{runs}-{times}-{last}-{reviews}-{decided}".format(**board),
     )
 
 
@@ -145,7 +154,13 @@ def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
         cpu_per_wall=_float(getattr(entry, "run_cpu_per_wall", None)),
         energy_per_image_j=_float(getattr(entry, "run_energy_per_image_j", None)),
         gpu_util_mean_pct=_float(getattr(entry, "run_gpu_util_mean_pct", None)),
+        review=_review(getattr(entry, "review_status", None)),
     )
+
+
+def _review(status: Any) -> str | None:
+    """The mark a row shows: under review or cleared (a disqualified row is not shown)."""
+    return status if status in ("under_review", "cleared") else None
 
 
 def _float(value: Any) -> float | None:

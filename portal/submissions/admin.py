@@ -33,10 +33,11 @@ from portal.admin_helpers import (
 )
 from portal.audit.reasons import reason_given, reason_page, reasoned_action
 from portal.audit.services import Origin
-from portal.submissions import anomalies, evidence, staff
+from portal.submissions import anomalies, evidence, review, staff
 from portal.submissions.models import (
     Anomaly,
     AttemptLedger,
+    ProvenanceReview,
     Run,
     Submission,
     SubmissionEvent,
@@ -520,3 +521,84 @@ class AnomalyAdmin(ReadOnlyMixin, admin.ModelAdmin[Anomaly]):
             done=lambda count: f"Marked reviewed: {count} anomal{'y' if count == 1 else 'ies'}.",
         )
         return None
+
+
+@admin.register(ProvenanceReview)
+class ProvenanceReviewAdmin(ReadOnlyMixin, admin.ModelAdmin[ProvenanceReview]):
+    """Apparent winners under provenance review: the entrant's statement and the image's
+    artifacts as the worker listed them; "Clear" and "Disqualify" ask for a reason and
+    need ``submissions.decide_review`` (each decision audited)."""
+
+    list_display = ["submission", "status", "opened_because", "opened_at", "statement_given"]
+    list_filter = ["status", "submission__benchmark"]
+    search_fields = ["submission__id", "submission__entrant__username"]
+    list_select_related = ["submission__entrant", "submission__benchmark"]
+    fields = [
+        "submission",
+        "status",
+        "opened_at",
+        "opened_because",
+        "statement",
+        "statement_at",
+        "artifacts_listing",
+        "artifacts_at",
+        "decided_at",
+        "decided_by",
+        "decision_reason",
+    ]
+    readonly_fields = ["artifacts_listing"]
+    actions = ["clear", "disqualify"]
+
+    def has_decide_review_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(staff.DECIDE_REVIEW)
+
+    @admin.display(description="Statement given", boolean=True, ordering="statement_at")
+    def statement_given(self, found: ProvenanceReview) -> bool:
+        return found.statement_at is not None
+
+    @admin.display(description="The image's artifacts")
+    def artifacts_listing(self, found: ProvenanceReview) -> str:
+        if found.artifacts is None:
+            return preformatted("not listed yet")
+        return preformatted(json.dumps(found.artifacts, indent=2, sort_keys=True))
+
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet[ProvenanceReview], decision: str
+    ) -> TemplateResponse | None:
+        return reasoned_action(
+            request,
+            self,
+            list(queryset.select_related("submission")),
+            action=decision if decision == "disqualify" else "clear",
+            title="Disqualify after review" if decision == "disqualify" else "Clear after review",
+            explanation="The decision and your reason are recorded in the audit log and shown "
+            "to the entrant.",
+            reason_required=True,
+            apply=lambda found, reason, origin: review.review_decide(
+                review=found,
+                actor=request.user,
+                decision=(
+                    ProvenanceReview.DISQUALIFIED
+                    if decision == "disqualify"
+                    else ProvenanceReview.CLEARED
+                ),
+                reason=reason,
+                origin=origin,
+            ),
+            done=lambda count: f"Decided {count} review(s).",
+        )
+
+    @admin.action(description="Clear the selected submissions", permissions=["decide_review"])
+    def clear(
+        self, request: HttpRequest, queryset: QuerySet[ProvenanceReview]
+    ) -> TemplateResponse | None:
+        return self._decide(request, queryset, "clear")
+
+    @admin.action(
+        description="Disqualify the selected submissions (off the board)",
+        permissions=["decide_review"],
+    )
+    def disqualify(
+        self, request: HttpRequest, queryset: QuerySet[ProvenanceReview]
+    ) -> TemplateResponse | None:
+        return self._decide(request, queryset, "disqualify")

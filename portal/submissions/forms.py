@@ -1,4 +1,5 @@
-"""The upload form: which ready environment, which kind, and the source archive."""
+"""The upload form: which ready environment, which kind, the source archive and, where
+the benchmark states a validation-data boundary, its confirmation."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ class SubmissionForm(forms.Form):
     source = forms.FileField(
         label="Source archive",
         help_text=".tar.gz, .tar or .zip with build.sh and run.",
+    )
+    confirm_boundary = forms.BooleanField(
+        required=False,
+        label="I confirm that this submission keeps to the validation-data boundary above.",
+        help_text="Required for an official upload to a benchmark that states one.",
     )
 
     def __init__(self, *args: Any, environments: QuerySet[Environment], **kwargs: Any) -> None:

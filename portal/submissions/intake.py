@@ -120,8 +120,13 @@ def submission_accept(
     source_name: str,
     kind: str = Submission.OFFICIAL,
     now: dt.datetime | None = None,
+    boundary_confirmed: bool = False,
 ) -> Submission:
     """Accept an upload as an official attempt (or a practice run) and charge it.
+
+    An official upload to a benchmark that states a validation-data boundary must confirm
+    it (``boundary_confirmed``; ``invalid_parameter`` otherwise, checked first, nothing
+    charged); the submission keeps the SHA-256 of the text confirmed.
 
     The cheap checks come first, so that a refused upload costs the host no archive
     inspection: a verified email address, the environment, the archive's size, then
@@ -136,6 +141,16 @@ def submission_accept(
     now = now or timezone.now()
     if kind not in (Submission.OFFICIAL, Submission.PRACTICE):
         raise errors.InvalidParameter("kind must be 'official' or 'practice'.")
+    boundary = ""
+    if kind == Submission.OFFICIAL and benchmark.validation_boundary.strip():
+        if not boundary_confirmed:
+            raise errors.InvalidParameter(
+                "This benchmark's validation-data boundary must be confirmed with every "
+                "official upload: read it on the rules page, then confirm it (the checkbox "
+                "on the upload page, confirm_boundary=true in the API, podium submit "
+                "--confirm-boundary). Nothing was charged."
+            )
+        boundary = rules.boundary_sha256(benchmark.validation_boundary)
     entrant_check_verified(entrant=entrant)
     if environment.owner_id != entrant.pk or environment.benchmark_id != benchmark.pk:
         raise errors.NotFound("No such environment.")
@@ -166,6 +181,7 @@ def submission_accept(
                 source_sha256=sha256,
                 source_bytes=source_file.stat().st_size,
                 environment_image_digest=environment.image_digest,
+                boundary_sha256=boundary,
             )
             attempt_charge(submission=submission, now=now)
             event_record(submission.pk, Submission.ACCEPTED)

@@ -97,6 +97,9 @@ class Submission(models.Model):
         related_name="+",
     )
     disqualification_reason = models.TextField(blank=True)
+    # SHA-256 of the benchmark's validation-data boundary the entrant confirmed when it
+    # was uploaded ("" when the benchmark states none, and for practice runs).
+    boundary_sha256 = models.CharField(max_length=64, blank=True)
     # When it last entered a waiting status (queued, or verifying): the fair order's
     # "oldest first" (dispatch.py). A wait for the scoring machine keeps it.
     queued_at = models.DateTimeField(null=True, blank=True, db_index=True)
@@ -123,6 +126,50 @@ class Submission(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.kind} by {self.entrant}"
+
+
+class ProvenanceReview(models.Model):
+    """The review of an apparent winner: does it keep to the validation-data boundary?
+
+    Opened for an official submission of a benchmark that states a boundary when it
+    becomes first on the board, and for the top ``Benchmark.review_top`` rows at the
+    close (``portal.submissions.review``). The entrant answers with a provenance
+    statement (the data, the checkpoints with their sources and hashes, the training
+    code); the worker side lists the image's artifacts for staff (largest files, their
+    hashes, files shaped like a table with one entry per validation image). Staff clear
+    it or disqualify the submission, with a reason, audited. The board marks its row
+    ``under_review`` or ``cleared``.
+    """
+
+    UNDER_REVIEW = "under_review"
+    CLEARED = "cleared"
+    DISQUALIFIED = "disqualified"
+    STATUSES = [(s, s) for s in (UNDER_REVIEW, CLEARED, DISQUALIFIED)]
+
+    submission = models.OneToOneField(
+        Submission, on_delete=models.CASCADE, related_name="provenance_review"
+    )
+    status = models.CharField(max_length=16, choices=STATUSES, default=UNDER_REVIEW)
+    opened_at = models.DateTimeField()
+    opened_because = models.CharField(max_length=200)
+    statement = models.TextField(blank=True)
+    statement_at = models.DateTimeField(null=True, blank=True)
+    # The image's artifacts as the worker listed them (``scoring.images.artifacts``):
+    # {"files", "bytes", "largest": [{path, bytes, sha256}], "tables": [{path, ...}]}.
+    artifacts = models.JSONField(null=True, blank=True)
+    artifacts_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decision_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        permissions = [("decide_review", "Can clear or disqualify a submission under review")]
+
+    def __str__(self) -> str:
+        return f"review of #{self.submission_id} ({self.status})"
 
 
 class SubmissionEvent(models.Model):

@@ -45,7 +45,16 @@ REQUEUE = "submissions.requeue_submission"
 RESCORE = "submissions.rescore_submission"
 CANCEL = "submissions.cancel_submission"
 DISQUALIFY = "submissions.disqualify_submission"
-STAFF_PERMISSIONS = (DOWNLOAD_SOURCE, DOWNLOAD_EVIDENCE, REQUEUE, RESCORE, CANCEL, DISQUALIFY)
+DECIDE_REVIEW = "submissions.decide_review"
+STAFF_PERMISSIONS = (
+    DOWNLOAD_SOURCE,
+    DOWNLOAD_EVIDENCE,
+    REQUEUE,
+    RESCORE,
+    CANCEL,
+    DISQUALIFY,
+    DECIDE_REVIEW,
+)
 
 
 class StaffPermissionDenied(errors.PodiumError):

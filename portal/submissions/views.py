@@ -6,18 +6,19 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.environments.models import Environment
 from portal.errors import PodiumError
-from portal.submissions import intake
+from portal.submissions import intake, review
 from portal.submissions.attempts import quota_for
 from portal.submissions.forms import SubmissionForm
-from portal.submissions.models import Submission
+from portal.submissions.models import ProvenanceReview, Submission
 from portal.submissions.selectors import submission_state, submissions_with_latest_run
 
 
@@ -60,6 +61,7 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
                         source_file=source_file,
                         source_name=source_name,
                         kind=form.cleaned_data["kind"],
+                        boundary_confirmed=form.cleaned_data["confirm_boundary"],
                     )
                 except PodiumError as exc:
                     form.add_error(None, exc.detail)
@@ -95,8 +97,25 @@ def submission_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "submission": submission,
         "benchmark": submission.benchmark,
         "state": submission_state(submission),
+        "review": ProvenanceReview.objects.filter(submission=submission).first(),
     }
     return render(request, "submissions/submission_detail.html", context)
+
+
+@login_required
+@require_POST
+def submission_review(request: HttpRequest, pk: int) -> HttpResponse:
+    """The entrant's provenance statement for their submission under review."""
+    submission = _owned(request, pk)
+    try:
+        review.review_statement(
+            submission=submission, entrant=request.user, text=request.POST.get("statement", "")
+        )
+    except PodiumError as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, "Your provenance statement was recorded.")
+    return redirect(reverse("submissions:detail", kwargs={"pk": pk}) + "#review")
 
 
 @login_required

@@ -33,7 +33,7 @@ from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
-from portal.submissions.models import Submission
+from portal.submissions.models import ProvenanceReview, Submission
 from tests import factories
 
 PUBLIC = "public"
@@ -63,6 +63,8 @@ MATRIX: dict[str, dict[str, str]] = {
     "submission-source": {"GET": OWNED_STAFF_AUDITED},
     "submission-cancel": {"POST": STAFF},
     "submission-disqualify": {"POST": STAFF},
+    "submission-review": {"GET": OWNED_STAFF_READS, "PUT": OWNED},
+    "submission-review-decide": {"POST": STAFF},
     "submission-rescore": {"POST": STAFF},
     "audit": {"GET": STAFF},
     "hosts": {"GET": CALLER},
@@ -218,6 +220,10 @@ def world(
         image_digest="sha256:" + "e" * 64,
     )
     storage.submission_build_log(submission.pk).write_text("built\n")
+    # An apparent winner under provenance review (its statement and staff's decision).
+    ProvenanceReview.objects.create(
+        submission=submission, opened_at=timezone.now(), opened_because="matrix"
+    )
     return World(
         slug=benchmark.slug,
         environment=environment,

@@ -50,6 +50,8 @@ def assert_the_rules(flagship: Benchmark) -> None:
     assert (flagship.verify_top, flagship.verify_tolerance_pct) == (20, 10)
     assert flagship.hardware_class == "gpu-h200"
     assert "9,900" in flagship.description
+    assert flagship.review_top == 3
+    assert "The one allowed use is evaluation." in flagship.validation_boundary
 
 
 def test_it_creates_the_flagship_with_the_rules_numbers(db) -> None:

@@ -32,6 +32,8 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.review_anomaly",
     "submissions.view_anomaly",
     "submissions.view_verificationset",
+    "submissions.decide_review",
+    "submissions.view_provenancereview",
     "hosts.manage_host",
     "hosts.view_scoringhost",
     "hosts.view_hostcalibration",

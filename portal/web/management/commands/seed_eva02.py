@@ -46,6 +46,27 @@ PIN_OPTIONS = (
 # own registry: where the CUDA/PyTorch bases an entrant needs come from.
 ALLOWED_REGISTRIES = "docker.io/library/\ndocker.io/pytorch/\ndocker.io/nvidia/\nnvcr.io/nvidia/\n"
 
+# The flagship's validation-data boundary, which every official upload confirms.
+BOUNDARY = """\
+Nothing derived from the ImageNet-1k validation set may be in a submission or in anything \
+it uses, or be consulted while it runs, or have helped make it: not the images or any part \
+of them, not their labels, reference answers or content hashes, and no embedding, \
+statistic or other representation learned or computed from them. That covers training, \
+fine-tuning, distillation, calibration and every other way of fitting a model, \
+checkpoint or artifact.
+
+The one allowed use is evaluation. You may score a candidate on official runs, on the \
+published practice material or on your own validation runs, and let the numbers and the \
+failures you see guide your work; the validation data itself never goes into an artifact.
+
+During a run, each input image may be used only to produce its own answer in that run. \
+Recognizing an input by matching it against stored validation content is consultation, \
+and forbidden.
+
+You must be able to show where your source, environments, models, checkpoints and built \
+artifacts come from. Apparent winners are reviewed for it; a submission that cannot \
+establish this boundary is disqualified and all of its runs leave the board."""
+
 # docs/rules.md ("The flagship benchmark"), field by field.
 FLAGSHIP: dict[str, Any] = {
     "title": "EVA-02 ImageNet-1k inference",
@@ -67,6 +88,8 @@ FLAGSHIP: dict[str, Any] = {
     "verify_tolerance_pct": 10,
     "hardware_class": HARDWARE_CLASS,
     "allowed_registries": ALLOWED_REGISTRIES,
+    "validation_boundary": BOUNDARY,
+    "review_top": 3,
 }
 
 
@@ -125,7 +148,7 @@ class Command(BaseCommand):
         for name in changed:
             old = getattr(benchmark, name)
             setattr(benchmark, name, FLAGSHIP[name])
-            long_text = name in ("description", "allowed_registries")
+            long_text = name in ("description", "allowed_registries", "validation_boundary")
             shown.append(name if long_text else f"{name} {old} -> {FLAGSHIP[name]}")
         benchmark.full_clean()
         benchmark.save(update_fields=changed)

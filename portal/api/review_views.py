@@ -1,0 +1,83 @@
+"""A submission's provenance review: its entrant reads it and gives the provenance
+statement; staff read it with the image's artifacts and decide it (``decide_review``)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal import errors
+from portal.api import serializers as s
+from portal.api.common import IsStaff, own_submission, staff_reads
+from portal.api.staff_views import ACTION_ERRORS, HasStaffPermission
+from portal.audit.services import Origin
+from portal.submissions import review, staff
+from portal.submissions.models import ProvenanceReview, Submission
+
+
+def _review_of(submission: Submission) -> ProvenanceReview:
+    found = ProvenanceReview.objects.filter(submission=submission).first()
+    if found is None:
+        raise errors.NotFound("This submission is not under review.")
+    return found
+
+
+class SubmissionReviewView(APIView):
+    """Your submission's provenance review (404 when it has none); PUT your statement."""
+
+    @extend_schema(
+        operation_id="submissions_review_retrieve",
+        tags=["submissions"],
+        responses={200: s.ReviewSerializer, **s.error_responses(401, 404)},
+    )
+    def get(self, request: Request, submission_id: int) -> Response:
+        submission = own_submission(request, submission_id, staff_may_read=True, details=False)
+        context = {"staff": staff_reads(request)}
+        return Response(s.ReviewSerializer(_review_of(submission), context=context).data)
+
+    @extend_schema(
+        operation_id="submissions_review_statement",
+        tags=["submissions"],
+        request=s.ReviewStatementSerializer,
+        responses={200: s.ReviewSerializer, **s.error_responses(400, 401, 404, 415)},
+    )
+    def put(self, request: Request, submission_id: int) -> Response:
+        submission = own_submission(request, submission_id, details=False)
+        serializer = s.ReviewStatementSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        found = review.review_statement(
+            submission=submission,
+            entrant=request.user,
+            text=serializer.validated_data["statement"],
+        )
+        return Response(s.ReviewSerializer(found).data)
+
+
+class SubmissionReviewDecideView(APIView):
+    """Staff: clear a submission under review, or disqualify it, with a reason."""
+
+    permission_classes = [IsStaff, HasStaffPermission]
+    staff_permission = staff.DECIDE_REVIEW
+
+    @extend_schema(
+        operation_id="submissions_review_decide",
+        tags=["submissions"],
+        request=s.ReviewDecisionSerializer,
+        responses={200: s.ReviewSerializer, **ACTION_ERRORS},
+    )
+    def post(self, request: Request, submission_id: int) -> Response:
+        serializer = s.ReviewDecisionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        submission = Submission.objects.filter(pk=submission_id).first()
+        if submission is None:
+            raise errors.NotFound("No such submission.")
+        decided = review.review_decide(
+            review=_review_of(submission),
+            actor=request.user,
+            decision=serializer.validated_data["decision"],
+            reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
+        )
+        return Response(s.ReviewSerializer(decided, context={"staff": True}).data)

@@ -1,0 +1,109 @@
+"""The listing of a reviewed image for staff: its largest files with their SHA-256, and the
+files shaped like a table with one entry per validation image."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from scoring import engine
+from scoring.images import artifacts
+from tests.scoring.images import build_dockerfile
+
+NPY_HEADER = (
+    b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (50000, 8), }"
+)
+
+
+def tar_of(files: dict[str, bytes], extra: list[tarfile.TarInfo] | None = None) -> bytes:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+        for info in extra or []:
+            tar.addfile(info)
+    return data.getvalue()
+
+
+def chunked(data: bytes, size: int = 7_777) -> Iterator[bytes]:
+    """The export arrives in chunks of any size, cut anywhere."""
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def test_tables_of_one_entry_per_validation_image_are_flagged_and_nothing_else():
+    lookup = b"".join(b"ILSVRC2012_val_%08d.JPEG\t%d\n" % (n, n % 1000) for n in range(50_000))
+    files = {
+        "opt/lookup.tsv": lookup,  # one line per validation image
+        "opt/with_header.csv": b"path,class\n" + lookup,
+        "opt/classes.bin": bytes(50_000 * 4),  # an int32 per image
+        "opt/hashes.bin": bytes(10_000 * 32),  # a SHA-256 per image of the cohort
+        "opt/embeddings.npy": NPY_HEADER + bytes(64),
+        "opt/imagenet_classes.txt": b"".join(b"class %d\n" % n for n in range(1_000)),
+        "opt/model.bin": bytes(50_000 * 4 + 1),
+        "usr/lib/notes.txt": b"hello\n" * 49_000,
+    }
+    link = tarfile.TarInfo("opt/link")
+    link.type, link.linkname = tarfile.SYMTYPE, "/opt/lookup.tsv"
+
+    found = artifacts.listing(chunked(tar_of(files, [link])))
+
+    flagged = {table["path"]: table["why"] for table in found["tables"]}
+    assert set(flagged) == {
+        "/opt/lookup.tsv",
+        "/opt/with_header.csv",
+        "/opt/classes.bin",
+        "/opt/hashes.bin",
+        "/opt/embeddings.npy",
+    }
+    assert flagged["/opt/lookup.tsv"] == "50,000 lines: one per image of 50,000?"
+    assert flagged["/opt/classes.bin"] == "200,000 bytes: 4 per image of 50,000?"
+    assert flagged["/opt/embeddings.npy"] == "a NumPy array of 50,000 rows"
+    assert (found["files"], found["bytes"]) == (len(files), sum(map(len, files.values())))
+    table = next(t for t in found["tables"] if t["path"] == "/opt/lookup.tsv")
+    assert table["sha256"] == hashlib.sha256(lookup).hexdigest()
+
+
+def test_the_largest_files_come_first_with_their_digests_and_the_list_is_bounded():
+    files = {f"data/{n:03d}.bin": bytes([n % 256]) * (n + 1) * 100 for n in range(30)}
+
+    found = artifacts.listing(chunked(tar_of(files), size=1_000))
+
+    largest = found["largest"]
+    assert len(largest) == artifacts.LARGEST
+    assert [entry["path"] for entry in largest[:3]] == [
+        "/data/029.bin",
+        "/data/028.bin",
+        "/data/027.bin",
+    ]
+    assert largest[0]["bytes"] == 3_000
+    assert largest[0]["sha256"] == hashlib.sha256(files["data/029.bin"]).hexdigest()
+
+
+@pytest.mark.docker
+def test_a_real_image_is_listed_through_the_engine_and_its_container_removed():
+    tag = f"podium-test/artifacts-{uuid.uuid4().hex[:12]}:1"
+    build_dockerfile(
+        tag,
+        "FROM localhost/podium/busybox:1\n"
+        "RUN seq 1 50000 > /opt.tsv && dd if=/dev/zero of=/big.bin bs=1024 count=4096\n"
+        'ENTRYPOINT ["/bin/sh", "-c", "touch /ran; exit 1"]\n',
+    )
+    try:
+        before = {c["Id"] for c in engine.list_containers(status="")}
+
+        found = artifacts.list_image(tag)
+
+        assert {c["Id"] for c in engine.list_containers(status="")} == before  # removed
+        assert found["largest"][0]["path"] == "/big.bin"
+        assert found["largest"][0]["sha256"] == hashlib.sha256(bytes(4096 * 1024)).hexdigest()
+        assert [t["path"] for t in found["tables"]] == ["/opt.tsv"]
+    finally:
+        engine.remove_image(tag)
