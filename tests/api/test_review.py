@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import Group
 from django.test import Client
+from django.urls import reverse
 
 from portal.audit.models import AuditEvent
 from portal.contests import rules
@@ -23,6 +26,8 @@ from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import AttemptLedger, ProvenanceReview, Run, Submission
 from portal.submissions.review import NEW_FIRST_PLACE, review_sweep
 from portal.task_names import REVIEW_ARTIFACTS
+from scoring import engine
+from scoring.images import artifacts
 from tests import factories
 
 BOUNDARY = "No validation data in any artifact.\n\nEvaluation is the one allowed use."
@@ -292,9 +297,6 @@ def test_the_entrant_sees_the_review_on_the_submission_page_and_answers_there(
 def test_the_artifact_listing_is_kept_on_the_review(
     contest, alice, sent, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from scoring import engine
-    from scoring.images import artifacts
-
     submission = passing(contest, alice, 1_000)
     sweep(DURING, django_capture_on_commit_callbacks)
     monkeypatch.setattr(engine, "image_exists", lambda ref: False)
@@ -304,3 +306,37 @@ def test_the_artifact_listing_is_kept_on_the_review(
     assert ProvenanceReview.objects.get().artifacts == {
         "error": "the submission's image is no longer kept"
     }
+
+
+def test_contest_staff_decide_in_the_admin_with_a_reason_and_see_the_artifacts(
+    contest, alice, sent, django_capture_on_commit_callbacks
+):
+    submission = passing(contest, alice, 1_000)
+    sweep(DURING, django_capture_on_commit_callbacks)
+    review = ProvenanceReview.objects.get()
+    ProvenanceReview.objects.filter(pk=review.pk).update(
+        artifacts={"files": 1, "bytes": 9, "largest": [], "tables": [{"path": "/opt/val.tsv"}]}
+    )
+    charlie = factories.UserFactory(username="charlie", is_staff=True)
+    charlie.groups.add(Group.objects.get(name="contest staff"))
+    browser = Client()
+    browser.force_login(charlie)
+    changelist = reverse("admin:submissions_provenancereview_changelist")
+    chosen = {"action": "disqualify", ACTION_CHECKBOX_NAME: [review.pk]}
+
+    detail = browser.get(reverse("admin:submissions_provenancereview_change", args=[review.pk]))
+    asked = browser.post(changelist, chosen)
+    done = browser.post(changelist, {**chosen, "apply": "yes", "reason": "a validation table"})
+
+    assert "/opt/val.tsv" in detail.content.decode()
+    assert 'name="reason"' in asked.content.decode()
+    assert done.status_code == 302
+    review.refresh_from_db()
+    submission.refresh_from_db()
+    assert (review.status, review.decided_by, review.decision_reason) == (
+        ProvenanceReview.DISQUALIFIED,
+        charlie,
+        "a validation table",
+    )
+    assert submission.disqualified_at is not None
+    assert AuditEvent.objects.filter(action="review.disqualified", actor=charlie).exists()
