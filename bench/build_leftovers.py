@@ -118,6 +118,7 @@ def main() -> int:
         from django.utils import timezone
 
         from portal.celery import app as celery_app
+        from portal.contests.hardware import hardware_class_row
         from portal.contests.models import Benchmark
         from portal.environments.models import Environment
         from scoring.build import buildnet, builds
@@ -132,6 +133,7 @@ def main() -> int:
         now = timezone.now()
         user = get_user_model().objects.create_user("bench")
         benchmark = Benchmark.objects.create(
+            hardware_class=hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
             slug="bench-leftovers",
             title="Leftovers",
             opens_at=now - dt.timedelta(days=1),

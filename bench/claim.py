@@ -122,6 +122,7 @@ def fill(args: argparse.Namespace) -> dict[str, Any]:
     from django.db import connection
     from django.utils import timezone
 
+    from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark, Cohort
     from portal.environments.models import Environment
     from portal.submissions.models import Run, Submission
@@ -130,6 +131,7 @@ def fill(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     now = timezone.now()
     benchmark = Benchmark.objects.create(
+        hardware_class=hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
         slug="bench-claim",
         title="Claim benchmark",
         opens_at=now - dt.timedelta(days=10),

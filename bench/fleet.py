@@ -157,6 +157,7 @@ def benchmark_with_cohort(hardware_class: str, images: Path) -> Any:
     from django.utils import timezone
 
     from portal.contests.cohorts import cohort_import
+    from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark, Cohort
 
     now = timezone.now()
@@ -167,7 +168,7 @@ def benchmark_with_cohort(hardware_class: str, images: Path) -> Any:
         closes_at=now + dt.timedelta(days=1),
         cohort_size=ROWS,
         pass_min_matches=ROWS,
-        hardware_class=hardware_class,
+        hardware_class=hardware_class_row(hardware_class),
         verify_top=0,
         score_timeout_s=120,
     )
@@ -388,14 +389,14 @@ def throughput(
     """The fleet ``hosts`` (name -> DOCKER_HOST) scoring the queue, explained."""
     from portal import jobs
 
-    queue = jobs.scoring_queue(benchmark.hardware_class)
+    queue = jobs.scoring_queue(benchmark.hardware_class_id)
     workers: list[subprocess.Popen[bytes]] = []
     try:
         # One after another: a calibration measures a machine at rest, and here the
         # hosts share this machine's CPUs (on a real fleet each has its own).
         for name, url in hosts.items():
             workers.append(
-                start_worker(name, queue, benchmark.hardware_class, work / f"{name}.log", url)
+                start_worker(name, queue, benchmark.hardware_class_id, work / f"{name}.log", url)
             )
             wait_ready([name], workers[-1:])
         t0 = time.time()
@@ -418,9 +419,9 @@ def latency(benchmark: Any, image: str, args: argparse.Namespace, work: Path) ->
     from portal import jobs
     from portal.submissions.models import Run
 
-    queue = jobs.scoring_queue(benchmark.hardware_class)
+    queue = jobs.scoring_queue(benchmark.hardware_class_id)
     name = f"solo-{uuid.uuid4().hex[:4]}"
-    worker = start_worker(name, queue, benchmark.hardware_class, work / f"{name}.log")
+    worker = start_worker(name, queue, benchmark.hardware_class_id, work / f"{name}.log")
     samples = []
     try:
         wait_ready([name], [worker])

@@ -48,9 +48,9 @@ def main() -> int:
     worker = None
     try:
         benchmark = fleet.new_class(work, "start")
-        queue = jobs.scoring_queue(benchmark.hardware_class)
+        queue = jobs.scoring_queue(benchmark.hardware_class_id)
         broker = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
-        worker = fleet.start_worker("start-a", queue, benchmark.hardware_class, work / "a.log")
+        worker = fleet.start_worker("start-a", queue, benchmark.hardware_class_id, work / "a.log")
         t0 = time.time()
         time.sleep(4)
         (submission_id,) = fleet.queue_submissions(benchmark, image, 1)

@@ -122,6 +122,7 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
     from portal import storage
     from portal.accounts.models import ApiToken
     from portal.celery import app as celery_app
+    from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark, Cohort
     from portal.environments.models import Environment
     from portal.submissions.intake import submission_accept
@@ -131,6 +132,7 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
     now = timezone.now()
     user = get_user_model().objects.create_user("bench")  # token only, no password
     benchmark = Benchmark.objects.create(
+        hardware_class=hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
         slug="bench-logtail",
         title="Log tail",
         opens_at=now - dt.timedelta(days=1),

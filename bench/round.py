@@ -89,11 +89,13 @@ def make_campaign(args: argparse.Namespace, work: Path, baseline: str) -> Any:
 
     from portal.campaigns.creation import campaign_baseline_record, campaign_create
     from portal.contests import cohorts, democohort
+    from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark, Cohort
     from scoring import engine
 
     now = timezone.now()
     benchmark = Benchmark.objects.create(
+        hardware_class=hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
         slug="bench-round",
         title="A campaign round",
         kind=Benchmark.CAMPAIGN,

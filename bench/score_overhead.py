@@ -199,12 +199,14 @@ def make_rows(images: int, submission_image: str, env_image: str, runs: int) -> 
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
+    from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark
     from portal.environments.models import Environment
     from portal.submissions.models import Submission
 
     now = timezone.now()
     benchmark = Benchmark.objects.create(
+        hardware_class=hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
         slug="bench-overhead",
         title="Off-clock overhead",
         opens_at=now - dt.timedelta(days=1),

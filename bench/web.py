@@ -103,6 +103,7 @@ def fill(entrants: int, runs: int, seed: int = 20260810) -> dict[str, Any]:
     from django.utils import timezone
 
     from portal.contests import rules
+    from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
     from portal.environments.models import Environment
     from portal.submissions.models import Run, Submission
@@ -113,6 +114,7 @@ def fill(entrants: int, runs: int, seed: int = 20260810) -> dict[str, Any]:
     started = time.monotonic()
     with transaction.atomic():
         benchmark = Benchmark.objects.create(
+            hardware_class=hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
             slug=SLUG,
             title="Web benchmark (generated)",
             opens_at=opens,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import factory
 from allauth.account.models import EmailAddress
@@ -11,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
 from portal.environments.models import Environment
 from portal.submissions.models import VerificationSet
@@ -52,6 +54,14 @@ class BenchmarkFactory(factory.django.DjangoModelFactory[Benchmark]):
     verify_top = 0
     # The class this machine's scoring worker serves (its queue: scoring.<class>).
     hardware_class = factory.LazyFunction(lambda: settings.PODIUM_HARDWARE_CLASS)
+
+    @classmethod
+    def _adjust_kwargs(cls, **kwargs: Any) -> dict[str, Any]:
+        # A class named by a string is its row (created as a CPU class when nobody
+        # described it), as a benchmark's class is a foreign key on the name.
+        if isinstance(kwargs.get("hardware_class"), str):
+            kwargs["hardware_class"] = hardware_class_row(kwargs["hardware_class"])
+        return kwargs
 
 
 class EnvironmentFactory(factory.django.DjangoModelFactory[Environment]):

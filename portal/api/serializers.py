@@ -224,11 +224,11 @@ class BenchmarkDetailSerializer(BenchmarkSerializer):
 
     @extend_schema_field(HardwareSerializer)
     def get_hardware(self, benchmark: Benchmark) -> dict[str, Any]:
-        return class_hardware(benchmark.hardware_class)
+        return class_hardware(benchmark.hardware_class_id)
 
     @extend_schema_field(NoiseBandSerializer(allow_null=True))
     def get_noise_band(self, benchmark: Benchmark) -> dict[str, Any] | None:
-        band = noise_band(benchmark.hardware_class)
+        band = noise_band(benchmark.hardware_class_id)
         return None if band is None else dict(NoiseBandSerializer(band).data)
 
     @extend_schema_field(BuildNetworkSerializer)

@@ -49,7 +49,7 @@ def _require(request: HttpRequest) -> None:
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin[Campaign]):
     list_display = ["__str__", "hardware_class", "round_size", "slice_count", "paused", "baseline"]
-    list_select_related = ["benchmark"]
+    list_select_related = ["benchmark", "hardware_class"]
     actions = ["start_round", "pause", "resume"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -60,7 +60,7 @@ class CampaignAdmin(admin.ModelAdmin[Campaign]):
     def save_model(self, request: HttpRequest, obj: Campaign, form: Any, change: bool) -> None:
         """A new campaign runs on its benchmark's hardware class."""
         if not change:
-            obj.hardware_class = obj.benchmark.hardware_class
+            obj.hardware_class_id = obj.benchmark.hardware_class_id
         super().save_model(request, obj, form, change)
 
     def has_manage_campaign_permission(self, request: HttpRequest) -> bool:

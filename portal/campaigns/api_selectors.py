@@ -101,7 +101,7 @@ def queue_state(campaign: Campaign, overview: CampaignOverview, now: dt.datetime
     wait_s = int(upcoming.trigger_wait.total_seconds())
     open_round = _open_round(overview.rounds)
     next_try_at = None
-    cls = campaign.hardware_class
+    cls = campaign.hardware_class_id
     if open_round is not None and open_round.status == Round.RUNNING:
         state = RUNNING
         host = f" on {open_round.host}" if open_round.host else ""

@@ -30,7 +30,7 @@ def campaign_create(*, benchmark: Benchmark, **settings: Any) -> Campaign:
     if benchmark.kind != Benchmark.CAMPAIGN:
         raise errors.InvalidParameter("Only a benchmark of kind 'campaign' has a campaign.")
     return Campaign.objects.create(
-        benchmark=benchmark, hardware_class=benchmark.hardware_class, **settings
+        benchmark=benchmark, hardware_class_id=benchmark.hardware_class_id, **settings
     )
 
 

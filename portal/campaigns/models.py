@@ -39,8 +39,14 @@ class Campaign(models.Model):
     benchmark = models.OneToOneField(
         "contests.Benchmark", on_delete=models.CASCADE, related_name="campaign"
     )
-    hardware_class = models.CharField(
-        max_length=64, help_text="The benchmark's hardware class, pinned at creation."
+    hardware_class = models.ForeignKey(
+        "contests.HardwareClass",
+        to_field="name",
+        db_column="hardware_class",
+        on_delete=models.PROTECT,
+        related_name="campaigns",
+        db_index=False,  # a handful of rows; the column was never indexed
+        help_text="The benchmark's hardware class, pinned at creation.",
     )
     baseline_image_tag = models.CharField(max_length=200, blank=True)
     baseline_image_digest = models.CharField(
@@ -174,6 +180,7 @@ class Round(models.Model):
     # Waiting for capacity: how many claims found no host, and when the next try is due.
     tries = models.PositiveIntegerField(default=0)
     next_try_at = models.DateTimeField(null=True, blank=True)
+    # The host it ran on, by name: a record that outlives the host's row.
     host = models.CharField(max_length=100, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     evidence = models.JSONField(default=dict, blank=True)

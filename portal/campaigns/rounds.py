@@ -146,7 +146,7 @@ def _send(round_: Round, campaign: Campaign, countdown: float | None = None) -> 
         jobs.RUN_ROUND,
         round_.pk,
         countdown=countdown,
-        queue=jobs.scoring_queue(campaign.hardware_class),
+        queue=jobs.scoring_queue(campaign.hardware_class_id),
     )
 
 
@@ -221,7 +221,7 @@ def round_claim(round_id: int, host: str, now: dt.datetime | None = None) -> Rou
         ordinal=round_.ordinal,
         campaign_slug=campaign.slug,
         benchmark_id=campaign.benchmark_id,
-        hardware_class=campaign.hardware_class,
+        hardware_class=campaign.hardware_class_id,
         cohort_id=round_.cohort_id,
         request_positions=positions,
         request_digest=round_.request_digest,

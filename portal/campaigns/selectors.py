@@ -292,7 +292,7 @@ def campaign_overview(
         paused=campaign.paused,
         has_baseline=campaign.has_baseline,
         baseline_image_digest=campaign.baseline_image_digest,
-        hardware_class=campaign.hardware_class,
+        hardware_class=campaign.hardware_class_id,
         round_size=campaign.round_size,
         slice_count=campaign.slice_count,
         slice_repeats=campaign.slice_repeats,

@@ -43,6 +43,13 @@ class HardwareClassAdmin(admin.ModelAdmin[HardwareClass]):
     ]
     search_fields = ["name", "gpu_model"]
 
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: HardwareClass | None = None
+    ) -> list[str]:
+        # Benchmarks, hosts and campaigns hold the name (foreign keys on it): renaming a
+        # class would leave them naming none.
+        return ["name"] if obj is not None else []
+
 
 @admin.register(Benchmark)
 class BenchmarkAdmin(admin.ModelAdmin[Benchmark]):
@@ -100,6 +107,13 @@ class BenchmarkAdmin(admin.ModelAdmin[Benchmark]):
         ("Verification before ranking", {"fields": ["verify_top", "verify_tolerance_pct"]}),
         ("Retention", {"fields": ["retention_days", "artifacts_purged_at"]}),
     ]
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        # The class a new benchmark has always been offered first (chosen from the rows).
+        return {
+            "hardware_class": Benchmark.DEFAULT_HARDWARE_CLASS,
+            **super().get_changeform_initial_data(request),
+        }
 
     def save_model(
         self, request: HttpRequest, obj: Benchmark, form: ModelForm[Any], change: bool

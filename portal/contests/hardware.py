@@ -1,5 +1,6 @@
-"""Reads of the hardware classes benchmarks run on: a class's row, its Docker platform,
-what entrants are told of it, and whether it can open (a GPU class needs every pin)."""
+"""The hardware classes benchmarks run on: a class's row (read, or created for a name
+nobody described), its Docker platform, what entrants are told of it, and whether it can
+open (a GPU class needs every pin)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,33 @@ from portal.contests.models import HardwareClass
 
 
 def hardware_class(name: str) -> HardwareClass | None:
-    """The class's row, or None for a class nobody described (a CPU class)."""
+    """The class's row, or None for a class nothing names (a CPU class)."""
     return HardwareClass.objects.filter(name=name).first()
+
+
+def hardware_class_row(name: str) -> HardwareClass:
+    """The row of the class called ``name``, created when there is none as a CPU class of
+    the engine's default platform (blank platform, no GPUs: what a class with no row
+    means). The one place that creates a class for a name: whatever stores a class name
+    (a benchmark, a host registering, a campaign) asks it first, since those are foreign
+    keys on the name. Idempotent; a concurrent creation of the same name is retried by
+    ``get_or_create``."""
+    row, _ = HardwareClass.objects.get_or_create(
+        name=name, defaults={"platform": HardwareClass.DEFAULT_PLATFORM}
+    )
+    return row
+
+
+def _platform(row: HardwareClass | None) -> str:
+    # A blank platform, like no row, is the engine's default.
+    return (row.platform if row is not None else "") or str(settings.PODIUM_DOCKER_PLATFORM)
 
 
 def class_platform(name: str) -> str:
     """The Docker platform of a class's images (``linux/amd64``, ``linux/arm64``): its
-    row's, else ``PODIUM_DOCKER_PLATFORM`` ("" lets the engine choose its own)."""
-    row = hardware_class(name)
-    return row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
+    row's, else (no row, or a blank platform) ``PODIUM_DOCKER_PLATFORM`` ("" lets the
+    engine choose its own)."""
+    return _platform(hardware_class(name))
 
 
 def class_missing_pins(name: str) -> list[str]:
@@ -34,7 +53,7 @@ def class_hardware(name: str) -> dict[str, Any]:
     model, the pinned software (null where not pinned) and, as ``unpinned``, the pins a
     GPU class still lacks (its benchmarks accept no upload until there are none)."""
     row = hardware_class(name)
-    platform = row.platform if row is not None else str(settings.PODIUM_DOCKER_PLATFORM)
+    platform = _platform(row)
 
     def pin(field: str) -> str | None:
         return (getattr(row, field) or None) if row is not None else None

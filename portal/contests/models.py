@@ -28,13 +28,19 @@ def validate_timezone(name: str) -> None:
 class HardwareClass(models.Model):
     """What every host of one class is: its platform, its GPUs and their pinned software.
 
-    A benchmark names its class (``Benchmark.hardware_class``); the hosts of that class
-    score it. A class with no row here is a CPU class of the engine's default platform.
-    ``platform`` drives the environment build's platform, the Dockerfile policy's
-    architecture check and the supervisor binary a host uses. ``gpus`` is how many GPUs
-    each host of the class gives a scored container (its ``PODIUM_GPU_DEVICES``); a host
-    of a GPU class must show the NVIDIA runtime and those devices, on the pinned driver
-    and CUDA versions, or it refuses to register.
+    A benchmark names its class (``Benchmark.hardware_class``, a foreign key on the name);
+    the hosts of that class score it. Every class named by a benchmark, a host or a
+    campaign has a row; one created only because something named it
+    (``portal.contests.hardware.hardware_class_row``) has a blank platform and no GPUs: a
+    CPU class of the engine's default platform, as a class with no row is.
+
+    ``platform`` ("" for the engine's default: ``PODIUM_DOCKER_PLATFORM``) drives the
+    environment build's platform, the Dockerfile policy's architecture check and the
+    supervisor binary a host uses; a blank one is set by the class's first good
+    calibration, to the platform it was measured on. ``gpus`` is how many GPUs each host
+    of the class gives a scored container (its ``PODIUM_GPU_DEVICES``); a host of a GPU
+    class must show the NVIDIA runtime and those devices, on the pinned driver and CUDA
+    versions, or it refuses to register.
 
     The ``pin_*`` fields are the frozen software of every host of the class: a host whose
     version differs refuses to score (its health gate names the pin). A GPU class with
@@ -45,10 +51,15 @@ class HardwareClass(models.Model):
 
     AMD64 = "linux/amd64"
     ARM64 = "linux/arm64"
-    PLATFORMS = [(AMD64, "linux/amd64"), (ARM64, "linux/arm64")]
+    DEFAULT_PLATFORM = ""  # the engine's default (PODIUM_DOCKER_PLATFORM)
+    PLATFORMS = [
+        (DEFAULT_PLATFORM, "the engine's default"),
+        (AMD64, "linux/amd64"),
+        (ARM64, "linux/arm64"),
+    ]
 
     name = models.CharField(max_length=64, unique=True)
-    platform = models.CharField(max_length=16, choices=PLATFORMS, default=AMD64)
+    platform = models.CharField(max_length=16, choices=PLATFORMS, default=AMD64, blank=True)
     description = models.CharField(max_length=200, blank=True)
     gpus = models.PositiveSmallIntegerField(
         default=0, help_text="GPUs each host of this class gives a scored container."
@@ -104,6 +115,9 @@ class Benchmark(models.Model):
 
     LEADERBOARD = "leaderboard"
     CAMPAIGN = "campaign"
+    # What the admin offers first for a new benchmark's class (the field has no default:
+    # a class is a row, which whoever creates a benchmark names).
+    DEFAULT_HARDWARE_CLASS = "cpu-x86_64"
     KINDS = [
         (LEADERBOARD, "leaderboard: one timed run per attempt, best run ranks"),
         (CAMPAIGN, "campaign: rounds against a pinned baseline, one leader"),
@@ -215,9 +229,13 @@ class Benchmark(models.Model):
             "(manage.py purge_artifacts). Results, digests and the audit trail stay."
         ),
     )
-    hardware_class = models.CharField(
-        max_length=64,
-        default="cpu-x86_64",
+    hardware_class = models.ForeignKey(
+        HardwareClass,
+        to_field="name",
+        db_column="hardware_class",
+        on_delete=models.PROTECT,
+        related_name="benchmarks",
+        db_index=False,  # a handful of rows; the column was never indexed
         help_text=(
             "The scoring hosts' hardware class its runs are scored on (a host's "
             "PODIUM_HARDWARE_CLASS: cpu-x86_64, cpu-aarch64, gpu-h200...); no run is scored "

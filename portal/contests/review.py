@@ -93,6 +93,12 @@ def _plain(value: Any) -> Any:
     return value.isoformat() if isinstance(value, dt.datetime) else value
 
 
+def _stored(benchmark: Benchmark, name: str) -> Any:
+    """The field's value as its column holds it: a foreign key's own value (the hardware
+    class's name), as ``QuerySet.values`` gives ``before``, not the related row."""
+    return getattr(benchmark, getattr(Benchmark._meta.get_field(name), "attname", name))
+
+
 def benchmark_save(
     *,
     benchmark: Benchmark,
@@ -117,9 +123,9 @@ def benchmark_save(
             )
             return benchmark
         changes = {
-            name: [_plain(old), _plain(getattr(benchmark, name))]
+            name: [_plain(old), _plain(_stored(benchmark, name))]
             for name, old in before.items()
-            if old != getattr(benchmark, name)
+            if old != _stored(benchmark, name)
         }
         if changes:
             audit_record(

@@ -42,7 +42,7 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin[ScoringHost]):
         "last_heartbeat_at",
     ]
     list_filter = ["hardware_class", "status", "architecture"]
-    search_fields = ["name", "hardware_class", "cpu_model"]
+    search_fields = ["name", "hardware_class__name", "cpu_model"]
     fields = [
         "name",
         "hardware_class",

@@ -40,26 +40,26 @@ _PLATFORMS = {
 
 
 def _class_row(host: ScoringHost) -> HardwareClass | None:
-    """The host's class row, locked; created for a class nobody described (a CPU class of
-    the engine's default platform: ``PODIUM_DOCKER_PLATFORM``, else the host's own), so
-    the first good calibration has somewhere to keep the reference. None when neither
-    names a platform Podium knows."""
-    row = HardwareClass.objects.select_for_update().filter(name=host.hardware_class).first()
-    if row is not None:
+    """The host's class row, locked. A class nobody described (a blank platform: a CPU
+    class of the engine's default platform) gets its platform now, ``PODIUM_DOCKER_PLATFORM``
+    else the host's own, so the first good calibration has somewhere to keep the reference
+    and the class keeps the platform it was measured on. None, the row left as it is, when
+    neither names a platform Podium knows."""
+    row = HardwareClass.objects.select_for_update().get(name=host.hardware_class_id)
+    if row.platform:
         return row
-    choices = {value for value, _label in HardwareClass.PLATFORMS}
+    choices = {value for value, _label in HardwareClass.PLATFORMS if value}
     configured = str(settings.PODIUM_DOCKER_PLATFORM)
     platform = configured if configured in choices else _PLATFORMS.get(host.architecture)
     if platform is None:
         return None
-    row, _ = HardwareClass.objects.get_or_create(
-        name=host.hardware_class,
-        defaults={
-            "platform": platform,
-            "description": f"Created by the first calibration (host {host.name}).",
-        },
-    )
-    return HardwareClass.objects.select_for_update().get(pk=row.pk)
+    row.platform = platform
+    fields = ["platform"]
+    if not row.description:
+        row.description = f"Described by the first calibration (host {host.name})."
+        fields.append("description")
+    row.save(update_fields=fields)
+    return row
 
 
 def flagged_runs(host: ScoringHost, last_good: HostCalibration | None) -> list[Run]:
@@ -111,7 +111,7 @@ def calibration_record(
             raise errors.NotFound(f"No scoring host is called {host_name!r}.")
         row = HostCalibration(
             host=host,
-            hardware_class=host.hardware_class,
+            hardware_class=host.hardware_class_id,  # the host's class at the time
             trigger=trigger,
             started_at=started_at,
             finished_at=finished_at,
@@ -154,7 +154,7 @@ def calibration_record(
             if not row.ok:
                 row.reason = (
                     f"median {row.median_ns:,} ns is {row.drift_pct:+.2f} % off the "
-                    f"{host.hardware_class} reference {reference:,} ns (limit ±{limit:g} %)"
+                    f"{host.hardware_class_id} reference {reference:,} ns (limit ±{limit:g} %)"
                 )
         last_good = (
             HostCalibration.objects.filter(host=host, ok=True).order_by("-finished_at").first()

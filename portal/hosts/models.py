@@ -24,9 +24,12 @@ class ScoringHost(models.Model):
     STATUSES = [(ACTIVE, "active"), (DRAINING, "draining"), (RETIRED, "retired")]
 
     name = models.CharField(max_length=100, unique=True)
-    hardware_class = models.CharField(
-        max_length=64,
-        db_index=True,
+    hardware_class = models.ForeignKey(
+        "contests.HardwareClass",
+        to_field="name",
+        db_column="hardware_class",
+        on_delete=models.PROTECT,
+        related_name="hosts",
         help_text="The class of benchmarks this host scores (a benchmark's hardware_class).",
     )
     architecture = models.CharField(max_length=32, blank=True)
@@ -68,7 +71,7 @@ class ScoringHost(models.Model):
     last_heartbeat_at = models.DateTimeField()
 
     class Meta:
-        ordering = ["hardware_class", "name"]
+        ordering = ["hardware_class_id", "name"]
         permissions = [("manage_host", "Can drain, resume and retire scoring hosts")]
 
     def __str__(self) -> str:
@@ -101,6 +104,8 @@ class HostCalibration(models.Model):
     ]
 
     host = models.ForeignKey(ScoringHost, on_delete=models.CASCADE, related_name="calibrations")
+    # A record of the past: the class's name as it was, not a foreign key (the host may
+    # have moved to another class since, and the record outlives the class's row).
     hardware_class = models.CharField(max_length=64, help_text="The host's class at the time.")
     trigger = models.CharField(max_length=16, choices=TRIGGERS)
     started_at = models.DateTimeField()

@@ -51,7 +51,7 @@ def hosts_online(hardware_class: str, now: dt.datetime) -> int:
     (draining, retired and silent hosts do not count, nor hosts that lack a host tool).
     One query."""
     return ScoringHost.objects.filter(
-        hardware_class=hardware_class,
+        hardware_class__name=hardware_class,
         status=ScoringHost.ACTIVE,
         last_heartbeat_at__gte=now - stale_after(),
         missing_tools=[],
@@ -111,19 +111,19 @@ def host_rows(now: dt.datetime) -> list[HostRow]:
     hosts = (
         ScoringHost.objects.exclude(status=ScoringHost.RETIRED)
         .annotate(**_latest_calibration_fields())
-        .order_by("hardware_class", "name")
+        .order_by("hardware_class_id", "name")
     )
     return [
         HostRow(
             name=host.name,
-            hardware_class=host.hardware_class,
+            hardware_class=host.hardware_class_id,
             architecture=host.architecture,
             gpus=gpu_names(host.gpus),
             cpu_cores=host.cpu_cores,
             memory_bytes=host.memory_bytes,
             state=host_state(host, now),
             last_heartbeat_at=host.last_heartbeat_at,
-            queue_length=waiting.get(host.hardware_class, 0),
+            queue_length=waiting.get(host.hardware_class_id, 0),
             calibration=_latest_calibration(host),
             missing_tools=[str(tool) for tool in host.missing_tools or []],
             cpu_isolation=host.cpu_isolation or None,
@@ -216,7 +216,7 @@ def noise_band(hardware_class: str) -> NoiseBand | None:
         HostCalibration.objects.filter(
             hardware_class=hardware_class,
             ok=True,
-            host__hardware_class=hardware_class,
+            host__hardware_class__name=hardware_class,
             host__status=ScoringHost.ACTIVE,
         )
         .order_by("-finished_at", "-id")
@@ -261,7 +261,7 @@ def class_cpu_isolation(hardware_class: str) -> ClassCpuIsolation | None:
     reported = [
         facts
         for facts in ScoringHost.objects.filter(
-            hardware_class=hardware_class, status=ScoringHost.ACTIVE
+            hardware_class__name=hardware_class, status=ScoringHost.ACTIVE
         ).values_list("cpu_isolation", flat=True)
         if isinstance(facts, dict) and facts
     ]

@@ -17,6 +17,8 @@ from django.utils import timezone
 
 from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.contests.hardware import hardware_class_row
+from portal.contests.models import HardwareClass
 from portal.hosts.models import ScoringHost
 
 MANAGE_HOST = "hosts.manage_host"
@@ -34,7 +36,7 @@ FACT_FIELDS = (
     "cpu_isolation",
 )
 NAME_MAX = ScoringHost._meta.get_field("name").max_length or 100
-CLASS_MAX = ScoringHost._meta.get_field("hardware_class").max_length or 64
+CLASS_MAX = HardwareClass._meta.get_field("name").max_length or 64
 
 
 def _facts(facts: dict[str, Any]) -> dict[str, Any]:
@@ -71,11 +73,12 @@ def host_register(
 
     The hardware class, the machine's facts and its ``missing_tools`` (the host tools it
     lacks: then it refuses to register and takes no work) are overwritten and the
-    heartbeat is set to now. ``status`` is never changed: a new host is ``active``, a
-    draining host stays draining and a retired one stays retired (only staff move them).
-    ``registered_at`` is the first registration's time. Idempotent; two workers
-    registering the same name at once end with one row (``update_or_create`` locks it,
-    and retries a lost insert race).
+    heartbeat is set to now. A class nobody described gets its row, as a CPU class of the
+    engine's default platform (``hardware_class_row``). ``status`` is never changed: a new
+    host is ``active``, a draining host stays draining and a retired one stays retired
+    (only staff move them). ``registered_at`` is the first registration's time.
+    Idempotent; two workers registering the same name at once end with one row
+    (``update_or_create`` locks it, and retries a lost insert race).
     """
     name = _checked_name(name)
     hardware_class = hardware_class.strip()
@@ -83,7 +86,7 @@ def host_register(
         raise errors.InvalidParameter(f"A hardware class is 1 to {CLASS_MAX} characters.")
     now = timezone.now()
     fields = {
-        "hardware_class": hardware_class,
+        "hardware_class": hardware_class_row(hardware_class),
         "last_heartbeat_at": now,
         "missing_tools": sorted(set(missing_tools)),
         **_facts(facts),
@@ -142,7 +145,7 @@ def _host_move(
             target=f"host:{name}",
             origin=origin,
             reason=reason,
-            details={"from": previous, "to": to, "hardware_class": host.hardware_class},
+            details={"from": previous, "to": to, "hardware_class": host.hardware_class_id},
         )
     return host
 

@@ -352,5 +352,5 @@ def classes_waiting(*, now: dt.datetime | None = None) -> list[str]:
         .annotate(since=Coalesce("queued_at", "submitted_at"))
         .filter(since__lte=now - SWEEP_MIN_WAIT)
     )
-    classes = waiting.values_list("benchmark__hardware_class", flat=True).distinct()
+    classes = waiting.values_list("benchmark__hardware_class__name", flat=True).distinct()
     return sorted(set(classes))

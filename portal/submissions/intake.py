@@ -72,10 +72,10 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
         )
     if window == "closed":
         raise errors.WindowClosed("This benchmark has closed; no uploads are accepted.")
-    unpinned = class_missing_pins(benchmark.hardware_class)
+    unpinned = class_missing_pins(benchmark.hardware_class_id)
     if unpinned:
         raise errors.WindowNotOpen(
-            f"This benchmark has not opened: its hardware class {benchmark.hardware_class} "
+            f"This benchmark has not opened: its hardware class {benchmark.hardware_class_id} "
             f"has no pinned {', '.join(unpinned)} version yet, so no scoring host could "
             "be checked against it. Nothing was charged; try again once the organizers "
             "have pinned it."

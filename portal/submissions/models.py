@@ -221,6 +221,9 @@ class Run(models.Model):
     created ``queued`` when the official run passes (and again after a timing miss, up to
     ``PODIUM_VERIFY_MAX_RUNS``) and is claimed like a score. Its ``verification_note``
     says what it decided: confirmed, re-measure or rejected, and why.
+
+    ``host`` is the name of the scoring host the run was scored on, not a foreign key: it
+    is a record that outlives the host's row, and the hosts app sits above this one.
     """
 
     QUEUED = "queued"

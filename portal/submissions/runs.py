@@ -286,14 +286,14 @@ def submission_wait_for_machine(
         waiting = (
             Submission.objects.select_for_update()
             .filter(pk=submission_id, status__in=Submission.WAITING_FOR_SCORE)
-            .values("status", "benchmark__hardware_class")
+            .values("status", "benchmark__hardware_class__name")
             .first()
         )
         if waiting is None:
             return False
         event_record(submission_id, waiting["status"], f"{MACHINE_WAIT_NOTE}: {reason}")
         score_wake(
-            hardware_class=waiting["benchmark__hardware_class"],
+            hardware_class=waiting["benchmark__hardware_class__name"],
             waits=waits,
             countdown=retry_in_s,
         )

@@ -171,7 +171,7 @@ def class_run_seconds(hardware_class: str) -> float | None:
     :data:`ETA_SAMPLE_RUNS` finished runs; None before any."""
     spans = list(
         Run.objects.filter(
-            submission__benchmark__hardware_class=hardware_class,
+            submission__benchmark__hardware_class__name=hardware_class,
             status=Run.FINISHED,
             started_at__isnull=False,
             finished_at__isnull=False,
@@ -193,7 +193,7 @@ def queue_standing(submission: Submission, now: dt.datetime | None = None) -> Qu
     if submission.status not in Submission.WAITING_FOR_SCORE:
         return None
     now = now or timezone.now()
-    hardware_class = submission.benchmark.hardware_class
+    hardware_class = submission.benchmark.hardware_class_id
     order = dispatch.waiting_in_fair_order(hardware_class=hardware_class, now=now)
     if submission.pk not in order:
         return None  # claimed meanwhile

@@ -121,7 +121,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             return False
         submission = run.submission
         official = official_run(submission)
-        band_pct = hooks.noise_band_pct(submission.benchmark.hardware_class)
+        band_pct = hooks.noise_band_pct(submission.benchmark.hardware_class_id)
         verdict = rules.verification_decision(
             official_ns=(official.wall_time_ns or 0) if official else 0,
             status=status,

@@ -60,8 +60,8 @@ def score_enqueue(submission_id: int, *, kind: str, verification: bool = False) 
     """One wake-up for a submission that starts waiting for a score (or its verification),
     on its benchmark's class queue, at its priority: official scores first, then
     verifications, then practice."""
-    hardware_class = Submission.objects.values_list("benchmark__hardware_class", flat=True).get(
-        pk=submission_id
-    )
+    hardware_class = Submission.objects.values_list(
+        "benchmark__hardware_class__name", flat=True
+    ).get(pk=submission_id)
     priority = jobs.score_priority(practice=kind == Submission.PRACTICE, verification=verification)
     score_wake(hardware_class=hardware_class, priority=priority)

@@ -65,7 +65,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
         "build_network": build_network_state(now=now),
-        "hardware": class_hardware(benchmark.hardware_class),
+        "hardware": class_hardware(benchmark.hardware_class_id),
         "verify_max_runs": settings.PODIUM_VERIFY_MAX_RUNS,
         "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
         "verify_slack_ms": settings.PODIUM_VERIFY_SLACK_MS,

@@ -301,7 +301,7 @@ def _build_environment_image(
         context.seek(0)
         host = machine.scoring_host()
         machine.wait_while_frozen(host)
-        platform = class_platform(benchmark.hardware_class)
+        platform = class_platform(benchmark.hardware_class_id)
         unavailable = _platform_unavailable(environment, platform)
         if unavailable is None:
             unavailable = _base_image_volumes(environment)

@@ -165,7 +165,7 @@ def _wake_waiting(cohort_id: int) -> None:
     if Submission.objects.filter(
         status=Submission.VERIFYING, runs__cohort_id=cohort_id, runs__status=Run.QUEUED
     ).exists():
-        wakeups.score_wake(hardware_class=cohort.benchmark.hardware_class)
+        wakeups.score_wake(hardware_class=cohort.benchmark.hardware_class_id)
 
 
 def fill(cohort_id: int, pause: Callable[[], object] | None = None) -> int:

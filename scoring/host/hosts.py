@@ -231,7 +231,7 @@ def register() -> ScoringHost:
         problem = tools_problem(missing)
         _log_refusal(problem)
         raise HostRefused(problem)
-    log.info("scoring host %s registered (%s, %s)", host.name, host.hardware_class, host.status)
+    log.info("scoring host %s registered (%s, %s)", host.name, host.hardware_class_id, host.status)
     return host
 
 

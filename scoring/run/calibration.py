@@ -90,7 +90,7 @@ def sandbox_limits() -> Benchmark:
     """The limits of a calibration's sandbox, as a benchmark's (never saved). The workload
     needs little, so they are small; the sandbox itself is a scored run's."""
     return Benchmark(
-        hardware_class=settings.PODIUM_HARDWARE_CLASS,
+        hardware_class_id=settings.PODIUM_HARDWARE_CLASS,
         score_timeout_s=REPETITION_TIMEOUT_S,
         run_memory_bytes=SANDBOX_MEMORY_BYTES,
         run_pids_limit=SANDBOX_PIDS,

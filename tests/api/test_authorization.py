@@ -202,7 +202,9 @@ def world(
     storage.ensure_dir(storage.cohort_dir(practice.pk)).joinpath("0001.jpg").write_bytes(b"jpg")
     submission = accepted(alice, environment)
     # The benchmark runs a campaign too: one round with alice's entry, and her build log.
-    campaign = Campaign.objects.create(benchmark=benchmark, hardware_class=benchmark.hardware_class)
+    campaign = Campaign.objects.create(
+        benchmark=benchmark, hardware_class_id=benchmark.hardware_class_id
+    )
     round_ = Round.objects.create(
         campaign=campaign,
         ordinal=1,

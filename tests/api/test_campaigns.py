@@ -38,7 +38,7 @@ def make_campaign(slug: str = "eva02", **fields: Any) -> Campaign:
     Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)  # the request pool
     fields.setdefault("baseline_image_digest", "sha256:" + "b" * 64)
     return Campaign.objects.create(
-        benchmark=benchmark, hardware_class=benchmark.hardware_class, **fields
+        benchmark=benchmark, hardware_class_id=benchmark.hardware_class_id, **fields
     )
 
 

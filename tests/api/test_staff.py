@@ -153,7 +153,7 @@ def test_staff_rescore_queues_a_new_scored_run(
 
     assert response.status_code == 202
     assert response.json()["status"] == "queued"
-    assert sent == [(jobs.SCORE_NEXT, (submission.benchmark.hardware_class, 0))]
+    assert sent == [(jobs.SCORE_NEXT, (submission.benchmark.hardware_class_id, 0))]
     assert AuditEvent.objects.filter(action="submission.rescore").count() == 1
     assert AttemptLedger.objects.filter(submission=submission).count() == 1
 

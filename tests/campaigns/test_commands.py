@@ -85,7 +85,7 @@ def test_seed_demo_creates_the_demo_campaign(db: Any) -> None:
     assert benchmark.cohorts.get(kind=Cohort.OFFICIAL).items.count() == 30
     campaign = Campaign.objects.get(benchmark=benchmark)
     assert (campaign.round_size, campaign.slice_count, campaign.slice_repeats) == (20, 4, 1)
-    assert campaign.hardware_class == benchmark.hardware_class
+    assert campaign.hardware_class_id == benchmark.hardware_class_id
     assert not campaign.has_baseline  # campaign_baseline builds and pins it
 
 

@@ -293,7 +293,7 @@ def test_a_waiting_submission_shows_its_place_in_line_once_per_change(
         now = timezone.now()
         ScoringHost.objects.create(
             name="alpha",
-            hardware_class=submission.benchmark.hardware_class,
+            hardware_class_id=submission.benchmark.hardware_class_id,
             registered_at=now,
             last_heartbeat_at=now,
         )

@@ -48,7 +48,7 @@ def assert_the_rules(flagship: Benchmark) -> None:
     assert flagship.score_timeout_s == 16 * 60
     assert flagship.runtime_tail_bytes == 16 * 1024
     assert (flagship.verify_top, flagship.verify_tolerance_pct) == (20, 10)
-    assert flagship.hardware_class == "gpu-h200"
+    assert flagship.hardware_class_id == "gpu-h200"
     assert "9,900" in flagship.description
     assert flagship.review_top == 3
     assert "The one allowed use is evaluation." in flagship.validation_boundary
@@ -125,7 +125,7 @@ def test_it_brings_the_demo_seeded_flagship_to_the_rules(db) -> None:
     assert (row.gpus, row.gpu_model, row.pin_cuda) == (1, "NVIDIA H200", "12.4")
     assert row.platform == "linux/arm64"
     assert "Updated hardware class gpu-h200: platform, gpus, gpu_model." in out
-    assert Benchmark.objects.get(slug="demo").hardware_class != "gpu-h200"
+    assert Benchmark.objects.get(slug="demo").hardware_class_id != "gpu-h200"
 
 
 def test_the_starter_base_image_is_allowed(db) -> None:

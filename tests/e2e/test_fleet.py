@@ -153,7 +153,7 @@ def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
             waiting.append(submission)
             score_enqueue(submission.pk, kind=submission.kind)  # as a finished build does
 
-    queue = jobs.scoring_queue(benchmark.hardware_class)
+    queue = jobs.scoring_queue(benchmark.hardware_class_id)
     # The embedded broker's folder as this process sees it (unused with Redis).
     broker_dir = Path(
         settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("data_folder_in", data_dir / "broker" / "out")
@@ -168,7 +168,7 @@ def test_two_hosts_share_one_queue_fairly_and_a_killed_host_loses_no_run(
             host=name,
             log_path=logs[name],
             extra_env={
-                "PODIUM_HARDWARE_CLASS": benchmark.hardware_class,
+                "PODIUM_HARDWARE_CLASS": benchmark.hardware_class_id,
                 "PODIUM_BROKER_DIR": str(broker_dir),
                 "PODIUM_REGISTRY": local_registry.address,
                 **({"DOCKER_HOST": url} if url else {}),

@@ -186,8 +186,9 @@ def test_an_environment_build_for_another_platform_fails_before_building(
     alice: Any, benchmark: Any, sent: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hardware_class = f"cpu-other-{uuid.uuid4().hex[:6]}"
-    HardwareClass.objects.create(name=hardware_class, platform=other_platform())
-    benchmark.hardware_class = hardware_class
+    benchmark.hardware_class = HardwareClass.objects.create(
+        name=hardware_class, platform=other_platform()
+    )
     benchmark.save(update_fields=["hardware_class"])
     built: list[dict[str, Any]] = []
     monkeypatch.setattr(engine, "build_image", lambda **kw: built.append(kw))

@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 
+from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark
 from portal.hosts.models import ScoringHost
 from portal.submissions.models import Submission
@@ -49,7 +50,7 @@ def make_host(db: Any) -> Callable[..., ScoringHost]:
         now = timezone.now()
         return ScoringHost.objects.create(
             name=name,
-            hardware_class=hardware_class,
+            hardware_class=hardware_class_row(hardware_class),
             status=status,
             registered_at=now,
             last_heartbeat_at=heartbeat_at or now,

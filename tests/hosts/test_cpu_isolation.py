@@ -79,12 +79,12 @@ def page(client, benchmark):
 def test_the_benchmark_page_says_when_runs_share_their_cpus(page, benchmark, make_host):
     assert "not reported yet" in page()
 
-    make_host("alpha", hardware_class=benchmark.hardware_class, cpu_isolation={})
+    make_host("alpha", hardware_class=benchmark.hardware_class_id, cpu_isolation={})
     assert "not reported yet" in page()  # registered before it reported it
 
     make_host(
         "bravo",
-        hardware_class=benchmark.hardware_class,
+        hardware_class=benchmark.hardware_class_id,
         cpu_isolation=cpus.decide("auto", {0, 1}).as_fact(),
     )
     line = page()
@@ -97,12 +97,12 @@ def test_the_benchmark_page_says_when_runs_have_cpus_of_their_own(page, benchmar
     for name in ("alpha", "bravo"):
         make_host(
             name,
-            hardware_class=benchmark.hardware_class,
+            hardware_class=benchmark.hardware_class_id,
             cpu_isolation=cpus.decide("auto", range(8)).as_fact(),
         )
     make_host(
         "retired",
-        hardware_class=benchmark.hardware_class,
+        hardware_class=benchmark.hardware_class_id,
         status=ScoringHost.RETIRED,
         cpu_isolation=cpus.decide("shared", range(8)).as_fact(),
     )

@@ -190,7 +190,7 @@ def test_a_host_without_the_supervisor_claims_no_run_and_wakes_another(
     settings,
 ):
     fake = FakeEngine().install(monkeypatch)
-    hardware_class = queued.benchmark.hardware_class
+    hardware_class = queued.benchmark.hardware_class_id
     settings.PODIUM_HARDWARE_CLASS = hardware_class
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -219,7 +219,7 @@ def test_a_scoring_host_without_jpegtran_registers_and_takes_work(
     caplog,
 ):
     FakeEngine().install(monkeypatch)
-    hardware_class = queued.benchmark.hardware_class
+    hardware_class = queued.benchmark.hardware_class_id
     settings.PODIUM_HARDWARE_CLASS = hardware_class
 
     host = hosts.register()

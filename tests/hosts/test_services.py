@@ -28,7 +28,7 @@ def test_a_new_host_registers_active_with_its_facts():
     host = services.host_register(name="alpha", hardware_class="cpu-x86_64", facts=FACTS)
 
     host.refresh_from_db()
-    assert (host.name, host.hardware_class, host.status) == ("alpha", "cpu-x86_64", "active")
+    assert (host.name, host.hardware_class_id, host.status) == ("alpha", "cpu-x86_64", "active")
     assert {field: getattr(host, field) for field in FACTS} == FACTS
     assert host.registered_at == host.last_heartbeat_at
     assert timezone.now() - host.last_heartbeat_at < dt.timedelta(seconds=5)

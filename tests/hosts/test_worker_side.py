@@ -300,7 +300,7 @@ def test_register_and_a_heartbeat_write_the_row(machine):
 
     beat.beat()  # the first beat registers
     host = ScoringHost.objects.get(name="alpha")
-    assert (host.hardware_class, host.status, host.docker_version) == (
+    assert (host.hardware_class_id, host.status, host.docker_version) == (
         "cpu-x86_64",
         "active",
         "27.3.1",

@@ -175,7 +175,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     broker_url, options = filesystem_broker(broker_dir)
     log_path = data_dir / "scoring-worker.log"
     worker = start_worker(
-        queue=jobs.scoring_queue(benchmark.hardware_class),
+        queue=jobs.scoring_queue(benchmark.hardware_class_id),
         broker_url=broker_url,
         broker_dir=broker_dir,
         data_dir=data_dir,
@@ -186,8 +186,8 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     try:
         sender(broker_url, options).send_task(
             jobs.SCORE_NEXT,
-            args=(benchmark.hardware_class,),
-            queue=jobs.scoring_queue(benchmark.hardware_class),
+            args=(benchmark.hardware_class_id,),
+            queue=jobs.scoring_queue(benchmark.hardware_class_id),
         )
         run = poll(
             lambda: Run.objects.filter(submission=submission, status=Run.RUNNING).first(),
@@ -227,7 +227,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
         assert run_containers(run.pk, host) == []  # the orphan was killed and removed
         assert run.verdict == "" and run.verdict_reason == "the scoring worker stopped answering"
         assert submission.status == Submission.QUEUED  # requeued once, for try 2
-        assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class, 0))]  # a host woken again
+        assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class_id, 0))]  # a host woken again
         assert lease.get().holder == ""  # the dead holder's lock freed
         assert not AttemptLedger.objects.filter(
             submission=submission, delta=AttemptLedger.REFUND
@@ -246,7 +246,7 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
     fake = FakeEngine().install(monkeypatch)
     fake.create_error = engine.EngineError("no space left on device")
 
-    scoring_worker.score_next(benchmark.hardware_class)
+    scoring_worker.score_next(benchmark.hardware_class_id)
 
     submission.refresh_from_db()
     runs = list(Run.objects.filter(submission=submission).order_by("try_number"))
@@ -262,5 +262,5 @@ def test_a_killed_scoring_worker_is_recovered_by_the_reaper_then_refunded_on_a_s
 
     # A late reaper pass, or the dead worker's message redelivered, changes nothing.
     reaper.reap(timezone.now())
-    scoring_worker.score_next(benchmark.hardware_class)
+    scoring_worker.score_next(benchmark.hardware_class_id)
     assert Run.objects.filter(submission=submission).count() == 2

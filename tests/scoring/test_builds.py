@@ -319,7 +319,7 @@ def test_build_sh_builds_the_submission_image_and_queues_the_score(
     assert submission.image_digest.startswith("sha256:")
     assert submission.image_bytes and submission.image_bytes > 0
     assert timeline(submission) == ["accepted", "building", "queued"]
-    assert sent[-1] == (jobs.SCORE_NEXT, (submission.benchmark.hardware_class, 0))
+    assert sent[-1] == (jobs.SCORE_NEXT, (submission.benchmark.hardware_class_id, 0))
     probe = engine.create_container(image=submission.image_tag, command=["/x"], entrypoint=[])
     run_stat = engine.path_stat(probe, "/submission/run")
     assert run_stat is not None and run_stat["mode"] & 0o111

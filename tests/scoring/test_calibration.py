@@ -22,6 +22,7 @@ from django.utils import timezone
 from portal import jobs
 from portal.audit.models import AuditEvent
 from portal.contests import rules
+from portal.contests.hardware import hardware_class_row
 from portal.contests.models import HardwareClass
 from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.submissions.models import AttemptLedger, Run, Submission
@@ -126,7 +127,7 @@ def alpha(db, settings) -> ScoringHost:
     now = timezone.now()
     return ScoringHost.objects.create(
         name="alpha",
-        hardware_class=settings.PODIUM_HARDWARE_CLASS,
+        hardware_class=hardware_class_row(settings.PODIUM_HARDWARE_CLASS),
         architecture="x86_64",
         registered_at=now,
         last_heartbeat_at=now,
@@ -278,7 +279,7 @@ def test_a_host_calibrates_then_drifts_is_drained_and_its_runs_are_rescored_free
     # Due (2 runs): the next wake-up calibrates first, genuinely slowed down.
     settings.PODIUM_CALIBRATION_CPUS = SLOW_CPUS
     with django_capture_on_commit_callbacks(execute=True):
-        worker.score_next(benchmark.hardware_class)
+        worker.score_next(benchmark.hardware_class_id)
 
     drifted = HostCalibration.objects.filter(host__name=name).order_by("-finished_at").first()
     print("slowed calibration:", drifted and (drifted.wall_ns, drifted.drift_pct))
@@ -292,7 +293,7 @@ def test_a_host_calibrates_then_drifts_is_drained_and_its_runs_are_rescored_free
     assert drain.actor is None and drain.reason.startswith("calibration drifted: median")
     waiting.refresh_from_db()
     assert waiting.status == Submission.QUEUED and not waiting.runs.exists()
-    assert (jobs.SCORE_NEXT, (benchmark.hardware_class, 0)) in sent  # for another host
+    assert (jobs.SCORE_NEXT, (benchmark.hardware_class_id, 0)) in sent  # for another host
     # Its runs since the last good calibration are flagged, and only those.
     flags = CalibrationFlag.objects.filter(calibration=drifted)
     assert sorted(flags.values_list("run_id", flat=True)) == sorted(run.pk for run in since)
@@ -323,7 +324,7 @@ def test_a_host_calibrates_then_drifts_is_drained_and_its_runs_are_rescored_free
         list(AttemptLedger.objects.filter(submission=scored).values_list("delta", flat=True))
         == charged
     )  # nothing charged, nothing refunded
-    assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class, 0))]
+    assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class_id, 0))]
     assert set(flags.values_list("resolution", flat=True)) == {CalibrationFlag.RESCORED}
     assert AuditEvent.objects.filter(action="submission.rescore", actor=charlie).count() == 1
     event = AuditEvent.objects.get(action="host.calibration_flag.rescore")

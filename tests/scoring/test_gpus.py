@@ -286,8 +286,8 @@ def test_a_build_never_gets_a_gpu_even_on_a_gpu_host(
     alice, benchmark, sent, made, tmp_path, settings, monkeypatch
 ):
     settings.PODIUM_GPU_DEVICES = ["0"]
-    settings.PODIUM_HARDWARE_CLASS = benchmark.hardware_class
-    HardwareClass.objects.create(name=benchmark.hardware_class, gpus=1)
+    settings.PODIUM_HARDWARE_CLASS = benchmark.hardware_class_id
+    HardwareClass.objects.filter(name=benchmark.hardware_class_id).update(gpus=1)
     specs: list[dict[str, Any]] = []
     recording = engine.create_container  # the ``made`` fixture's spy: it cleans up
 
@@ -364,7 +364,7 @@ def test_a_host_without_the_nvidia_runtime_refuses_its_gpu_class(settings, caplo
     assert any("refuses to register for gpu-test" in r.getMessage() for r in caplog.records)
     # The same machine serves a CPU class.
     settings.PODIUM_HARDWARE_CLASS = "cpu-test"
-    assert hosts.register().hardware_class == "cpu-test"
+    assert hosts.register().hardware_class_id == "cpu-test"
 
 
 @pytest.mark.docker
@@ -380,4 +380,4 @@ def test_a_host_refuses_a_class_of_another_architecture(settings):
     assert not hosts.accepts_work("arch-host-1")
     HardwareClass.objects.create(name="cpu-own", platform=own)
     settings.PODIUM_HARDWARE_CLASS = "cpu-own"
-    assert hosts.register().hardware_class == "cpu-own"
+    assert hosts.register().hardware_class_id == "cpu-own"

@@ -222,7 +222,7 @@ def test_a_failing_gate_leaves_the_submission_queued_and_retries_with_backoff(
     fake = FakeEngine().install(monkeypatch)
     failing_gate(monkeypatch)
 
-    hardware_class = queued.benchmark.hardware_class
+    hardware_class = queued.benchmark.hardware_class_id
     for waits in range(6):
         with django_capture_on_commit_callbacks(execute=True):
             worker.score_next(hardware_class, waits)  # each retry, as its wake-up says
@@ -266,7 +266,7 @@ def test_a_stale_duplicate_of_a_rescheduled_score_does_nothing(
     failing_gate(monkeypatch)
     with django_capture_on_commit_callbacks(execute=True):
         runner.score_submission(queued.pk)  # waits once: the retry carries waits=1
-    assert sent == [(jobs.SCORE_NEXT, (queued.benchmark.hardware_class, 1), 300)]
+    assert sent == [(jobs.SCORE_NEXT, (queued.benchmark.hardware_class_id, 1), 300)]
     sent.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -354,8 +354,7 @@ def test_the_classs_pins_come_before_the_hosts_settings_and_say_which_pin(
     queued, host, no_builds, quick_gates, monkeypatch, sent, settings
 ):
     FakeEngine().install(monkeypatch)
-    HardwareClass.objects.create(
-        name=settings.PODIUM_HARDWARE_CLASS,
+    HardwareClass.objects.filter(name=settings.PODIUM_HARDWARE_CLASS).update(
         pin_engine_version="0.0-not-this-engine",
         pin_kernel=os.uname().release,
     )

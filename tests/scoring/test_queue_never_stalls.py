@@ -77,14 +77,14 @@ def test_a_submission_whose_cohort_was_deleted_ends_refunded_and_the_next_one_is
     make_cohort(benchmark, [7] * 10)
     # Another benchmark of the same class: accepted while it had its cohort, which staff
     # then deleted (no run had used it yet). It waited longest, so it is first in line.
-    orphan_benchmark = factories.BenchmarkFactory(hardware_class=benchmark.hardware_class)
+    orphan_benchmark = factories.BenchmarkFactory(hardware_class=benchmark.hardware_class_id)
     orphan_cohort = Cohort.objects.create(benchmark=orphan_benchmark, kind=Cohort.OFFICIAL)
     orphan = waited(make_submission(alice, orphan_benchmark), minutes=10)
     orphan_cohort.delete()
     good = waited(make_submission(bob, benchmark), minutes=5)
-    assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class) == orphan.pk
+    assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class_id) == orphan.pk
 
-    committed(worker.score_next, benchmark.hardware_class)  # one wake-up
+    committed(worker.score_next, benchmark.hardware_class_id)  # one wake-up
 
     orphan.refresh_from_db()
     assert orphan.status == Submission.INFRA_FAILED
@@ -97,7 +97,7 @@ def test_a_submission_whose_cohort_was_deleted_ends_refunded_and_the_next_one_is
     good.refresh_from_db()
     assert good.status == Submission.PASSED and the_run(good).status == Run.FINISHED
     # The class is free: nothing waits, and a further wake-up finds nothing.
-    assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class) is None
+    assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class_id) is None
 
 
 def test_a_rescore_that_cannot_run_keeps_its_earlier_verdict_and_is_not_refunded(alice, benchmark):
@@ -127,7 +127,7 @@ def test_a_fault_of_the_host_while_claiming_is_not_swallowed(alice, benchmark, m
 
     monkeypatch.setattr("portal.submissions.runs.run_claim", broken)
     with pytest.raises(RuntimeError):
-        worker.score_next(benchmark.hardware_class)
+        worker.score_next(benchmark.hardware_class_id)
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED and not refunded(queued)
@@ -154,8 +154,8 @@ def test_the_sweep_wakes_a_class_whose_wake_up_was_lost(alice, benchmark, wakes,
     assert wake_ups(wakes) == [
         (
             jobs.SCORE_NEXT,
-            (benchmark.hardware_class, 0),
-            jobs.scoring_queue(benchmark.hardware_class),
+            (benchmark.hardware_class_id, 0),
+            jobs.scoring_queue(benchmark.hardware_class_id),
         )
     ]
 
@@ -164,22 +164,22 @@ def test_the_sweep_wakes_a_class_whose_wake_up_came_to_nothing(
     alice, benchmark, monkeypatch, wakes, committed
 ):
     queued = waited(make_submission(alice, benchmark), minutes=5)
-    committed(score_wake, hardware_class=benchmark.hardware_class)
+    committed(score_wake, hardware_class=benchmark.hardware_class_id)
     committed(tasks.score_sweep)
     assert len(wake_ups(wakes)) == 1  # the one in flight: the sweep adds nothing
 
     # A host takes it and fails before claiming anything (its message is spent).
     monkeypatch.setattr(worker.hosts, "accepts_work", lambda host: False)
     monkeypatch.setattr(worker, "score_wake", lambda **kwargs: None)
-    committed(worker.score_next, benchmark.hardware_class)
+    committed(worker.score_next, benchmark.hardware_class_id)
     assert queued.runs.count() == 0
 
     committed(tasks.score_sweep)
     assert wake_ups(wakes)[1:] == [
         (
             jobs.SCORE_NEXT,
-            (benchmark.hardware_class, 0),
-            jobs.scoring_queue(benchmark.hardware_class),
+            (benchmark.hardware_class_id, 0),
+            jobs.scoring_queue(benchmark.hardware_class_id),
         )
     ]
 
@@ -189,7 +189,7 @@ def test_the_sweep_adds_nothing_while_a_machine_backoff_is_pending(
 ):
     waited(make_submission(alice, benchmark), minutes=5)
     # The machine was not ready: the wake-up comes back in five minutes.
-    committed(score_wake, hardware_class=benchmark.hardware_class, waits=1, countdown=300)
+    committed(score_wake, hardware_class=benchmark.hardware_class_id, waits=1, countdown=300)
 
     with time_machine.travel(timezone.now() + dt.timedelta(seconds=240)):
         committed(tasks.score_sweep)
@@ -215,14 +215,14 @@ def test_a_verification_waiting_counts_and_nothing_waiting_wakes_nothing(
     assert wake_ups(wakes) == [
         (
             jobs.SCORE_NEXT,
-            (benchmark.hardware_class, 0),
-            jobs.scoring_queue(benchmark.hardware_class),
+            (benchmark.hardware_class_id, 0),
+            jobs.scoring_queue(benchmark.hardware_class_id),
         )
     ]
 
     Run.objects.filter(pk=verification.pk).update(status=Run.STAGING)  # a host has it
     wakes.clear()
-    dispatch.wake_taken(benchmark.hardware_class)
+    dispatch.wake_taken(benchmark.hardware_class_id)
     committed(tasks.score_sweep)
     assert wakes == []
 
@@ -251,7 +251,7 @@ def test_a_scored_run_keeps_how_long_each_phase_of_its_host_took(
     make_cohort(benchmark, [7] * 10)
     queued = make_submission(alice, benchmark)
 
-    committed(worker.score_next, benchmark.hardware_class)
+    committed(worker.score_next, benchmark.hardware_class_id)
 
     run = the_run(queued)
     assert run.status == Run.FINISHED

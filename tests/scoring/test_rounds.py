@@ -662,7 +662,7 @@ def test_a_real_round_judges_times_and_crowns_through_real_containers(
     now = timezone.now()
     HostCalibration.objects.create(
         host=host,
-        hardware_class=host.hardware_class,
+        hardware_class=host.hardware_class_id,
         trigger=HostCalibration.MANUAL,
         started_at=now,
         finished_at=now,

@@ -457,7 +457,7 @@ def test_a_trusted_interval_outside_the_host_interval_is_a_platform_fault(
     assert first.status == Run.INFRA_FAILED
     assert "host clock" in first.verdict_reason
     assert queued.status == Submission.QUEUED  # requeued for try 2
-    assert sent == [(jobs.SCORE_NEXT, (queued.benchmark.hardware_class, 0))]
+    assert sent == [(jobs.SCORE_NEXT, (queued.benchmark.hardware_class_id, 0))]
     assert not refunded(queued)
     assert fake.calls[-1] == "remove"
 
@@ -830,14 +830,14 @@ def test_a_wake_up_claims_the_fair_next_run_on_this_host(
     )
     bobs = make_submission(bob, benchmark)
 
-    worker.score_next(benchmark.hardware_class)
+    worker.score_next(benchmark.hardware_class_id)
 
     run = the_run(bobs)
     assert run.status == Run.FINISHED and run.host == settings.PODIUM_HOST_NAME
     assert not Run.objects.filter(submission=queued).exists()  # alice waits her turn
-    worker.score_next(benchmark.hardware_class)
+    worker.score_next(benchmark.hardware_class_id)
     assert the_run(queued).host == settings.PODIUM_HOST_NAME
-    worker.score_next(benchmark.hardware_class)  # a duplicate wake-up finds nothing
+    worker.score_next(benchmark.hardware_class_id)  # a duplicate wake-up finds nothing
     assert Run.objects.filter(status=Run.FINISHED, purpose=Run.SCORE).count() == 3
 
 
@@ -853,8 +853,8 @@ def test_a_draining_host_takes_nothing_and_wakes_another(
     host_drain(name=settings.PODIUM_HOST_NAME, actor=None, reason="maintenance")
 
     with django_capture_on_commit_callbacks(execute=True):
-        worker.score_next(benchmark.hardware_class)
+        worker.score_next(benchmark.hardware_class_id)
 
     queued.refresh_from_db()
     assert queued.status == Submission.QUEUED and not queued.runs.exists()
-    assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class, 0))]
+    assert sent == [(jobs.SCORE_NEXT, (benchmark.hardware_class_id, 0))]

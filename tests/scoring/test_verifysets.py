@@ -572,7 +572,7 @@ def test_a_verification_with_a_dry_pool_is_stepped_over_until_a_set_is_ready(
         status=Run.QUEUED,
     )
     practice = make_submission(bob, contest, kind=Submission.PRACTICE)
-    hardware = contest.hardware_class
+    hardware = contest.hardware_class_id
     # In the fair order the verification comes first.
     assert dispatch.next_waiting_id(hardware_class=hardware) == verifying.pk
 

@@ -58,7 +58,7 @@ def test_a_queued_submission_is_scored_afresh(submission, staff, sent, requeue):
 
     requeue(submission)
 
-    assert sent == [(jobs.SCORE_NEXT, (submission.benchmark.hardware_class, 0))]
+    assert sent == [(jobs.SCORE_NEXT, (submission.benchmark.hardware_class_id, 0))]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
 from portal.submissions import dispatch
 from portal.submissions import staff as staff_actions
@@ -410,7 +411,7 @@ def test_a_host_claims_only_its_hardware_class(contest, alice, bob):
     if not has_hardware_class():
         pytest.skip("Benchmark.hardware_class is not there yet")
     gpu = factories.BenchmarkFactory(slug="gpu-bench", hardware_class="gpu-h200")
-    Benchmark.objects.filter(pk=contest.pk).update(hardware_class="cpu-x86_64")
+    Benchmark.objects.filter(pk=contest.pk).update(hardware_class=hardware_class_row("cpu-x86_64"))
     Cohort.objects.create(benchmark=gpu, kind=Cohort.OFFICIAL)
     cpu_first = Population(contest).submission(alice, queued_at=T0 - HOUR)
     gpu_later = Population(gpu).submission(bob, queued_at=T0)

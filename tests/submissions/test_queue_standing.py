@@ -32,7 +32,7 @@ def official(benchmark: Any) -> Cohort:
 def host(benchmark: Any, name: str, *, seen: dt.timedelta = dt.timedelta(0)) -> ScoringHost:
     return ScoringHost.objects.create(
         name=name,
-        hardware_class=benchmark.hardware_class,
+        hardware_class_id=benchmark.hardware_class_id,
         registered_at=timezone.now() - dt.timedelta(days=1),
         last_heartbeat_at=timezone.now() - seen,
     )

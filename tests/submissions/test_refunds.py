@@ -142,7 +142,7 @@ def test_a_platform_failure_is_requeued_once_then_refunded(
         run_record_infra_failure(run_id=first.pk, reason="the engine went away")
 
     assert status(submission) == Submission.QUEUED
-    assert sent[-1] == (jobs.SCORE_NEXT, (submission.benchmark.hardware_class, 0))
+    assert sent[-1] == (jobs.SCORE_NEXT, (submission.benchmark.hardware_class_id, 0))
     assert [delta for delta, *_ in ledger(submission)] == [1]
     assert used(alice, contest, dt.datetime.now(dt.UTC)) == (1, 1)
 

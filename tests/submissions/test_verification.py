@@ -27,6 +27,7 @@ from rest_framework.test import APIClient
 from portal import errors, jobs
 from portal.accounts.models import ApiToken
 from portal.contests import rules
+from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
 from portal.hosts.models import HostCalibration, ScoringHost
@@ -398,7 +399,7 @@ def test_a_passing_top_run_is_verified_before_it_ranks(
         2,
     )
     # Sent again to the scoring queue, at the verification priority.
-    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.VERIFY_PRIORITY)
+    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class_id, 0), jobs.VERIFY_PRIORITY)
 
     verify = claimed(submission)
     assert verify.pk == pending.pk and status(submission) == Submission.VERIFYING
@@ -499,7 +500,7 @@ def test_a_timing_miss_is_measured_again_and_a_re_measure_within_the_tolerance_r
     assert board(contest) == [] and mail.outbox == []
     pending = submission.runs.get(purpose=Run.VERIFY, status=Run.QUEUED)
     assert pending.try_number == first.try_number + 1
-    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.VERIFY_PRIORITY)
+    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class_id, 0), jobs.VERIFY_PRIORITY)
     assert submission.events.last().note == (
         "re-measuring (2 of 3): the verification run took 1.300 s against the official "
         "1.000 s, more than 10% slower and more than 100 ms."
@@ -571,7 +572,7 @@ def noisy_class(hardware_class: str, percent: float) -> None:
     """An active host of ``hardware_class`` whose one good calibration spreads ± ``percent``."""
     host = ScoringHost.objects.create(
         name=f"host-{uuid.uuid4().hex[:6]}",
-        hardware_class=hardware_class,
+        hardware_class=hardware_class_row(hardware_class),
         status=ScoringHost.ACTIVE,
         registered_at=timezone.now(),
         last_heartbeat_at=timezone.now(),
@@ -596,7 +597,7 @@ def test_a_noisy_class_widens_the_tolerance(contest, alice, bob, tmp_path, prior
     verifies(slow, 1.14)
     assert status(slow) == Submission.VERIFYING  # 14% slower than 10%: measured again
 
-    noisy_class(contest.hardware_class, 5.0)  # 3 x 5% = 15%
+    noisy_class(contest.hardware_class_id, 5.0)  # 3 x 5% = 15%
     submission = queued(contest, alice, tmp_path)
     passes(submission, 1.0)
     run = verifies(submission, 1.14)
@@ -736,7 +737,7 @@ def test_a_platform_fault_requeues_the_verification_alone_then_waits_for_staff(
         assert run_record_infra_failure(run_id=first.pk, reason="engine fell over")
     assert status(submission) == Submission.VERIFYING
     assert submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).count() == 1
-    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.VERIFY_PRIORITY)
+    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class_id, 0), jobs.VERIFY_PRIORITY)
     assert mail.outbox == []
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -771,7 +772,11 @@ def test_staff_can_rescore_a_rejected_submission_for_free(
     with django_capture_on_commit_callbacks(execute=True):
         staff.submission_rescore(submission=submission, actor=reviewer, reason="host noise")
     assert status(submission) == Submission.QUEUED
-    assert priorities[-1] == (jobs.SCORE_NEXT, (contest.hardware_class, 0), jobs.OFFICIAL_PRIORITY)
+    assert priorities[-1] == (
+        jobs.SCORE_NEXT,
+        (contest.hardware_class_id, 0),
+        jobs.OFFICIAL_PRIORITY,
+    )
 
 
 def test_a_verification_under_way_cannot_be_requeued(
@@ -801,7 +806,7 @@ def test_the_settings_set_the_runs_and_the_noise_factor(
 ):
     settings.PODIUM_VERIFY_MAX_RUNS = 1
     settings.PODIUM_VERIFY_NOISE_FACTOR = 4.0
-    noisy_class(contest.hardware_class, 5.0)  # 4 x 5% = 20%
+    noisy_class(contest.hardware_class_id, 5.0)  # 4 x 5% = 20%
     submission = queued(contest, alice, tmp_path)
     passes(submission, 1.0)
     verifies(submission, 1.25)
@@ -832,4 +837,4 @@ def test_cancelling_a_submission_that_waits_for_verification_withdraws_its_queue
     assert status(submission) == Submission.CANCELLED
     assert not submission.runs.filter(status=Run.QUEUED).exists()
     assert submission.runs.filter(purpose=Run.SCORE, status=Run.FINISHED).count() == 1
-    assert dispatch.next_waiting_id(hardware_class=contest.hardware_class) is None
+    assert dispatch.next_waiting_id(hardware_class=contest.hardware_class_id) is None

@@ -165,7 +165,7 @@ def test_a_gpu_class_without_every_pin_does_not_open_and_says_which_pins_are_mis
     gpu = HardwareClass.objects.create(
         name="gpu-test", gpus=1, gpu_model="NVIDIA H200", pin_gpu_driver="550.90.07"
     )
-    flagship.hardware_class = gpu.name
+    flagship.hardware_class = gpu
     flagship.save(update_fields=["hardware_class"])
     alice = entrant(flagship)
     during = OPENS_AT + dt.timedelta(days=1)

@@ -1,4 +1,4 @@
-"""``{% noise_band_of benchmark.hardware_class as band %}``: a class's timing noise for the
+"""``{% noise_band_of benchmark.hardware_class_id as band %}``: a class's timing noise for the
 benchmark page (``portal.hosts.selectors.noise_band``; cached, one query when cold)."""
 
 from __future__ import annotations

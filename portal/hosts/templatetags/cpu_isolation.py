@@ -1,4 +1,4 @@
-"""``{% cpu_isolation_of benchmark.hardware_class as cpus %}``: whether a class's scored
+"""``{% cpu_isolation_of benchmark.hardware_class_id as cpus %}``: whether a class's scored
 runs have CPUs of their own, for the benchmark page
 (``portal.hosts.selectors.class_cpu_isolation``)."""
 

@@ -53,13 +53,13 @@ class Command(BaseCommand):
         rows = [
             (
                 host.name,
-                host.hardware_class,
+                host.hardware_class_id,
                 host_state_label(host, now),
                 host.last_heartbeat_at.isoformat(timespec="seconds"),
                 str(host.cpu_cores),
                 memory_text(host.memory_bytes),
             )
-            for host in ScoringHost.objects.order_by("hardware_class", "name")
+            for host in ScoringHost.objects.order_by("hardware_class_id", "name")
         ]
         if not rows:
             self.stdout.write("No scoring host has registered yet.")

@@ -34,6 +34,7 @@ from portal.campaigns.creation import campaign_create
 from portal.campaigns.models import Campaign
 from portal.contests import democohort
 from portal.contests.cohorts import cohort_import
+from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
 from portal.submissions.models import Run
 
@@ -139,7 +140,7 @@ class Command(BaseCommand):
             "pass_min_matches": math.ceil(official_count * DEMO_PASS_RATIO),
             "allowed_registries": "localhost/podium/\n",
             # Scored by this machine's own scoring worker (`make run`).
-            "hardware_class": django_settings.PODIUM_HARDWARE_CLASS,
+            "hardware_class": hardware_class_row(django_settings.PODIUM_HARDWARE_CLASS),
         }
         demo = Benchmark.objects.filter(slug=DEMO_SLUG).first()
         if demo is None:
@@ -234,6 +235,7 @@ class Command(BaseCommand):
                 "description": FLAGSHIP_DESCRIPTION,
                 "opens_at": FLAGSHIP_OPENS_AT,
                 "closes_at": FLAGSHIP_CLOSES_AT,
+                "hardware_class": hardware_class_row(Benchmark.DEFAULT_HARDWARE_CLASS),
             },
         )
         if created:

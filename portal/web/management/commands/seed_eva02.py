@@ -93,6 +93,12 @@ FLAGSHIP: dict[str, Any] = {
 }
 
 
+def _column(name: str) -> str:
+    """The attribute holding a setting's stored value: a foreign key's own value (the
+    hardware class's name, its row seeded first), not the related row."""
+    return str(getattr(Benchmark._meta.get_field(name), "attname", name))
+
+
 class Command(BaseCommand):
     help = (
         "Create (or bring back to the rules' numbers) the eva02-imagenet1k-v3 benchmark and "
@@ -135,19 +141,22 @@ class Command(BaseCommand):
     def _seed_benchmark(self) -> Benchmark:
         benchmark = Benchmark.objects.select_for_update().filter(slug=FLAGSHIP_SLUG).first()
         if benchmark is None:
-            benchmark = Benchmark(slug=FLAGSHIP_SLUG, **FLAGSHIP)
+            values = {_column(name): value for name, value in FLAGSHIP.items()}
+            benchmark = Benchmark(slug=FLAGSHIP_SLUG, **values)
             benchmark.full_clean()
             benchmark.save()
             self.stdout.write(f"Created benchmark {FLAGSHIP_SLUG}.")
             return benchmark
-        changed = [name for name, value in FLAGSHIP.items() if getattr(benchmark, name) != value]
+        changed = [
+            name for name, value in FLAGSHIP.items() if getattr(benchmark, _column(name)) != value
+        ]
         if not changed:
             self.stdout.write(f"Benchmark {FLAGSHIP_SLUG} has the rules' settings.")
             return benchmark
         shown = []
         for name in changed:
-            old = getattr(benchmark, name)
-            setattr(benchmark, name, FLAGSHIP[name])
+            old = getattr(benchmark, _column(name))
+            setattr(benchmark, _column(name), FLAGSHIP[name])
             long_text = name in ("description", "allowed_registries", "validation_boundary")
             shown.append(name if long_text else f"{name} {old} -> {FLAGSHIP[name]}")
         benchmark.full_clean()
