@@ -136,7 +136,12 @@ def nominations_set(
     if len(set(submission_ids)) != len(submission_ids):
         raise errors.InvalidParameter("A submission was nominated twice; name each once.")
     with transaction.atomic():
-        get_user_model().objects.select_for_update().filter(pk=entrant.pk).exists()
+        list(
+            get_user_model()
+            .objects.select_for_update(no_key=True)
+            .filter(pk=entrant.pk)
+            .values_list("pk", flat=True)
+        )
         found = {
             int(submission.pk): submission
             for submission in Submission.objects.filter(

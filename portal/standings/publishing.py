@@ -90,7 +90,11 @@ def standings_publish(
     now = now or timezone.now()
     _check(actor, benchmark, reason, now)
     with transaction.atomic():
-        Benchmark.objects.select_for_update().filter(pk=benchmark.pk).exists()
+        list(
+            Benchmark.objects.select_for_update(no_key=True)
+            .filter(pk=benchmark.pk)
+            .values_list("pk", flat=True)
+        )
         if Standings.objects.filter(benchmark=benchmark).exists():
             raise errors.InvalidParameter(
                 "Final standings are already published; a change is a correction."

@@ -66,7 +66,11 @@ def final_rerun_start(
         raise errors.InvalidParameter("Give a reason; it is recorded in the audit trail.")
     settings = final_settings_for(benchmark)
     with transaction.atomic():
-        Benchmark.objects.select_for_update().filter(pk=benchmark.pk).exists()
+        list(
+            Benchmark.objects.select_for_update(no_key=True)
+            .filter(pk=benchmark.pk)
+            .values_list("pk", flat=True)
+        )
         if FinalRerun.objects.filter(benchmark=benchmark).exists():
             raise errors.InvalidParameter("The final rerun of this benchmark has already started.")
         if Standings.objects.filter(benchmark=benchmark).exists():

@@ -135,10 +135,12 @@ def _ranking_sql(*, hardware_class: str | None, limit: int | None) -> str:
 
     The window's counts are one aggregate (runs started since ``now - 24 h``, read from
     ``run_started_idx`` alone: the run carries its entrant) joined to the
-    waiting rows (the partial ``submission_waiting_idx``) by entrant: one pass over
-    each, where a correlated count per waiting row would look up its entrant's whole
-    history. With a ``LIMIT`` the sort keeps only the first rows (a top-N sort). Plain
-    SQL that PostgreSQL and SQLite both read; the ORM cannot join an aggregate.
+    waiting rows (the partial ``submission_waiting_idx``, and the ``passed`` ones with a
+    queued final run through ``run_queued_idx``, in a union so that neither hides the
+    other's index) by entrant: one pass over each, where a correlated count per waiting
+    row would look up its entrant's whole history. With a ``LIMIT`` the sort keeps only
+    the first rows (a top-N sort). Plain SQL that PostgreSQL and SQLite both read; the ORM
+    cannot join an aggregate.
     """
     from django.db import connection
 
@@ -156,7 +158,15 @@ def _ranking_sql(*, hardware_class: str | None, limit: int | None) -> str:
     )
     return f"""
         SELECT w.id
-        FROM {submission} w
+        FROM (
+            SELECT * FROM {submission} s WHERE s.status IN (%(queued)s, %(verifying)s)
+            UNION ALL
+            SELECT * FROM {submission} s
+            WHERE s.status = %(passed)s AND s.id IN (
+                SELECT f.submission_id FROM {run} f
+                WHERE f.status = %(queued)s AND f.purpose = %(final)s
+            )
+        ) w
         {hardware}
         LEFT JOIN (
             SELECT r.entrant_id AS entrant_id, COUNT(*) AS started
