@@ -179,3 +179,21 @@ def test_a_platform_fault_is_retried_once(closing, alice, staff, after_close):
     run_record_infra_failure(run_id=again.pk, reason="engine gone")
     assert run_claim_next(hardware_class=CLASS, lease_s=60) is None
     assert Submission.objects.get(pk=run.submission_id).status == Submission.PASSED
+
+
+def test_it_is_refused_before_the_nomination_deadline_and_after_publishing(
+    closing, alice, staff, after_close
+):
+    from portal.standings.publishing import standings_publish
+
+    official_run(closing, alice, 100)
+    FinalSettings.objects.create(
+        benchmark=closing, nomination_deadline=after_close + dt.timedelta(hours=1)
+    )
+    with pytest.raises(errors.InvalidParameter, match="nomination deadline"):
+        start(closing, staff, after_close)
+    later = after_close + dt.timedelta(hours=2)
+    with time_machine.travel(later, tick=False):
+        standings_publish(benchmark=closing, actor=staff, reason="from the board")
+    with pytest.raises(errors.InvalidParameter, match="correct them instead"):
+        start(closing, staff, later)
