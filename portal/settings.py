@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "portal.hosts",
     "portal.notifications",
     "portal.campaigns",
+    "portal.standings",
     "portal.accounts",
     "portal.web",
     "portal.api",

@@ -273,6 +273,12 @@ class VerifyingRowSerializer(serializers.Serializer[VerifyingRow]):
 
 
 class LeaderboardSerializer(serializers.Serializer[dict[str, Any]]):
+    state = serializers.CharField(
+        help_text=(
+            "``live`` before the close, ``provisional`` from the close until final "
+            "standings are published, ``final`` afterwards (see .../standings/)."
+        )
+    )
     rows = LeaderboardRowSerializer(many=True)
     verifying = VerifyingRowSerializer(
         many=True,

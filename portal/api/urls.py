@@ -11,6 +11,7 @@ from portal.api import (
     host_views,
     review_views,
     staff_views,
+    standings_views,
     submission_views,
     views,
 )
@@ -29,6 +30,37 @@ urlpatterns = [
     path(BENCHMARK, views.BenchmarkDetailView.as_view(), name="benchmark-detail"),
     path(f"{BENCHMARK}leaderboard/", views.LeaderboardView.as_view(), name="leaderboard"),
     path(f"{BENCHMARK}quota/", views.QuotaView.as_view(), name="quota"),
+    path(
+        f"{BENCHMARK}nominations/",
+        standings_views.NominationsView.as_view(),
+        name="nominations",
+    ),
+    path(f"{BENCHMARK}standings/", standings_views.StandingsView.as_view(), name="standings"),
+    path(
+        f"{BENCHMARK}standings.csv",
+        standings_views.StandingsCsvView.as_view(),
+        name="standings-csv",
+    ),
+    path(
+        f"{BENCHMARK}standings.json",
+        standings_views.StandingsJsonView.as_view(),
+        name="standings-json",
+    ),
+    path(
+        f"{BENCHMARK}standings/publish/",
+        standings_views.StandingsPublishView.as_view(),
+        name="standings-publish",
+    ),
+    path(
+        f"{BENCHMARK}standings/correct/",
+        standings_views.StandingsCorrectView.as_view(),
+        name="standings-correct",
+    ),
+    path(
+        f"{BENCHMARK}final-rerun/",
+        standings_views.FinalRerunView.as_view(),
+        name="final-rerun",
+    ),
     path(f"{BENCHMARK}practice/", views.PracticeView.as_view(), name="practice"),
     path(
         f"{BENCHMARK}practice/download",

@@ -39,6 +39,7 @@ from portal.contests.models import Benchmark, Cohort
 from portal.contests.selectors import leaderboard_rows
 from portal.environments.selectors import build_network_state
 from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
+from portal.standings.selectors import board_state
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
@@ -174,7 +175,11 @@ class LeaderboardView(APIView):
     )
     def get(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
-        data = {"rows": leaderboard_rows(benchmark), "verifying": verifying_rows(benchmark)}
+        data = {
+            "state": board_state(benchmark),
+            "rows": leaderboard_rows(benchmark),
+            "verifying": verifying_rows(benchmark),
+        }
         return Response(s.LeaderboardSerializer(data).data)
 
 

@@ -9,7 +9,8 @@ The fair order (the rule), among the submissions *waiting*: ``queued`` for a sco
 ``verifying`` with a queued verification run:
 
 1. Tier: official scores, then verifications of passing official runs, then practice
-   scores (the same order as ``portal.jobs``' message priorities).
+   scores (the same order as ``portal.jobs``' message priorities), then the final
+   rerun's runs of ``passed`` submissions (``final.py``), one at a time per submission.
 2. Within a tier, the submission whose entrant has had the fewest runs *started* in the
    last 24 hours (``Run.started_at`` on or after ``now - 24 h``: any purpose and kind,
    on any benchmark, a run still under way included), so one entrant's queued attempts
@@ -60,6 +61,9 @@ class Tier(enum.IntEnum):
     OFFICIAL = 0
     VERIFICATION = 1
     PRACTICE = 2
+    # A run of the final rerun (after the close) of a passed submission: last, so that a
+    # rescore or verification of the same class goes first.
+    FINAL = 3
 
 
 def tier_of(*, practice: bool, verification: bool) -> Tier:
@@ -131,10 +135,12 @@ def _ranking_sql(*, hardware_class: str | None, limit: int | None) -> str:
 
     The window's counts are one aggregate (runs started since ``now - 24 h``, read from
     ``run_started_idx`` alone: the run carries its entrant) joined to the
-    waiting rows (the partial ``submission_waiting_idx``) by entrant: one pass over
-    each, where a correlated count per waiting row would look up its entrant's whole
-    history. With a ``LIMIT`` the sort keeps only the first rows (a top-N sort). Plain
-    SQL that PostgreSQL and SQLite both read; the ORM cannot join an aggregate.
+    waiting rows (the partial ``submission_waiting_idx``, and the ``passed`` ones with a
+    queued final run through ``run_queued_idx``, in a union so that neither hides the
+    other's index) by entrant: one pass over each, where a correlated count per waiting
+    row would look up its entrant's whole history. With a ``LIMIT`` the sort keeps only
+    the first rows (a top-N sort). Plain SQL that PostgreSQL and SQLite both read; the ORM
+    cannot join an aggregate.
     """
     from django.db import connection
 
@@ -152,7 +158,15 @@ def _ranking_sql(*, hardware_class: str | None, limit: int | None) -> str:
     )
     return f"""
         SELECT w.id
-        FROM {submission} w
+        FROM (
+            SELECT * FROM {submission} s WHERE s.status IN (%(queued)s, %(verifying)s)
+            UNION ALL
+            SELECT * FROM {submission} s
+            WHERE s.status = %(passed)s AND s.id IN (
+                SELECT f.submission_id FROM {run} f
+                WHERE f.status = %(queued)s AND f.purpose = %(final)s
+            )
+        ) w
         {hardware}
         LEFT JOIN (
             SELECT r.entrant_id AS entrant_id, COUNT(*) AS started
@@ -160,16 +174,30 @@ def _ranking_sql(*, hardware_class: str | None, limit: int | None) -> str:
             WHERE r.started_at >= %(since)s
             GROUP BY r.entrant_id
         ) recent ON recent.entrant_id = w.entrant_id
-        WHERE w.status IN (%(queued)s, %(verifying)s)
-          AND (
-            w.status = %(queued)s
-            OR EXISTS (
-                SELECT 1 FROM {run} v
-                WHERE v.submission_id = w.id AND v.status = %(queued)s AND v.purpose = %(verify)s
+        WHERE (
+            w.status IN (%(queued)s, %(verifying)s)
+            AND (
+              w.status = %(queued)s
+              OR EXISTS (
+                  SELECT 1 FROM {run} v
+                  WHERE v.submission_id = w.id AND v.status = %(queued)s
+                    AND v.purpose = %(verify)s
+              )
+            )
+          ) OR (
+            w.status = %(passed)s
+            AND w.id IN (
+                SELECT f.submission_id FROM {run} f
+                WHERE f.status = %(queued)s AND f.purpose = %(final)s
+            )
+            AND NOT EXISTS (
+                SELECT 1 FROM {run} a
+                WHERE a.submission_id = w.id AND a.status IN (%(staging)s, %(running)s)
             )
           )
         ORDER BY
             CASE
+                WHEN w.status = %(passed)s THEN {int(Tier.FINAL)}
                 WHEN w.status = %(verifying)s THEN {int(Tier.VERIFICATION)}
                 WHEN w.kind = %(practice)s THEN {int(Tier.PRACTICE)}
                 ELSE {int(Tier.OFFICIAL)}
@@ -201,6 +229,10 @@ def waiting_in_fair_order(
         "verifying": Submission.VERIFYING,
         "practice": Submission.PRACTICE,
         "verify": Run.VERIFY,
+        "passed": Submission.PASSED,
+        "final": Run.FINAL,
+        "staging": Run.STAGING,
+        "running": Run.RUNNING,
         "hardware": hardware_class,
         "limit": limit,
     }
@@ -243,7 +275,7 @@ def lock_next_waiting(
     from portal.submissions.models import Run, Submission
 
     still_waiting = Submission.objects.filter(
-        status__in=Submission.WAITING_FOR_SCORE
+        status__in=[*Submission.WAITING_FOR_SCORE, Submission.PASSED]
     ).select_for_update(skip_locked=True, of=("self",))
     tried: set[int] = set()
     limit = _CANDIDATES
@@ -258,6 +290,13 @@ def lock_next_waiting(
                 continue  # held by another host, or claimed since
             if submission.status == Submission.QUEUED:
                 return submission
+            if submission.status == Submission.PASSED:
+                runs = Run.objects.filter(submission=submission)
+                if runs.filter(purpose=Run.FINAL, status=Run.QUEUED).exists() and not (
+                    runs.filter(status__in=[Run.STAGING, Run.RUNNING]).exists()
+                ):
+                    return submission
+                continue
             cohort_id = (
                 Run.objects.filter(submission=submission, purpose=Run.VERIFY, status=Run.QUEUED)
                 .values_list("cohort_id", flat=True)
@@ -331,8 +370,9 @@ def wake_in_flight(hardware_class: str) -> bool:
 
 
 def classes_waiting(*, now: dt.datetime | None = None) -> list[str]:
-    """The hardware classes with something waiting (a ``queued`` submission, or a
-    ``verifying`` one with a queued verification run) for longer than
+    """The hardware classes with something waiting (a ``queued`` submission, a
+    ``verifying`` one with a queued verification run, or a ``passed`` one with a queued
+    final run) for longer than
     ``SWEEP_MIN_WAIT``, in name order."""
     from django.db.models import Exists, OuterRef, Q
     from django.db.models.functions import Coalesce
@@ -344,10 +384,14 @@ def classes_waiting(*, now: dt.datetime | None = None) -> list[str]:
     verification_queued = Run.objects.filter(
         submission=OuterRef("pk"), purpose=Run.VERIFY, status=Run.QUEUED
     )
+    final_queued = Run.objects.filter(
+        submission=OuterRef("pk"), purpose=Run.FINAL, status=Run.QUEUED
+    )
     waiting = (
         Submission.objects.filter(
             Q(status=Submission.QUEUED)
             | Q(status=Submission.VERIFYING) & Exists(verification_queued)
+            | Q(status=Submission.PASSED) & Exists(final_queued)
         )
         .annotate(since=Coalesce("queued_at", "submitted_at"))
         .filter(since__lte=now - SWEEP_MIN_WAIT)

@@ -9,6 +9,9 @@ functions from their ``AppConfig.ready()``; this floor never imports them.
 - **Entering a status** (:func:`status_entered`): called inside the transaction that moved
   a submission, once per move (``portal.notifications`` queues its verdict mail after the
   commit).
+- **A final run settled** (:func:`final_run_settled`): called inside the transaction that
+  wrote a final-rerun run's verdict or platform fault (``portal.standings`` asks for extra
+  runs once the rerun's queued runs are done).
 - **The fleet** (:func:`hosts_online`, :func:`noise_band_pct`): the live hosts of a
   hardware class and the class's timing noise, answered by ``portal.hosts``.
 """
@@ -78,6 +81,23 @@ def status_listen(listener: StatusListener) -> None:
 def status_entered(*, submission_id: int, status: str) -> None:
     for listener in _status_listeners:
         listener(submission_id, status)
+
+
+# A final run settled ---------------------------------------------------------------------
+
+FinalRunListener = Callable[[int], None]  # (benchmark_id)
+_final_listeners: list[FinalRunListener] = []
+
+
+def final_run_listen(listener: FinalRunListener) -> None:
+    """Call ``listener(benchmark_id)`` when a final run is settled (from ``ready()``)."""
+    if listener not in _final_listeners:
+        _final_listeners.append(listener)
+
+
+def final_run_settled(*, benchmark_id: int) -> None:
+    for listener in _final_listeners:
+        listener(benchmark_id)
 
 
 # The fleet -------------------------------------------------------------------------------

@@ -235,7 +235,11 @@ class Run(models.Model):
 
     SCORE = "score"
     VERIFY = "verify"
-    PURPOSES = [(SCORE, "score"), (VERIFY, "verification")]
+    # A run of the final rerun (``portal.standings``): a passed official submission scored
+    # again on the final cohort after the close; its verdict changes neither the
+    # submission's status nor the board (``final.run_record_final``).
+    FINAL = "final"
+    PURPOSES = [(SCORE, "score"), (VERIFY, "verification"), (FINAL, "final rerun")]
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="runs")
     cohort = models.ForeignKey("contests.Cohort", on_delete=models.PROTECT)

@@ -16,6 +16,7 @@ from portal import errors
 from portal.contests.models import Cohort
 from portal.submissions import anomalies, dispatch, pool
 from portal.submissions.attempts import attempt_refund
+from portal.submissions.final import final_infra_failure
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission, SubmissionEvent
 from portal.submissions.services import (
@@ -93,11 +94,17 @@ def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None
     """queued -> staging for the submission, creating its next Run. None if already claimed.
 
     A ``verifying`` submission's queued verification run is claimed instead (queued ->
-    staging); the submission itself stays ``verifying`` until that run's verdict.
+    staging); the submission itself stays ``verifying`` until that run's verdict. So is
+    a ``passed`` submission's queued final-rerun run (``final``), while none of its runs
+    is under way; it stays ``passed``.
     """
     with transaction.atomic():
         submission = Submission.objects.select_for_update().filter(pk=submission_id).first()
-        if submission is None or submission.status not in Submission.WAITING_FOR_SCORE:
+        if submission is None:
+            return None
+        if submission.status == Submission.PASSED:
+            return _claim_final(submission, lease_s=lease_s, host=host)
+        if submission.status not in Submission.WAITING_FOR_SCORE:
             return None
         if submission.status == Submission.VERIFYING:
             pending = submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).first()
@@ -130,6 +137,26 @@ def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None
         return run
 
 
+def _claim_final(submission: Submission, *, lease_s: int, host: str) -> Run | None:
+    """queued -> staging for the oldest queued final run of a ``passed`` submission (held
+    locked by the caller); None when it has none, or a run of it is under way."""
+    runs = submission.runs
+    if runs.filter(status__in=[Run.STAGING, Run.RUNNING]).exists():
+        return None
+    pending = runs.filter(purpose=Run.FINAL, status=Run.QUEUED).order_by("try_number").first()
+    if pending is None:
+        return None
+    now = timezone.now()
+    Run.objects.filter(pk=pending.pk, status=Run.QUEUED).update(
+        status=Run.STAGING,
+        host=host,
+        started_at=now,
+        lease_expires_at=now + dt.timedelta(seconds=lease_s),
+    )
+    pending.refresh_from_db()
+    return pending
+
+
 def run_mark_running(*, run_id: int, lease_s: int, **fields: Any) -> bool:
     """staging -> running, just before the container starts."""
     with transaction.atomic():
@@ -140,6 +167,8 @@ def run_mark_running(*, run_id: int, lease_s: int, **fields: Any) -> bool:
         )
         if done:
             run = Run.objects.get(pk=run_id)
+            if run.purpose == Run.FINAL:
+                return True  # the submission stays passed
             submission_transition(
                 run.submission_id, frm=[Submission.STAGING], to=Submission.RUNNING
             )
@@ -222,6 +251,9 @@ def run_record_infra_failure(*, run_id: int, reason: str, **fields: Any) -> bool
         submission = run.submission
         if run.purpose == Run.VERIFY:
             verification_infra_failure(run, reason)
+            return True
+        if run.purpose == Run.FINAL:
+            final_infra_failure(run, reason)
             return True
         active = [Submission.STAGING, Submission.RUNNING]
         earlier = submission.runs.filter(try_number__lt=run.try_number)

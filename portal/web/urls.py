@@ -4,7 +4,7 @@
 from django.urls import path
 
 from portal.accounts import views as account_views
-from portal.web import views
+from portal.web import standings, views
 
 app_name = "contests"
 
@@ -12,6 +12,8 @@ urlpatterns = [
     path("", views.benchmark_list, name="benchmark_list"),
     path("b/<slug:slug>/", views.benchmark_detail, name="benchmark_detail"),
     path("b/<slug:slug>/leaderboard/", views.leaderboard, name="leaderboard"),
+    path("b/<slug:slug>/standings/", standings.standings, name="standings"),
+    path("b/<slug:slug>/nominations/", standings.nominations, name="nominations"),
     path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_create, name="token_create"),
     path("account/tokens/<int:pk>/revoke/", account_views.token_revoke, name="token_revoke"),

@@ -20,6 +20,7 @@ from portal.contests.selectors import (
     schedule_at,
 )
 from portal.environments.selectors import build_network_state
+from portal.standings.selectors import board_state
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
@@ -55,6 +56,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, now),
+        "board_state": board_state(benchmark, now),
         "board": leaderboard_page(benchmark, page=1, per_page=BOARD_PREVIEW_ROWS, version=version),
         "standing": standing,
         "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
@@ -87,6 +89,7 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, timezone.now()),
+        "board_state": board_state(benchmark),
         "board": leaderboard_page(benchmark, page=page, per_page=BOARD_PAGE_ROWS),
         "verifying": verifying_rows(benchmark),
         "standing": standing,

@@ -50,6 +50,7 @@ from django.conf import settings
 from portal import cpus, storage
 from portal.contests import rules
 from portal.contests.models import Benchmark
+from portal.submissions.final import run_record_final
 from portal.submissions.models import Run, Submission
 from portal.submissions.runs import (
     run_claim,
@@ -858,8 +859,10 @@ def judge(
 
 def publish(run: Run, outcome: Outcome, measured: Measured) -> None:
     """The verdict, once: a score's ranks (or goes to verification), a verification's
-    confirms or rejects the official run."""
-    record = run_record_verification if run.purpose == Run.VERIFY else run_record_verdict
+    confirms or rejects the official run, a final run's is kept for the standings."""
+    record = {Run.VERIFY: run_record_verification, Run.FINAL: run_record_final}.get(
+        run.purpose, run_record_verdict
+    )
     fields = outcome.fields
     if measured.gpu is not None:  # the GPU meter's readings join the cgroup's
         fields = fields | {"resources": {**fields.get("resources", {}), "gpu": measured.gpu}}

@@ -33,6 +33,8 @@ from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
+from portal.standings.models import FinalRerun, Standings
+from portal.standings.rules import digest_of
 from portal.submissions.models import ProvenanceReview, Submission
 from tests import factories
 
@@ -74,6 +76,13 @@ MATRIX: dict[str, dict[str, str]] = {
     "campaign-submission": {"GET": OWNED_STAFF_READS},
     "campaign-submission-build-log": {"GET": OWNED_STAFF_READS},
     "round-entry-report": {"GET": PUBLIC},
+    "nominations": {"GET": CALLER, "PUT": CALLER},
+    "standings": {"GET": PUBLIC},
+    "standings-csv": {"GET": PUBLIC},
+    "standings-json": {"GET": PUBLIC},
+    "standings-publish": {"POST": STAFF},
+    "standings-correct": {"POST": STAFF},
+    "final-rerun": {"GET": STAFF, "POST": STAFF},
     "schema": {"GET": PUBLIC},
     "docs": {"GET": PUBLIC},
 }
@@ -173,6 +182,8 @@ class World:
                 return client.post(url, data, format="multipart")
         if name == "submission-disqualify":
             data = {"reason": "matrix", **data}
+        if name == "nominations" and method == "PUT":
+            return client.put(url, {"submission_ids": [], **data}, format="json")
         if method == "GET":
             return client.get(url, data)
         return getattr(client, method.lower())(url, data)
@@ -225,6 +236,23 @@ def world(
     # An apparent winner under provenance review (its statement and staff's decision).
     ProvenanceReview.objects.create(
         submission=submission, opened_at=timezone.now(), opened_because="matrix"
+    )
+    # Its final standings are out and its final rerun started (rows only), so the public
+    # exports and the staff progress answer; publishing again and starting again are
+    # refused on the merits (400), as an open benchmark's are.
+    Standings.objects.create(
+        benchmark=benchmark,
+        source=Standings.BOARD,
+        published_at=timezone.now(),
+        reason="matrix",
+        digest=digest_of([]),
+    )
+    FinalRerun.objects.create(
+        benchmark=benchmark,
+        cohort=Cohort.objects.get(benchmark=benchmark, kind=Cohort.OFFICIAL),
+        final_runs=3,
+        extra_runs=2,
+        started_at=timezone.now(),
     )
     return World(
         slug=benchmark.slug,
@@ -450,7 +478,7 @@ def test_unpaginated_lists_are_plain_and_bounded(
     assert [row["id"] for row in environments] == [world.environment.pk]  # removed ones hidden
     assert len(environments) <= benchmark.max_environments
     assert [row["slug"] for row in benchmarks] == [benchmark.slug]
-    assert leaderboard == {"rows": [], "verifying": []}
+    assert leaderboard == {"state": "live", "rows": [], "verifying": []}
 
 
 # Throttling ------------------------------------------------------------------------------

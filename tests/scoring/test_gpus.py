@@ -287,7 +287,14 @@ def test_a_build_never_gets_a_gpu_even_on_a_gpu_host(
 ):
     settings.PODIUM_GPU_DEVICES = ["0"]
     settings.PODIUM_HARDWARE_CLASS = benchmark.hardware_class_id
-    HardwareClass.objects.filter(name=benchmark.hardware_class_id).update(gpus=1)
+    HardwareClass.objects.filter(name=benchmark.hardware_class_id).update(
+        gpus=1,  # a GPU class opens only with all five pins
+        pin_gpu_driver="570.1",
+        pin_cuda="12.8",
+        pin_kernel="6.8.0",
+        pin_engine_version="28.2.2",
+        pin_supervisor_sha256="a" * 64,
+    )
     specs: list[dict[str, Any]] = []
     recording = engine.create_container  # the ``made`` fixture's spy: it cleans up
 

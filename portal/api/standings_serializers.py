@@ -1,0 +1,85 @@
+"""Serializers of the final standings' endpoints (``standings_views``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from portal.api.serializers import OffsetDateTimeField
+from portal.standings import rules
+from portal.standings.models import Correction
+from portal.standings.nominations import NominationState
+
+
+class NominationStateSerializer(serializers.Serializer[NominationState]):
+    deadline = OffsetDateTimeField(help_text="First instant nominations are refused.")
+    open = serializers.BooleanField(help_text="Whether nominations may still change.")
+    nominated = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The submission ids you named, if any."
+    )
+    counted = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="The submission ids that count now (your nomination, else your two best).",
+    )
+    default = serializers.BooleanField(help_text="True while nothing is named: the two best count.")
+    eligible = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Your passing official submissions, best first: what you may nominate.",
+    )
+
+
+class NominationsUpdateSerializer(serializers.Serializer[dict[str, Any]]):
+    submission_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        allow_empty=True,
+        help_text="Up to two of your passing official submissions; [] restores the default.",
+    )
+
+
+class StandingRowSerializer(serializers.Serializer[rules.Row]):
+    rank = serializers.IntegerField()
+    entrant = serializers.CharField()
+    wall_time_ns = serializers.IntegerField(
+        help_text="The median of the passing final runs (the best official run without a rerun)."
+    )
+    runs = serializers.IntegerField(help_text="Passing runs the time is the median of.")
+    submission_id = serializers.IntegerField()
+    tied = serializers.BooleanField(
+        help_text="Within the class's noise band of a neighbour after extra runs: same rank."
+    )
+
+
+class CorrectionSerializer(serializers.Serializer[Correction]):
+    at = OffsetDateTimeField()
+    reason = serializers.CharField()
+    previous_digest = serializers.CharField()
+    digest = serializers.CharField()
+
+
+class StandingsSerializer(serializers.Serializer[dict[str, Any]]):
+    benchmark = serializers.CharField()
+    state = serializers.CharField(help_text="Always ``final`` here.")
+    source = serializers.CharField(help_text="``final_rerun`` or ``board``.")  # type: ignore[assignment]
+    published_at = OffsetDateTimeField()
+    digest = serializers.CharField(
+        help_text="sha256:<hex> of the canonical CSV (``standings.csv``, byte for byte)."
+    )
+    previous_digests = serializers.ListField(child=serializers.CharField())
+    rows = StandingRowSerializer(many=True)
+    corrections = CorrectionSerializer(many=True)
+
+
+class FinalRerunSerializer(serializers.Serializer[dict[str, Any]]):
+    cohort = serializers.CharField(help_text="``final`` or ``official``.")
+    final_runs = serializers.IntegerField()
+    extra_runs = serializers.IntegerField()
+    started_at = OffsetDateTimeField()
+    complete = serializers.BooleanField()
+    pending_extra = serializers.ListField(child=serializers.IntegerField())
+    dropped = serializers.DictField(child=serializers.CharField())
+    rows = StandingRowSerializer(many=True)
+
+
+class ReasonSerializer(serializers.Serializer[dict[str, Any]]):
+    reason = serializers.CharField(min_length=1, help_text="Why (recorded in the audit trail).")

@@ -1,0 +1,237 @@
+"""The end of a contest: nominations (the entrant's own), the final rerun, publishing
+and correcting final standings (staff, audited), and the published standings with their
+exports (public). Staff endpoints are ``not_found`` to others; staff without
+``standings.publish_standings`` get 403 ``permission_denied``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal import errors
+from portal.api import serializers as s
+from portal.api import standings_serializers as ss
+from portal.api.common import NOT_FOUND, IsStaff, RawAPIView, get_benchmark
+from portal.audit.services import Origin
+from portal.contests.models import Benchmark
+from portal.standings import publishing, rerun
+from portal.standings.models import FinalRerun
+from portal.standings.nominations import nominations_of, nominations_set
+from portal.standings.selectors import FINAL, Published, published
+
+TAGS = ["standings"]
+STAFF_ERRORS = s.error_responses(400, 401, 403, 404, 409, 415)
+
+
+class NominationsView(APIView):
+    """Your nominated submissions for the final standings on a benchmark."""
+
+    @extend_schema(
+        operation_id="benchmarks_nominations_retrieve",
+        tags=TAGS,
+        responses={200: ss.NominationStateSerializer, **NOT_FOUND},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        state = nominations_of(get_benchmark(slug), request.user)
+        return Response(ss.NominationStateSerializer(state).data)
+
+    @extend_schema(
+        operation_id="benchmarks_nominations_update",
+        tags=TAGS,
+        request=ss.NominationsUpdateSerializer,
+        responses={200: ss.NominationStateSerializer, **s.error_responses(400, 401, 404, 409, 415)},
+    )
+    def put(self, request: Request, slug: str) -> Response:
+        serializer = ss.NominationsUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        state = nominations_set(
+            entrant=request.user,
+            benchmark=get_benchmark(slug),
+            submission_ids=serializer.validated_data["submission_ids"],
+        )
+        return Response(ss.NominationStateSerializer(state).data)
+
+
+def _published_or_404(benchmark: Benchmark) -> Published:
+    found = published(benchmark)
+    if found is None:
+        raise errors.NotFound("No final standings are published for this benchmark yet.")
+    return found
+
+
+def standings_data(benchmark: Benchmark, found: Published) -> dict[str, object]:
+    """The published standings as the API and the JSON export give them."""
+    return {
+        "benchmark": benchmark.slug,
+        "state": FINAL,
+        "source": found.standings.source,
+        "published_at": found.standings.published_at,
+        "digest": found.standings.digest,
+        "previous_digests": [c.previous_digest for c in found.corrections],
+        "rows": found.rows,
+        "corrections": found.corrections,
+    }
+
+
+class StandingsView(APIView):
+    """The published final standings (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_standings_retrieve",
+        tags=TAGS,
+        responses={200: ss.StandingsSerializer, **s.error_responses(404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        benchmark = get_benchmark(slug)
+        data = standings_data(benchmark, _published_or_404(benchmark))
+        return Response(ss.StandingsSerializer(data).data)
+
+
+class StandingsCsvView(RawAPIView):
+    """The canonical CSV of the published standings; its SHA-256 is the digest (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_standings_csv",
+        tags=TAGS,
+        responses={(200, "text/csv"): OpenApiTypes.STR, **s.error_responses(404)},
+    )
+    def get(self, request: Request, slug: str) -> HttpResponse:
+        benchmark = get_benchmark(slug)
+        found = _published_or_404(benchmark)
+        response = HttpResponse(found.csv.encode(), content_type="text/csv; charset=utf-8")
+        response["X-Podium-Digest"] = found.standings.digest
+        response["Content-Disposition"] = f'attachment; filename="{slug}-standings.csv"'
+        return response
+
+
+class StandingsJsonView(RawAPIView):
+    """The published standings as a JSON file with their digest (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_standings_json",
+        tags=TAGS,
+        responses={(200, "application/json"): ss.StandingsSerializer, **s.error_responses(404)},
+    )
+    def get(self, request: Request, slug: str) -> HttpResponse:
+        benchmark = get_benchmark(slug)
+        found = _published_or_404(benchmark)
+        body = ss.StandingsSerializer(standings_data(benchmark, found)).data
+        response = HttpResponse(
+            json.dumps(body, indent=2, sort_keys=True) + "\n", content_type="application/json"
+        )
+        response["X-Podium-Digest"] = found.standings.digest
+        response["Content-Disposition"] = f'attachment; filename="{slug}-standings.json"'
+        return response
+
+
+class StandingsPublishView(APIView):
+    """Staff: publish the final standings (audited, with a reason)."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="benchmarks_standings_publish",
+        tags=TAGS,
+        request=ss.ReasonSerializer,
+        responses={201: ss.StandingsSerializer, **STAFF_ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        serializer = ss.ReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        benchmark = get_benchmark(slug)
+        publishing.standings_publish(
+            benchmark=benchmark,
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
+        )
+        data = standings_data(benchmark, _published_or_404(benchmark))
+        return Response(ss.StandingsSerializer(data).data, status=201)
+
+
+class StandingsCorrectView(APIView):
+    """Staff: correct the published standings (audited, with a reason; shown on the page)."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="benchmarks_standings_correct",
+        tags=TAGS,
+        request=ss.ReasonSerializer,
+        responses={200: ss.StandingsSerializer, **STAFF_ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        serializer = ss.ReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        benchmark = get_benchmark(slug)
+        publishing.standings_correct(
+            benchmark=benchmark,
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
+        )
+        data = standings_data(benchmark, _published_or_404(benchmark))
+        return Response(ss.StandingsSerializer(data).data)
+
+
+def _rerun_data(benchmark: Benchmark) -> dict[str, object]:
+    final = FinalRerun.objects.select_related("cohort").filter(benchmark=benchmark).first()
+    decision = rerun.final_rerun_decision(benchmark)
+    if final is None or decision is None:
+        raise errors.NotFound("The final rerun of this benchmark has not started.")
+    return {
+        "cohort": final.cohort.kind,
+        "final_runs": final.final_runs,
+        "extra_runs": final.extra_runs,
+        "started_at": final.started_at,
+        "complete": decision.complete,
+        "pending_extra": decision.extra_runs,
+        "dropped": {str(k): v for k, v in decision.dropped.items()},
+        "rows": decision.rows,
+    }
+
+
+class FinalRerunView(APIView):
+    """Staff: the final rerun's progress (GET), or start it (POST, audited, with a reason)."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        operation_id="benchmarks_final_rerun_retrieve",
+        tags=TAGS,
+        responses={200: ss.FinalRerunSerializer, **s.error_responses(401, 404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(ss.FinalRerunSerializer(_rerun_data(get_benchmark(slug))).data)
+
+    @extend_schema(
+        operation_id="benchmarks_final_rerun_start",
+        tags=TAGS,
+        request=ss.ReasonSerializer,
+        responses={201: ss.FinalRerunSerializer, **STAFF_ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        serializer = ss.ReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        benchmark = get_benchmark(slug)
+        rerun.final_rerun_start(
+            benchmark=benchmark,
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
+        )
+        return Response(ss.FinalRerunSerializer(_rerun_data(benchmark)).data, status=201)

@@ -1,0 +1,167 @@
+"""Publishing final standings and correcting them (docs/rules.md, "Final standings").
+
+Publishing freezes the rows (``StandingRow``: names and ids copied) with the SHA-256 of
+their canonical CSV (``rules.digest_of``); nothing that happens to runs or the board
+afterwards reaches them. A later change is a :class:`Correction`: staff give a reason,
+the rows are computed again from the same source, the new digest replaces the old and
+the old one is kept on the correction. Both are audited in the same transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal import errors
+from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.contests.models import Benchmark
+from portal.contests.selectors import leaderboard_rows
+from portal.standings import rules
+from portal.standings.models import Correction, FinalRerun, StandingRow, Standings
+from portal.standings.rerun import PUBLISH, final_rerun_decision
+from portal.submissions.staff import staff_permission_check
+
+
+def standings_source(benchmark: Benchmark) -> tuple[str, list[rules.Row]]:
+    """What publishing would freeze now: the final rerun's result when one was started
+    (refused, ``invalid_parameter``, while it is not complete), else the board."""
+    if FinalRerun.objects.filter(benchmark=benchmark).exists():
+        decision = final_rerun_decision(benchmark)
+        if decision is None or not decision.complete:
+            raise errors.InvalidParameter(
+                "The final rerun is still running; publish once its runs are settled."
+            )
+        return Standings.FINAL_RERUN, decision.rows
+    rows = [
+        rules.Row(
+            rank=row.rank,
+            entrant_id=0,
+            entrant=row.entrant,
+            submission_id=row.submission_id,
+            wall_time_ns=row.wall_time_ns,
+            runs=1,
+            tied=False,
+        )
+        for row in leaderboard_rows(benchmark)
+    ]
+    return Standings.BOARD, rows
+
+
+def _check(actor: Any, benchmark: Benchmark, reason: str, now: dt.datetime) -> None:
+    staff_permission_check(actor, PUBLISH)
+    if now < benchmark.closes_at:
+        raise errors.InvalidParameter("Final standings are published after the benchmark closes.")
+    if not reason.strip():
+        raise errors.InvalidParameter("Give a reason; it is recorded in the audit trail.")
+
+
+def _freeze(standings: Standings, rows: list[rules.Row]) -> None:
+    StandingRow.objects.filter(standings=standings).delete()
+    StandingRow.objects.bulk_create(
+        StandingRow(
+            standings=standings,
+            position=position,
+            rank=row.rank,
+            entrant=row.entrant,
+            submission_id=row.submission_id,
+            wall_time_ns=row.wall_time_ns,
+            runs=row.runs,
+            tied=row.tied,
+        )
+        for position, row in enumerate(rows, start=1)
+    )
+
+
+def standings_publish(
+    *,
+    benchmark: Benchmark,
+    actor: Any,
+    reason: str,
+    origin: Origin = NOWHERE,
+    now: dt.datetime | None = None,
+) -> Standings:
+    """Staff (``standings.publish_standings``): publish the benchmark's final standings
+    once, audited (``standings.published``). Refused (``invalid_parameter``) before the
+    close, without a reason, while the final rerun runs, and once published (correct
+    them instead)."""
+    now = now or timezone.now()
+    _check(actor, benchmark, reason, now)
+    with transaction.atomic():
+        list(
+            Benchmark.objects.select_for_update(no_key=True)
+            .filter(pk=benchmark.pk)
+            .values_list("pk", flat=True)
+        )
+        if Standings.objects.filter(benchmark=benchmark).exists():
+            raise errors.InvalidParameter(
+                "Final standings are already published; a change is a correction."
+            )
+        source, rows = standings_source(benchmark)
+        digest = rules.digest_of(rows)
+        standings = Standings.objects.create(
+            benchmark=benchmark,
+            source=source,
+            published_at=now,
+            published_by=actor if actor is not None and actor.is_authenticated else None,
+            reason=reason,
+            digest=digest,
+        )
+        _freeze(standings, rows)
+        audit_record(
+            actor=actor,
+            action="standings.published",
+            target=f"benchmark:{benchmark.slug}",
+            origin=origin,
+            reason=reason,
+            details={"digest": digest, "source": source, "rows": len(rows)},
+        )
+    return standings
+
+
+def standings_correct(
+    *,
+    benchmark: Benchmark,
+    actor: Any,
+    reason: str,
+    origin: Origin = NOWHERE,
+    now: dt.datetime | None = None,
+) -> Correction:
+    """Staff (``standings.publish_standings``): compute the published standings again
+    from their source (a disqualification since, say) and freeze the result, audited
+    (``standings.corrected``) with both digests. Refused (``not_found``) before
+    publishing, (``invalid_parameter``) without a reason or when nothing would change."""
+    now = now or timezone.now()
+    _check(actor, benchmark, reason, now)
+    with transaction.atomic():
+        standings = Standings.objects.select_for_update().filter(benchmark=benchmark).first()
+        if standings is None:
+            raise errors.NotFound("No final standings are published for this benchmark.")
+        _, rows = standings_source(benchmark)
+        digest = rules.digest_of(rows)
+        if digest == standings.digest:
+            raise errors.InvalidParameter(
+                "Nothing would change: the standings computed now are the published ones."
+            )
+        correction = Correction.objects.create(
+            standings=standings,
+            at=now,
+            by=actor if actor is not None and actor.is_authenticated else None,
+            reason=reason,
+            previous_digest=standings.digest,
+            digest=digest,
+        )
+        standings.digest = digest
+        standings.save(update_fields=["digest"])
+        _freeze(standings, rows)
+        audit_record(
+            actor=actor,
+            action="standings.corrected",
+            target=f"benchmark:{benchmark.slug}",
+            origin=origin,
+            reason=reason,
+            details={"previous_digest": correction.previous_digest, "digest": digest},
+        )
+    return correction

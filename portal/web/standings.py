@@ -1,0 +1,46 @@
+"""The end of a contest on the site: the final standings page (public) and the
+entrant's nominations page."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+
+from portal import errors
+from portal.contests.models import Benchmark
+from portal.standings.nominations import nominations_of, nominations_set
+from portal.standings.selectors import board_state, published
+
+
+def standings(request: HttpRequest, slug: str) -> HttpResponse:
+    """The published final standings with their digest and corrections, or what the
+    board is until then (live or provisional)."""
+    benchmark = get_object_or_404(Benchmark, slug=slug)
+    context = {
+        "benchmark": benchmark,
+        "state": board_state(benchmark, timezone.now()),
+        "published": published(benchmark),
+    }
+    return render(request, "contests/standings.html", context)
+
+
+@login_required
+def nominations(request: HttpRequest, slug: str) -> HttpResponse:
+    """The signed-in entrant's nominations: shown, and replaced by the form's choice."""
+    benchmark = get_object_or_404(Benchmark, slug=slug)
+    if request.method == "POST":
+        try:
+            chosen = [int(value) for value in request.POST.getlist("submission")]
+            nominations_set(entrant=request.user, benchmark=benchmark, submission_ids=chosen)
+        except ValueError:
+            messages.error(request, "Choose submissions by their numbers.")
+        except errors.PodiumError as refusal:
+            messages.error(request, refusal.detail)
+        else:
+            messages.success(request, "Your nominations are saved.")
+        return redirect("contests:nominations", slug=slug)
+    context = {"benchmark": benchmark, "state": nominations_of(benchmark, request.user)}
+    return render(request, "contests/nominations.html", context)

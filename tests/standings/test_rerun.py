@@ -1,0 +1,199 @@
+"""The final rerun: started by staff after the close, it queues ``final_runs`` runs of
+each counted submission on the final cohort, claimed and recorded like any run; close
+neighbours get extra runs, then tie; a failed run drops the submission."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import time_machine
+from django.conf import settings
+
+from portal import errors
+from portal.audit.models import AuditEvent
+from portal.contests.models import Cohort
+from portal.standings.models import FinalEntry, FinalSettings
+from portal.standings.nominations import nominations_set
+from portal.standings.rerun import final_rerun_advance, final_rerun_decision, final_rerun_start
+from portal.submissions import dispatch
+from portal.submissions.final import run_record_final
+from portal.submissions.models import Run, Submission
+from portal.submissions.runs import run_claim_next, run_record_infra_failure
+from tests.web.boards import official_run
+
+CLASS = settings.PODIUM_HARDWARE_CLASS
+
+
+def start(benchmark, staff, at):
+    with time_machine.travel(at, tick=False):
+        return final_rerun_start(benchmark=benchmark, actor=staff, reason="contest over")
+
+
+def play(walls_by_submission, *, fail=None):
+    """Claim every queued final run in the fair order and record it: the next wall time
+    of its submission from ``walls_by_submission`` (a failed verdict for ``fail``)."""
+    played = 0
+    while (run := run_claim_next(hardware_class=CLASS, lease_s=60)) is not None:
+        assert run.purpose == Run.FINAL
+        assert Submission.objects.get(pk=run.submission_id).status == Submission.PASSED
+        walls = walls_by_submission[run.submission_id]
+        wall = walls.pop(0) if len(walls) > 1 else walls[0]
+        if fail == run.submission_id:
+            run_record_final(run_id=run.pk, status="failed", reason="980 of 1000 matched")
+        else:
+            run_record_final(
+                run_id=run.pk, status="passed", reason="ok", wall_time_ns=wall, matches=10_000
+            )
+        played += 1
+    return played
+
+
+def test_it_is_refused_before_the_close(closing, staff):
+    with pytest.raises(errors.InvalidParameter, match="after the benchmark closes"):
+        final_rerun_start(benchmark=closing, actor=staff, reason="too early")
+
+
+def test_it_is_refused_without_the_permission(closing, alice, after_close):
+    from portal.submissions.staff import StaffPermissionDenied
+
+    with pytest.raises(StaffPermissionDenied):
+        start(closing, alice, after_close)
+
+
+def test_it_queues_final_runs_of_each_counted_submission_audited(
+    closing, alice, bob, staff, after_close, sent, django_capture_on_commit_callbacks
+):
+    a1 = official_run(closing, alice, 100).submission
+    a2 = official_run(closing, alice, 120).submission
+    official_run(closing, alice, 200)  # third best: not counted
+    b1 = official_run(closing, bob, 150).submission
+    with django_capture_on_commit_callbacks(execute=True):
+        rerun = start(closing, staff, after_close)
+    assert rerun.cohort.kind == Cohort.OFFICIAL and rerun.final_runs == 3
+    queued = Run.objects.filter(purpose=Run.FINAL, status=Run.QUEUED)
+    assert sorted(queued.values_list("submission_id", flat=True)) == sorted(
+        [a1.pk] * 3 + [a2.pk] * 3 + [b1.pk] * 3
+    )
+    assert len([name for name, _ in sent if name == "scoring.score_next"]) == 9
+    event = AuditEvent.objects.get(action="standings.final_rerun_started")
+    assert event.reason == "contest over" and event.details["runs_queued"] == 9
+    with pytest.raises(errors.InvalidParameter, match="already started"):
+        start(closing, staff, after_close)
+
+
+def test_it_uses_the_final_cohort_when_staff_imported_one(closing, alice, staff, after_close):
+    official_run(closing, alice, 100)
+    final = Cohort.objects.create(benchmark=closing, kind="final")
+    rerun = start(closing, staff, after_close)
+    assert rerun.cohort == final
+    assert set(Run.objects.filter(purpose=Run.FINAL).values_list("cohort", flat=True)) == {final.pk}
+
+
+def test_it_uses_the_nominations_and_the_settings(closing, alice, staff, after_close):
+    slow = official_run(closing, alice, 300).submission
+    official_run(closing, alice, 100)
+    nominations_set(entrant=alice, benchmark=closing, submission_ids=[slow.pk])
+    FinalSettings.objects.create(benchmark=closing, final_runs=5)
+    start(closing, staff, after_close)
+    assert (
+        list(Run.objects.filter(purpose=Run.FINAL).values_list("submission_id", flat=True))
+        == [slow.pk] * 5
+    )
+
+
+def test_final_runs_are_claimed_one_at_a_time_per_submission(closing, alice, staff, after_close):
+    official_run(closing, alice, 100)
+    start(closing, staff, after_close)
+    first = run_claim_next(hardware_class=CLASS, lease_s=60)
+    assert first is not None and first.status == Run.STAGING
+    assert run_claim_next(hardware_class=CLASS, lease_s=60) is None  # its other runs wait
+    assert CLASS in dispatch.classes_waiting(now=after_close + dt.timedelta(hours=1))
+
+
+def test_it_ranks_by_the_median_and_leaves_the_board_alone(
+    closing, alice, bob, staff, after_close, band
+):
+    band(1.0)
+    a = official_run(closing, alice, 100).submission
+    b = official_run(closing, bob, 150).submission
+    start(closing, staff, after_close)
+    assert play({a.pk: [500, 200, 210], b.pk: [180, 190, 185]}) == 6
+    decision = final_rerun_decision(closing)
+    assert decision.complete
+    assert [(r.entrant, r.wall_time_ns, r.runs) for r in decision.rows] == [
+        ("bob", 185, 3),
+        ("alice", 210, 3),
+    ]
+    assert Submission.objects.get(pk=a.pk).status == Submission.PASSED
+    assert closing.leaderboard.get(entrant=alice).wall_time_ns == 100  # the board is as it was
+
+
+def test_a_failed_final_run_drops_the_submission(closing, alice, bob, staff, after_close):
+    a = official_run(closing, alice, 100).submission
+    b = official_run(closing, bob, 150).submission
+    start(closing, staff, after_close)
+    play({a.pk: [100], b.pk: [150]}, fail=a.pk)
+    decision = final_rerun_decision(closing)
+    assert [r.entrant for r in decision.rows] == ["bob"]
+    assert decision.dropped == {a.pk: "980 of 1000 matched"}
+
+
+def test_close_neighbours_get_extra_runs_then_tie(closing, alice, bob, staff, after_close, band):
+    band(2.0)
+    a = official_run(closing, alice, 100).submission
+    b = official_run(closing, bob, 150).submission
+    start(closing, staff, after_close)
+    play({a.pk: [1000], b.pk: [1010]})
+    assert not final_rerun_decision(closing).complete
+    assert final_rerun_advance(closing.pk) == sorted([a.pk, b.pk])
+    assert final_rerun_advance(closing.pk) == []  # asked once
+    assert Run.objects.filter(purpose=Run.FINAL, status=Run.QUEUED).count() == 4
+    assert FinalEntry.objects.filter(extra_requested=True).count() == 2
+    play({a.pk: [1000], b.pk: [1010]})
+    decision = final_rerun_decision(closing)
+    assert decision.complete
+    assert [(r.rank, r.tied, r.runs) for r in decision.rows] == [(1, True, 5), (1, True, 5)]
+
+
+def test_the_verdict_hook_asks_for_extra_runs_after_commit(
+    closing, alice, bob, staff, after_close, band, django_capture_on_commit_callbacks
+):
+    band(2.0)
+    a = official_run(closing, alice, 100).submission
+    b = official_run(closing, bob, 150).submission
+    start(closing, staff, after_close)
+    with django_capture_on_commit_callbacks(execute=True):
+        play({a.pk: [1000], b.pk: [1010]})
+    assert Run.objects.filter(purpose=Run.FINAL, status=Run.QUEUED).count() == 4
+
+
+def test_a_platform_fault_is_retried_once(closing, alice, staff, after_close):
+    official_run(closing, alice, 100)
+    FinalSettings.objects.create(benchmark=closing, final_runs=1)
+    start(closing, staff, after_close)
+    run = run_claim_next(hardware_class=CLASS, lease_s=60)
+    run_record_infra_failure(run_id=run.pk, reason="engine gone")
+    again = run_claim_next(hardware_class=CLASS, lease_s=60)
+    assert again is not None and again.pk != run.pk
+    run_record_infra_failure(run_id=again.pk, reason="engine gone")
+    assert run_claim_next(hardware_class=CLASS, lease_s=60) is None
+    assert Submission.objects.get(pk=run.submission_id).status == Submission.PASSED
+
+
+def test_it_is_refused_before_the_nomination_deadline_and_after_publishing(
+    closing, alice, staff, after_close
+):
+    from portal.standings.publishing import standings_publish
+
+    official_run(closing, alice, 100)
+    FinalSettings.objects.create(
+        benchmark=closing, nomination_deadline=after_close + dt.timedelta(hours=1)
+    )
+    with pytest.raises(errors.InvalidParameter, match="nomination deadline"):
+        start(closing, staff, after_close)
+    later = after_close + dt.timedelta(hours=2)
+    with time_machine.travel(later, tick=False):
+        standings_publish(benchmark=closing, actor=staff, reason="from the board")
+    with pytest.raises(errors.InvalidParameter, match="correct them instead"):
+        start(closing, staff, later)
