@@ -7,10 +7,11 @@ exports (public). Staff endpoints are ``not_found`` to others; staff without
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -138,54 +139,55 @@ class StandingsJsonView(RawAPIView):
         return response
 
 
-class StandingsPublishView(APIView):
-    """Staff: publish the final standings (audited, with a reason)."""
+class _StandingsAction(APIView):
+    """Staff: one audited step on the published standings, with a reason; answers with the
+    standings as they now are."""
 
     permission_classes = [IsStaff]
+    step: Callable[..., object]  # publishing.standings_publish or standings_correct
+    answer_status = 200
 
-    @extend_schema(
+    def post(self, request: Request, slug: str) -> Response:
+        serializer = ss.ReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        benchmark = get_benchmark(slug)
+        type(self).step(
+            benchmark=benchmark,
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+            origin=Origin.of(request),
+        )
+        data = standings_data(benchmark, _published_or_404(benchmark))
+        return Response(ss.StandingsSerializer(data).data, status=self.answer_status)
+
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="benchmarks_standings_publish",
         tags=TAGS,
         request=ss.ReasonSerializer,
         responses={201: ss.StandingsSerializer, **STAFF_ERRORS},
     )
-    def post(self, request: Request, slug: str) -> Response:
-        serializer = ss.ReasonSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        benchmark = get_benchmark(slug)
-        publishing.standings_publish(
-            benchmark=benchmark,
-            actor=request.user,
-            reason=serializer.validated_data["reason"],
-            origin=Origin.of(request),
-        )
-        data = standings_data(benchmark, _published_or_404(benchmark))
-        return Response(ss.StandingsSerializer(data).data, status=201)
+)
+class StandingsPublishView(_StandingsAction):
+    """Staff: publish the final standings (audited, with a reason)."""
+
+    step = staticmethod(publishing.standings_publish)
+    answer_status = 201
 
 
-class StandingsCorrectView(APIView):
-    """Staff: correct the published standings (audited, with a reason; shown on the page)."""
-
-    permission_classes = [IsStaff]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="benchmarks_standings_correct",
         tags=TAGS,
         request=ss.ReasonSerializer,
         responses={200: ss.StandingsSerializer, **STAFF_ERRORS},
     )
-    def post(self, request: Request, slug: str) -> Response:
-        serializer = ss.ReasonSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        benchmark = get_benchmark(slug)
-        publishing.standings_correct(
-            benchmark=benchmark,
-            actor=request.user,
-            reason=serializer.validated_data["reason"],
-            origin=Origin.of(request),
-        )
-        data = standings_data(benchmark, _published_or_404(benchmark))
-        return Response(ss.StandingsSerializer(data).data)
+)
+class StandingsCorrectView(_StandingsAction):
+    """Staff: correct the published standings (audited, with a reason; shown on the page)."""
+
+    step = staticmethod(publishing.standings_correct)
 
 
 def _rerun_data(benchmark: Benchmark) -> dict[str, object]:
