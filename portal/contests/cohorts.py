@@ -276,8 +276,9 @@ def cohort_import(
     Raises ``ValueError`` for bad input, or when the existing cohort is referenced by a
     run (a scored cohort is frozen for good). Safe to call again after a failure.
     """
-    if kind not in (Cohort.OFFICIAL, Cohort.PRACTICE):
-        raise ValueError(f"kind must be {Cohort.OFFICIAL!r} or {Cohort.PRACTICE!r}, not {kind!r}")
+    kinds = [value for value, _label in Cohort.KINDS]
+    if kind not in kinds:
+        raise ValueError(f"kind must be one of {', '.join(kinds)}, not {kind!r}")
     paths = _check_answers(images_dir, answers)
     sources = [
         _Source(relative_path, path, class_id)

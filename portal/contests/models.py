@@ -320,7 +320,8 @@ class Cohort(models.Model):
 
     OFFICIAL = "official"
     PRACTICE = "practice"
-    KINDS = [(OFFICIAL, "official"), (PRACTICE, "practice")]
+    FINAL = "final"  # a second private cohort for the final rerun (portal.standings)
+    KINDS = [(OFFICIAL, "official"), (PRACTICE, "practice"), (FINAL, "final")]
 
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="cohorts")
     kind = models.CharField(max_length=16, choices=KINDS)

@@ -26,9 +26,6 @@ from portal.submissions.models import Run
 from portal.submissions.staff import staff_permission_check
 
 PUBLISH = "standings.publish_standings"
-# A second private cohort staff imported for the final rerun has this kind; without one
-# the final rerun uses the official cohort.
-FINAL_COHORT_KIND = "final"
 _OPEN = (Run.QUEUED, Run.STAGING, Run.RUNNING)
 
 
@@ -36,7 +33,7 @@ def final_cohort(benchmark: Benchmark) -> Cohort:
     """The cohort of the final rerun: the benchmark's ``final`` cohort, else its
     official one (``no_cohort`` without either)."""
     cohorts = {c.kind: c for c in Cohort.objects.filter(benchmark=benchmark)}
-    cohort = cohorts.get(FINAL_COHORT_KIND) or cohorts.get(Cohort.OFFICIAL)
+    cohort = cohorts.get(Cohort.FINAL) or cohorts.get(Cohort.OFFICIAL)
     if cohort is None:
         raise errors.NoCohort("This benchmark has no official cohort to run the final rerun on.")
     return cohort

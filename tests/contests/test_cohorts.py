@@ -12,12 +12,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
 from django.utils import timezone
 
 from portal import storage
 from portal.contests import democohort
 from portal.contests.cohorts import cohort_import, cohort_path, read_answers_file
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.standings.rerun import final_cohort
 from portal.submissions.models import Run, Submission
 from tests import factories
 
@@ -238,6 +240,30 @@ def test_import_cohort_command(bench, images, tmp_path) -> None:
     cohort = Cohort.objects.get(benchmark=bench, kind="practice")
     assert cohort.items.count() == 30
     assert "30 images" in out.getvalue()
+
+
+def test_staff_import_a_final_cohort_which_stays_private(bench, images, tmp_path) -> None:
+    folder, answers = images
+    answers_file = write_answers(tmp_path / "answers.tsv", answers)
+
+    call_command(
+        "import_cohort",
+        "--benchmark=cats",
+        "--kind=final",
+        f"--images={folder}",
+        f"--answers={answers_file}",
+        stdout=StringIO(),
+    )
+
+    final = Cohort.objects.get(benchmark=bench, kind=Cohort.FINAL)
+    assert final.items.count() == 30
+    assert final_cohort(bench) == final  # the final rerun runs on it, not the official one
+    entrant = Client()
+    entrant.force_login(factories.UserFactory())
+    # Not handed out as practice material: the benchmark still has no practice cohort.
+    assert entrant.get(f"/api/v1/benchmarks/{bench.slug}/practice/").status_code == 404
+    with pytest.raises(CommandError, match="invalid choice"):
+        call_command("import_cohort", "--benchmark=cats", "--kind=secret", f"--images={folder}")
 
 
 def test_import_cohort_command_reports_errors(bench, images, tmp_path) -> None:

@@ -67,7 +67,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--benchmark", required=True, metavar="SLUG")
         prepared = parser.add_argument_group("a prepared cohort")
-        prepared.add_argument("--kind", choices=[Cohort.OFFICIAL, Cohort.PRACTICE])
+        prepared.add_argument(
+            "--kind",
+            choices=[value for value, _label in Cohort.KINDS],
+            help="official, practice, or final (a second private cohort for the final rerun)",
+        )
         prepared.add_argument("--images", type=Path, metavar="DIR")
         prepared.add_argument(
             "--answers", type=Path, metavar="FILE", help="relative_path<TAB>class per line"
