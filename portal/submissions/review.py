@@ -44,6 +44,8 @@ def review_open(*, submission: Submission, because: str, now: dt.datetime) -> bo
     """
     if submission.kind != Submission.OFFICIAL or not submission.benchmark.validation_boundary:
         return False
+    if ProvenanceReview.objects.filter(submission=submission).exists():
+        return False  # the usual case of a sweep: reviewed already
     try:
         with transaction.atomic():
             ProvenanceReview.objects.create(
