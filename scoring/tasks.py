@@ -80,8 +80,10 @@ def remove_image(image_tag: str) -> None:
 
 @shared_task(name=names.REVIEW_ARTIFACTS)
 def review_artifacts(submission_id: int) -> None:
-    """On ``builds``: list a reviewed submission's image for staff."""
-    artifacts.review_listing(submission_id)
+    """On ``builds``: list a reviewed submission's image for staff. Like a build step, it
+    waits while a score holds this worker's machine (``machine.wait_while_frozen``)."""
+    host = machine.scoring_host()
+    artifacts.review_listing(submission_id, pause=lambda: machine.wait_while_frozen(host))
 
 
 @shared_task(name=names.REAP)

@@ -20,7 +20,7 @@ import io
 import logging
 import re
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from portal.submissions.models import Submission
@@ -34,6 +34,7 @@ TABLES_MAX = 50  # flagged files listed, at most
 UNIVERSES = (50_000, 10_000)  # the validation set, the official cohort's size
 ENTRY_BYTES = (1, 2, 4, 8, 16, 20, 32, 64)  # an index, a float, a digest of each image
 TEXT_PROBE = 64 * 1024  # bytes of a file read to tell text from binary
+PAUSE_EVERY = 64 << 20  # bytes of the export read between two calls of ``pause``
 _NPY_SHAPE = re.compile(rb"'shape':\s*\((\d+)")
 
 
@@ -99,6 +100,22 @@ def _is_text(head: bytes) -> bool:
     return True
 
 
+def paced(
+    chunks: Iterable[bytes], pause: Callable[[], object], every: int = PAUSE_EVERY
+) -> Iterator[bytes]:
+    """``chunks``, with ``pause()`` called before the first and after every ``every``
+    bytes: the builds side's listing waits while a score holds this engine's machine
+    (an export is disk and CPU work beside a timed run)."""
+    pause()
+    since = 0
+    for chunk in chunks:
+        since += len(chunk)
+        if since >= every:
+            pause()
+            since = 0
+        yield chunk
+
+
 def listing(chunks: Iterable[bytes]) -> dict[str, Any]:
     """The listing of one image's filesystem tar: ``files``, ``bytes``, ``largest``
     ([{path, bytes, sha256}], largest first) and ``tables`` ([{path, bytes, sha256,
@@ -136,19 +153,20 @@ def listing(chunks: Iterable[bytes]) -> dict[str, Any]:
     }
 
 
-def list_image(image: str) -> dict[str, Any]:
+def list_image(image: str, pause: Callable[[], object] = lambda: None) -> dict[str, Any]:
     """The listing of ``image``: a container is created from it (no network, never
-    started, so nothing of the entrant's runs), exported and removed."""
+    started, so nothing of the entrant's runs), exported (:func:`paced` by ``pause``)
+    and removed."""
     container = engine.create_container(
         image=image, command=["/nonexistent"], entrypoint=[], network_disabled=True
     )
     try:
-        return listing(engine.export_container(container))
+        return listing(paced(engine.export_container(container), pause))
     finally:
         engine.remove_container(container)
 
 
-def review_listing(submission_id: int) -> None:
+def review_listing(submission_id: int, pause: Callable[[], object] = lambda: None) -> None:
     """List a reviewed submission's image and keep the listing on its review (on the
     builds side: ``scoring.review_artifacts``). Its image by ID when this engine has it,
     else pulled by its registry reference; an image no longer anywhere is said so."""
@@ -163,7 +181,7 @@ def review_listing(submission_id: int) -> None:
         if not image or not engine.image_exists(image):
             found: dict[str, Any] = {"error": "the submission's image is no longer kept"}
         else:
-            found = list_image(image)
+            found = list_image(image, pause)
     except engine.EngineError as exc:
         log.warning("could not list the image of submission %s: %s", submission_id, exc)
         found = {"error": f"the engine could not list the image: {exc}"}

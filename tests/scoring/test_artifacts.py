@@ -87,6 +87,25 @@ def test_the_largest_files_come_first_with_their_digests_and_the_list_is_bounded
     assert largest[0]["sha256"] == hashlib.sha256(files["data/029.bin"]).hexdigest()
 
 
+def test_the_export_waits_for_a_score_before_it_starts_and_every_so_many_bytes():
+    data = tar_of({"a.bin": bytes(5_000), "b.bin": bytes(5_000)})
+    pauses: list[int] = []
+    taken: list[int] = []
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in chunked(data, size=1_000):
+            taken.append(len(chunk))
+            yield chunk
+
+    found = artifacts.listing(
+        artifacts.paced(chunks(), pause=lambda: pauses.append(sum(taken)), every=4_000)
+    )
+
+    assert found["files"] == 2
+    assert pauses[0] == 0  # before anything is read
+    assert pauses[1:] == list(range(4_000, len(data) + 1, 4_000))  # each after 4,000 more
+
+
 @pytest.mark.docker
 def test_a_real_image_is_listed_through_the_engine_and_its_container_removed():
     tag = f"podium-test/artifacts-{uuid.uuid4().hex[:12]}:1"
