@@ -13,7 +13,6 @@ import pytest
 
 from scoring import engine
 from scoring.images import artifacts
-from tests.scoring.images import build_dockerfile
 
 NPY_HEADER = (
     b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (50000, 8), }"
@@ -109,12 +108,19 @@ def test_the_export_waits_for_a_score_before_it_starts_and_every_so_many_bytes()
 @pytest.mark.docker
 def test_a_real_image_is_listed_through_the_engine_and_its_container_removed():
     tag = f"podium-test/artifacts-{uuid.uuid4().hex[:12]}:1"
-    build_dockerfile(
-        tag,
-        "FROM localhost/podium/busybox:1\n"
-        "RUN seq 1 50000 > /opt.tsv && dd if=/dev/zero of=/big.bin bs=1024 count=4096\n"
-        'ENTRYPOINT ["/bin/sh", "-c", "touch /ran; exit 1"]\n',
+    big = bytes(4096 * 1024)
+    files = {
+        # COPY, not RUN: the build needs no network (the default bridge may be gone).
+        "Dockerfile": (
+            b"FROM localhost/podium/busybox:1\nCOPY opt.tsv /opt.tsv\nCOPY big.bin /big.bin\n"
+        ),
+        "opt.tsv": b"".join(b"%d\n" % n for n in range(1, 50_001)),
+        "big.bin": big,
+    }
+    outcome = engine.build_image(
+        context=io.BytesIO(tar_of(files)), tag=tag, on_log=lambda _: None, timeout_s=120
     )
+    assert outcome.ok, outcome.error
     try:
         before = {c["Id"] for c in engine.list_containers(status="")}
 
@@ -122,7 +128,7 @@ def test_a_real_image_is_listed_through_the_engine_and_its_container_removed():
 
         assert {c["Id"] for c in engine.list_containers(status="")} == before  # removed
         assert found["largest"][0]["path"] == "/big.bin"
-        assert found["largest"][0]["sha256"] == hashlib.sha256(bytes(4096 * 1024)).hexdigest()
+        assert found["largest"][0]["sha256"] == hashlib.sha256(big).hexdigest()
         assert [t["path"] for t in found["tables"]] == ["/opt.tsv"]
     finally:
         engine.remove_image(tag)

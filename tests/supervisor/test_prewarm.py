@@ -84,8 +84,11 @@ RUN mkdir -p /w/many && dd if=/dev/urandom of=/w/big bs=1M count=8 2>/dev/null \
 
 
 def build(tag: str, dockerfile: str) -> None:
+    """Build ``dockerfile`` with no network for its RUN steps: they need none, and the
+    default bridge may be gone (a second engine started with ``--bridge=none`` in the same
+    network namespace, as the fleet test does, removes ``docker0``)."""
     done = subprocess.run(
-        ["docker", "build", "-q", "-t", tag, "-"],
+        ["docker", "build", "--network=none", "-q", "-t", tag, "-"],
         input=dockerfile.encode(),
         capture_output=True,
         timeout=300,
