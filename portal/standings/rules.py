@@ -24,6 +24,8 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from portal.hosts.noise import median_ns
+
 MAX_NOMINATIONS = 2
 CSV_COLUMNS = ("rank", "entrant", "submission_id", "wall_time_ns", "runs", "tied")
 
@@ -58,18 +60,6 @@ def counted_submissions(
         if chosen:
             counted[entrant_id] = chosen[:MAX_NOMINATIONS]
     return counted
-
-
-def median_ns(walls_ns: Sequence[int]) -> int:
-    """The median of the wall times, in whole nanoseconds (the mean of the two middle
-    ones for an even count, rounded down)."""
-    if not walls_ns:
-        raise ValueError("no wall times")
-    ordered = sorted(walls_ns)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) // 2
 
 
 def close(a_ns: int, b_ns: int, band_pct: float | None) -> bool:
