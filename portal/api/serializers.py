@@ -289,6 +289,19 @@ class LeaderboardSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class AttemptSerializer(serializers.Serializer[dict[str, Any]]):
+    submission_id = serializers.IntegerField()
+    entrant = serializers.CharField(help_text="The entrant's username.")
+    submitted_at = OffsetDateTimeField()
+    wall_time_ns = serializers.IntegerField()
+    passed = serializers.BooleanField(help_text="False: the run failed on accuracy.")
+
+
+class AttemptsSerializer(serializers.Serializer[dict[str, Any]]):
+    count = serializers.IntegerField()
+    attempts = AttemptSerializer(many=True, help_text="Every graded official attempt, by upload.")
+
+
 # One kind's Quota; its subclass QuotaSerializer renders a dict (the official Quota's
 # fields, both kinds and the timezone).
 class QuotaKindSerializer(serializers.Serializer[Quota | dict[str, Any]]):

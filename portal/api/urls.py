@@ -29,6 +29,7 @@ urlpatterns = [
     path("v1/benchmarks/", views.BenchmarkListView.as_view(), name="benchmarks"),
     path(BENCHMARK, views.BenchmarkDetailView.as_view(), name="benchmark-detail"),
     path(f"{BENCHMARK}leaderboard/", views.LeaderboardView.as_view(), name="leaderboard"),
+    path(f"{BENCHMARK}attempts/", views.AttemptsView.as_view(), name="benchmark-attempts"),
     path(f"{BENCHMARK}quota/", views.QuotaView.as_view(), name="quota"),
     path(
         f"{BENCHMARK}nominations/",

@@ -41,6 +41,7 @@ from portal.environments.selectors import build_network_state
 from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
 from portal.standings.selectors import board_state
 from portal.submissions.attempts import quota_for
+from portal.submissions.every_attempt import graded_attempts
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
 from portal.throttles import PostRateThrottle
@@ -181,6 +182,32 @@ class LeaderboardView(APIView):
             "verifying": verifying_rows(benchmark),
         }
         return Response(s.LeaderboardSerializer(data).data)
+
+
+class AttemptsView(APIView):
+    """Every graded official attempt: what the every-attempt chart draws (public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="benchmarks_attempts",
+        tags=["benchmarks"],
+        responses={200: s.AttemptsSerializer, **s.error_responses(404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        benchmark = get_benchmark(slug)
+        # Written directly (tens of thousands of rows); the serializer documents the shape.
+        attempts = [
+            {
+                "submission_id": a.submission_id,
+                "entrant": a.entrant,
+                "submitted_at": s.iso(a.submitted_at),
+                "wall_time_ns": a.wall_time_ns,
+                "passed": a.passed,
+            }
+            for a in graded_attempts(benchmark)
+        ]
+        return Response({"count": len(attempts), "attempts": attempts})
 
 
 class QuotaView(APIView):

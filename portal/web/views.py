@@ -24,6 +24,7 @@ from portal.standings.selectors import board_state
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
+from portal.web.attempts_chart import attempts_chart
 from portal.web.chart import progress_chart
 
 BOARD_PREVIEW_ROWS = 20
@@ -53,6 +54,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         ]
         standing = leaderboard_standing(benchmark, request.user)
     practice = practice_cohort(benchmark)
+    show_all = request.GET.get("show") == "all"
     context = {
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, now),
@@ -60,7 +62,17 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "board": leaderboard_page(benchmark, page=1, per_page=BOARD_PREVIEW_ROWS, version=version),
         "standing": standing,
         "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
-        "chart": progress_chart(benchmark, now=now, version=version),
+        "show_all": show_all,
+        "chart": None if show_all else progress_chart(benchmark, now=now, version=version),
+        "attempts": (
+            attempts_chart(
+                benchmark,
+                now=now,
+                viewer_id=request.user.pk if request.user.is_authenticated else None,
+            )
+            if show_all
+            else None
+        ),
         "quotas": quotas,
         "practice_size": practice[0] if practice else None,
         "practice_seed": practice[1] if practice else "",

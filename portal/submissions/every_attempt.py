@@ -1,0 +1,87 @@
+"""Every graded official attempt of a benchmark: what the every-attempt chart and the
+attempts API draw from.
+
+A *graded* attempt is an official submission that finished scoring with a verdict on
+accuracy: its status is ``passed`` or ``failed`` and its latest score run finished with
+a wall time. Submissions that never ran (build failures, infrastructure errors, runs
+that crashed), cancelled or disqualified ones, and those still held for verification
+are left out, as the board leaves them out. Failed attempts are kept (the chart draws
+them apart); they never rank.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db.models import Count, Max, QuerySet, Sum
+
+from portal.contests.models import Benchmark
+from portal.submissions.models import Run, Submission
+
+GRADED_STATUSES = (Submission.PASSED, Submission.FAILED)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    submission_id: int
+    entrant_id: int
+    entrant: str
+    submitted_at: dt.datetime
+    wall_time_ns: int
+    passed: bool
+
+
+def _graded_runs(benchmark: Benchmark) -> QuerySet[Run]:
+    return Run.objects.filter(
+        submission__benchmark=benchmark,
+        submission__kind=Submission.OFFICIAL,
+        submission__status__in=GRADED_STATUSES,
+        submission__disqualified_at__isnull=True,
+        purpose=Run.SCORE,
+        status=Run.FINISHED,
+        passed__isnull=False,
+        wall_time_ns__isnull=False,
+    )
+
+
+def attempts_version(benchmark: Benchmark) -> str:
+    """A fingerprint of the graded attempts: moves with a new graded attempt, a new score
+    try, a disqualification or a change of status. One aggregate query."""
+    seen = _graded_runs(benchmark).aggregate(
+        runs=Count("id"), last=Max("id"), ids=Sum("submission_id"), times=Sum("wall_time_ns")
+    )
+    return "{runs}-{last}-{ids}-{times}".format(**seen)
+
+
+def graded_attempts(benchmark: Benchmark, entrant_id: int | None = None) -> list[Attempt]:
+    """Every graded official attempt (optionally one entrant's), in upload order, one per
+    submission (its latest score try). One query, only the columns drawn."""
+    runs = _graded_runs(benchmark)
+    if entrant_id is not None:
+        runs = runs.filter(submission__entrant_id=entrant_id)
+    rows = runs.order_by("submission__submitted_at", "submission_id", "-try_number").values_list(
+        "submission_id",
+        "submission__entrant_id",
+        "submission__entrant__username",
+        "submission__submitted_at",
+        "wall_time_ns",
+        "passed",
+    )
+    attempts: list[Attempt] = []
+    last_submission = None
+    for submission_id, entrant_id, username, submitted_at, wall_time_ns, passed in rows:
+        if submission_id == last_submission:
+            continue  # an earlier try of the same submission
+        last_submission = submission_id
+        attempts.append(
+            Attempt(
+                submission_id=submission_id,
+                entrant_id=entrant_id,
+                entrant=username,
+                submitted_at=submitted_at,
+                wall_time_ns=int(wall_time_ns or 0),
+                passed=bool(passed),
+            )
+        )
+    return attempts

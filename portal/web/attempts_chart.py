@@ -1,0 +1,299 @@
+"""The every-attempt chart: each graded official attempt's wall time against its upload
+date, each entrant's best (the one the board ranks) ringed, and the signed-in entrant's
+own attempts highlighted; as inline SVG that needs no script.
+
+Written directly rather than with pygal: tens of thousands of points, drawn as one
+``<path>`` of round dots per kind (passed, failed) on whole pixels, so points that fall
+on the same pixel are drawn once. The shared drawing (axes, the cloud, the bests) is
+cached per benchmark and version of the attempts; the viewer's own points are a small
+layer added per request from one query of their attempts.
+
+Text alternative: the chart's ``<desc>`` sums it up, each best and each of the viewer's
+own points has a ``<title>`` (the browser's tooltip), and the page lists the viewer's
+attempts and the bests in tables beside it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from html import escape
+from zoneinfo import ZoneInfo
+
+from django.core.cache import cache
+
+from portal.contests.models import Benchmark, LeaderboardEntry
+from portal.contests.selectors import RANK_ORDER
+from portal.contests.templatetags.podium import ns, zoned
+from portal.submissions.every_attempt import Attempt, attempts_version, graded_attempts
+from portal.web.chart import CACHE_S, _chart_end, _tick_label, _x_ticks, _zone_label
+
+CHART_ID = "attempts-chart"
+WIDTH, HEIGHT = 880, 400
+LEFT, RIGHT, TOP, BOTTOM = 78, 24, 40, 96
+Y_TICKS = 6
+
+PASSED_COLOUR = "#0072b2"
+FAILED_COLOUR = "#8a939b"
+BEST_COLOUR = "#1d2125"
+OWN_COLOUR = "#d55e00"
+
+
+@dataclass(frozen=True)
+class Scale:
+    x0: float  # seconds since the epoch at the left edge
+    x1: float
+    y0: float  # milliseconds at the bottom edge
+    y1: float
+
+    def x(self, stamp: float) -> float:
+        return LEFT + (stamp - self.x0) / (self.x1 - self.x0) * (WIDTH - LEFT - RIGHT)
+
+    def y(self, ms: float) -> float:
+        return HEIGHT - BOTTOM - (ms - self.y0) / (self.y1 - self.y0) * (HEIGHT - TOP - BOTTOM)
+
+
+@dataclass(frozen=True)
+class Best:
+    rank: int
+    entrant: str
+    submission_id: int
+    wall_time_ns: int
+    at: dt.datetime
+
+
+@dataclass(frozen=True)
+class SharedDrawing:
+    """What every viewer sees; cached."""
+
+    key: str
+    head: str  # from <svg> through the cloud and the bests
+    tail: str  # the legend and </svg>
+    own_legend: str  # the legend entry for the viewer's own points
+    scale: Scale | None
+    attempts: int
+    failed: int
+    entrants: int
+    bests: list[Best]
+    start: dt.datetime
+    end: dt.datetime
+
+
+@dataclass(frozen=True)
+class AttemptsChart:
+    svg: str  # safe to insert as is; empty when nothing is graded yet
+    attempts: int
+    failed: int
+    entrants: int
+    bests: list[Best]
+    own: list[Attempt]  # the viewer's attempts (empty when signed out)
+
+
+def attempts_chart(
+    benchmark: Benchmark, *, now: dt.datetime, viewer_id: int | None = None
+) -> AttemptsChart:
+    """The chart for ``?show=all``: one query for the fingerprint when the shared drawing is
+    cached (two more to draw it otherwise), and one for the viewer's own attempts."""
+    end = _chart_end(benchmark, now)
+    key = f"podium:attempts:{benchmark.pk}:{attempts_version(benchmark)}:{end.timestamp()}"
+    shared: SharedDrawing | None = cache.get(key)
+    if shared is None:
+        shared = draw_shared(benchmark, graded_attempts(benchmark), key=key, end=end)
+        cache.set(key, shared, CACHE_S)
+    own = graded_attempts(benchmark, viewer_id) if viewer_id is not None else []
+    svg = ""
+    if shared.scale is not None:
+        layer = _own_layer(own, shared.scale, benchmark.attempt_timezone)
+        svg = shared.head + layer + (shared.own_legend if own else "") + shared.tail
+    return AttemptsChart(
+        svg=svg,
+        attempts=shared.attempts,
+        failed=shared.failed,
+        entrants=shared.entrants,
+        bests=shared.bests,
+        own=own,
+    )
+
+
+def _bests(benchmark: Benchmark) -> list[Best]:
+    rows = (
+        LeaderboardEntry.objects.filter(benchmark=benchmark)
+        .order_by(*RANK_ORDER)
+        .values_list("entrant__username", "submission_id", "wall_time_ns", "submitted_at")
+    )
+    return [
+        Best(rank, entrant, submission_id, wall_time_ns, at)
+        for rank, (entrant, submission_id, wall_time_ns, at) in enumerate(rows, start=1)
+    ]
+
+
+def draw_shared(
+    benchmark: Benchmark, attempts: list[Attempt], *, key: str, end: dt.datetime
+) -> SharedDrawing:
+    zone = benchmark.attempt_timezone
+    tz = ZoneInfo(zone)
+    if not attempts:
+        return SharedDrawing(key, "", "", "", None, 0, 0, 0, [], benchmark.opens_at, end)
+    bests = _bests(benchmark)
+    start = min(benchmark.opens_at, attempts[0].submitted_at)
+    end = max(end, attempts[-1].submitted_at)
+    times = [a.wall_time_ns / 1e6 for a in attempts]
+    y0, y1, step = _nice_range(min(times), max(times))
+    scale = Scale(start.timestamp(), max(end.timestamp(), start.timestamp() + 1), y0, y1)
+    failed = sum(1 for a in attempts if not a.passed)
+    entrants = len({a.entrant_id for a in attempts})
+
+    parts = [
+        f'<svg role="img" aria-labelledby="{CHART_ID}-title" '
+        f'aria-describedby="{CHART_ID}-desc" focusable="false" id="{CHART_ID}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        'font-family="system-ui, -apple-system, sans-serif" font-size="12" '
+        'class="attempts-chart">',
+        f'<title id="{CHART_ID}-title">Every graded attempt</title>',
+        f'<desc id="{CHART_ID}-desc">{escape(_summary(attempts, failed, entrants, bests))}</desc>',
+        f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
+        f'height="{HEIGHT - TOP - BOTTOM}" fill="#fff" stroke="#b8c0c8"/>',
+        f'<text x="{WIDTH / 2:.0f}" y="22" text-anchor="middle" font-size="15" '
+        'fill="#1d2125">Every graded attempt</text>',
+    ]
+    # The y axis: guides and labels in milliseconds.
+    decimals = 0 if step >= 1 else max(0, -math.floor(math.log10(step)))
+    value = y0
+    while value <= y1 + step / 2:
+        y = scale.y(value)
+        parts.append(
+            f'<path d="M{LEFT} {y:.1f}H{WIDTH - RIGHT}" stroke="#d8dde2"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#5f6b76">'
+            f"{value:,.{decimals}f}</text>"
+        )
+        value += step
+    parts.append(
+        f'<text transform="translate(16 {(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" '
+        'text-anchor="middle" fill="#1d2125">wall time (ms)</text>'
+    )
+    for tick in _x_ticks(start, end, tz):
+        x = scale.x(tick)
+        if LEFT <= x <= WIDTH - RIGHT:
+            parts.append(
+                f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" '
+                f'fill="#5f6b76">{_tick_label(tick, start, end, tz)}</text>'
+            )
+    parts.append(
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - BOTTOM + 36}" '
+        f'text-anchor="middle" fill="#1d2125">upload accepted ({_zone_label(end, tz)})</text>'
+    )
+    # The cloud: failed under passed, each a path of dots on whole pixels.
+    for passed, colour, name in (
+        (False, FAILED_COLOUR, "failed"),
+        (True, PASSED_COLOUR, "passed"),
+    ):
+        dots = _dots(scale, (a for a in attempts if a.passed is passed))
+        if dots:
+            parts.append(
+                f'<path class="attempts-{name}" d="{dots}" stroke="{colour}" '
+                'stroke-width="3.5" stroke-linecap="round" stroke-opacity=".45" fill="none"/>'
+            )
+    # The bests the board ranks: a ring each, with its tooltip.
+    parts.append('<g class="attempts-bests">')
+    for best in bests:
+        parts.append(
+            f'<circle cx="{scale.x(best.at.timestamp()):.1f}" '
+            f'cy="{scale.y(best.wall_time_ns / 1e6):.1f}" r="4.5" fill="none" '
+            f'stroke="{BEST_COLOUR}" stroke-width="1.5"><title>{best.rank}. '
+            f"{escape(best.entrant)}: best {ns(best.wall_time_ns)}, uploaded "
+            f"{escape(zoned(best.at, zone))}</title></circle>"
+        )
+    parts.append("</g>")
+    legend_y = HEIGHT - 22
+    legend = [
+        _legend(LEFT, legend_y, f'fill="{PASSED_COLOUR}" fill-opacity=".6"', "passed"),
+        _legend(LEFT + 110, legend_y, f'fill="{FAILED_COLOUR}" fill-opacity=".6"', "failed"),
+        _legend(
+            LEFT + 220,
+            legend_y,
+            f'fill="none" stroke="{BEST_COLOUR}" stroke-width="1.5"',
+            "best of each entrant (ranked)",
+        ),
+    ]
+    own_legend = _legend(
+        LEFT + 470, legend_y, f'fill="{OWN_COLOUR}" stroke="#1d2125"', "your attempts"
+    )
+    return SharedDrawing(
+        key=key,
+        head="".join(parts),
+        tail='<g class="attempts-legend">' + "".join(legend) + "</g></svg>",
+        own_legend=f'<g class="attempts-legend-own">{own_legend}</g>',
+        scale=scale,
+        attempts=len(attempts),
+        failed=failed,
+        entrants=entrants,
+        bests=bests,
+        start=start,
+        end=end,
+    )
+
+
+def _own_layer(own: list[Attempt], scale: Scale, zone: str) -> str:
+    if not own:
+        return ""
+    marks = [
+        f'<circle cx="{scale.x(a.submitted_at.timestamp()):.1f}" '
+        f'cy="{scale.y(a.wall_time_ns / 1e6):.1f}" r="4" fill="{OWN_COLOUR}" stroke="#1d2125" '
+        f'stroke-width=".75"><title>Your submission {a.submission_id} '
+        f"({'passed' if a.passed else 'failed'}): {ns(a.wall_time_ns)}, uploaded "
+        f"{escape(zoned(a.submitted_at, zone))}</title></circle>"
+        for a in own
+    ]
+    return '<g class="attempts-own">' + "".join(marks) + "</g>"
+
+
+def _dots(scale: Scale, attempts: Iterable[Attempt]) -> str:
+    """``M x y h0`` for each distinct whole pixel, as relative moves (short)."""
+    pixels = sorted(
+        {
+            (round(scale.x(a.submitted_at.timestamp())), round(scale.y(a.wall_time_ns / 1e6)))
+            for a in attempts
+        }
+    )
+    if not pixels:
+        return ""
+    out = [f"M{pixels[0][0]} {pixels[0][1]}h0"]
+    px, py = pixels[0]
+    for x, y in pixels[1:]:
+        dy = y - py
+        out.append(f"m{x - px} {dy}h0" if dy >= 0 else f"m{x - px}{dy}h0")
+        px, py = x, y
+    return "".join(out)
+
+
+def _legend(x: int, y: int, paint: str, label: str) -> str:
+    return (
+        f'<circle cx="{x + 5}" cy="{y - 4}" r="4.5" {paint}/>'
+        f'<text x="{x + 14}" y="{y}" fill="#1d2125">{escape(label)}</text>'
+    )
+
+
+def _summary(attempts: list[Attempt], failed: int, entrants: int, bests: list[Best]) -> str:
+    text = (
+        f"{len(attempts):,} graded official attempts by {entrants:,} entrants "
+        f"({failed:,} failed on accuracy), wall time against upload time"
+    )
+    if bests:
+        text += f"; fastest on the board: {bests[0].entrant} at {ns(bests[0].wall_time_ns)}"
+    return text + "."
+
+
+def _nice_range(low_ms: float, high_ms: float) -> tuple[float, float, float]:
+    """Axis bounds on round steps, about ``Y_TICKS`` of them, around ``low``..``high``."""
+    if high_ms - low_ms < 1e-6:
+        low_ms, high_ms = low_ms * 0.9, high_ms * 1.1 + 1e-3
+    raw = (high_ms - low_ms) / Y_TICKS
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    low = math.floor(low_ms / step) * step
+    high = math.ceil(high_ms / step) * step
+    if high <= low:
+        high = low + step
+    return low, high, step

@@ -1,0 +1,189 @@
+"""The every-attempt chart (``?show=all`` on the benchmark page) and the attempts API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+import time_machine
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from portal.submissions.models import Submission
+from tests import factories
+from tests.web.boards import official_run
+
+MS = 1_000_000
+
+
+def _svg(html: str) -> ET.Element:
+    match = re.search(
+        r'<svg role="img" aria-labelledby="attempts-chart-title".*?</svg>', html, re.S
+    )
+    assert match, "no every-attempt chart on the page"
+    return ET.fromstring(match.group(0))  # noqa: S314 (the page under test)
+
+
+def _dot_count(svg: ET.Element, kind: str) -> int:
+    path = svg.find(f".//path[@class='attempts-{kind}']")
+    return 0 if path is None else path.attrib["d"].count("h0")
+
+
+def _own_titles(svg: ET.Element) -> list[str]:
+    layer = svg.find(".//g[@class='attempts-own']")
+    return [] if layer is None else [t.text or "" for t in layer.iter("title")]
+
+
+@pytest.fixture
+def contest(benchmark, alice, bob):
+    """Alice: three graded attempts (one failed); Bob: two; plus attempts that are not graded."""
+    start = benchmark.opens_at + dt.timedelta(minutes=30)
+    hour = dt.timedelta(hours=1)
+    runs = {
+        "alice": [
+            official_run(benchmark, alice, 900 * MS, at=start),
+            official_run(benchmark, alice, 400 * MS, at=start + 4 * hour, passed=False),
+            official_run(benchmark, alice, 700 * MS, at=start + 8 * hour),
+        ],
+        "bob": [
+            official_run(benchmark, bob, 1_200 * MS, at=start + 2 * hour),
+            official_run(benchmark, bob, 600 * MS, at=start + 10 * hour),
+        ],
+    }
+    # Not graded: practice, cancelled, disqualified.
+    official_run(benchmark, bob, 100 * MS, at=start + 3 * hour, kind=Submission.PRACTICE)
+    official_run(
+        benchmark, bob, 150 * MS, at=start + 5 * hour, status=Submission.CANCELLED, passed=True
+    )
+    official_run(benchmark, alice, 200 * MS, at=start + 6 * hour, disqualified_at=timezone.now())
+    return runs
+
+
+def test_the_chart_plots_every_graded_attempt_and_rings_each_best(client, benchmark, contest):
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+    svg = _svg(html)
+
+    assert _dot_count(svg, "passed") == 4
+    assert _dot_count(svg, "failed") == 1
+    bests = [t.text for t in svg.find(".//g[@class='attempts-bests']").iter("title")]
+    assert [b.split(",")[0] for b in bests] == [
+        "1. bob: best 600.000 ms",
+        "2. alice: best 700.000 ms",
+    ]
+    assert "5 graded official attempts by 2 entrants (1 failed on accuracy)" in (
+        svg.find("desc").text
+    )
+
+
+def test_the_signed_in_entrant_sees_only_their_own_points_highlighted(
+    client, benchmark, contest, alice
+):
+    client.force_login(alice)
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+
+    titles = _own_titles(_svg(html))
+    expected = [run.submission_id for run in contest["alice"]]
+    assert [int(re.match(r"Your submission (\d+)", t).group(1)) for t in titles] == expected
+    assert "(failed): 400.000 ms" in titles[1]
+    assert "your attempts" in html  # the legend names the highlight
+    # And a table of the same attempts beside the chart.
+    assert f"Your attempts on the chart ({len(expected)})" in html
+    for submission_id in expected:
+        assert f"#{submission_id}</a>" in html
+
+
+def test_another_entrant_sees_their_points_not_alices(client, benchmark, contest, bob):
+    client.force_login(bob)
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+
+    titles = _own_titles(_svg(html))
+    assert [int(re.match(r"Your submission (\d+)", t).group(1)) for t in titles] == [
+        run.submission_id for run in contest["bob"]
+    ]
+
+
+def test_anonymous_visitors_see_no_highlight(client, benchmark, contest):
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+
+    svg = _svg(html)
+    assert _own_titles(svg) == []
+    assert "your attempts" not in html and "Your attempts on the chart" not in html
+
+
+def test_the_modes_are_plain_links_and_the_chart_needs_no_script(client, benchmark, contest):
+    default = client.get(f"/b/{benchmark.slug}/").content.decode()
+    assert '<a href="?show=all#progress">Every attempt</a>' in default
+    assert "attempts-chart" not in default  # the default stays the top entrants' bests
+
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+    chart = re.search(r"<svg.*?</svg>", html, re.S).group(0)
+    assert "<script" not in chart and not re.search(r"https?://", chart)
+    assert '<a href="?#progress">Top entrants&#x27; bests</a>' in html or (
+        '<a href="?#progress">Top entrants\' bests</a>' in html
+    )
+
+
+def test_a_new_failed_attempt_shows_at_once(client, benchmark, contest, alice):
+    with time_machine.travel(timezone.now(), tick=False):
+        first = _svg(client.get(f"/b/{benchmark.slug}/?show=all").content.decode())
+        official_run(
+            benchmark, alice, 300 * MS, at=benchmark.opens_at + dt.timedelta(hours=14), passed=False
+        )
+        again = _svg(client.get(f"/b/{benchmark.slug}/?show=all").content.decode())
+
+    assert (_dot_count(first, "failed"), _dot_count(again, "failed")) == (1, 2)
+
+
+def test_nothing_graded_draws_nothing(client, benchmark):
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+
+    assert "<svg" not in html
+    assert "The chart appears with the first graded official attempt." in html
+
+
+@pytest.mark.parametrize("viewer", ["anonymous", "signed_in"])
+def test_the_chart_reads_a_fixed_number_of_queries(client, benchmark, alice, viewer):
+    if viewer == "signed_in":
+        client.force_login(alice)
+    counts = []
+    for entrants in (3, 30):
+        for index in range(entrants):
+            user = factories.UserFactory()
+            official_run(benchmark, user, (500 + index) * MS, passed=index % 4 != 0)
+        official_run(benchmark, alice, 450 * MS)
+        with time_machine.travel(timezone.now(), tick=False):
+            cache.clear()
+            with CaptureQueriesContext(connection) as cold:
+                client.get(f"/b/{benchmark.slug}/?show=all")
+            with CaptureQueriesContext(connection) as warm:
+                client.get(f"/b/{benchmark.slug}/?show=all")
+        counts.append((len(cold.captured_queries), len(warm.captured_queries)))
+
+    assert counts[0] == counts[1]
+    assert counts[0][1] < counts[0][0]  # the shared drawing is cached
+
+
+def test_the_api_lists_every_graded_attempt(client, benchmark, contest):
+    body = client.get(f"/api/v1/benchmarks/{benchmark.slug}/attempts/").json()
+
+    assert body["count"] == 5
+    listed = [(a["entrant"], a["wall_time_ns"] // MS, a["passed"]) for a in body["attempts"]]
+    assert listed == [
+        ("alice", 900, True),
+        ("bob", 1_200, True),
+        ("alice", 400, False),
+        ("alice", 700, True),
+        ("bob", 600, True),
+    ]
+    assert body["attempts"][0]["submission_id"] == contest["alice"][0].submission_id
+    assert body["attempts"][0]["submitted_at"].endswith("+00:00")
+
+
+def test_the_api_answers_404_for_an_unknown_benchmark(client, db):
+    response = client.get("/api/v1/benchmarks/nope/attempts/")
+
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
