@@ -57,6 +57,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SLUG = "bench-web"
+TRIVIAL = "trivial (/accounts/login/)"
 TARGET_RATIO = 3.0
 CONTEST_DAYS = 20
 
@@ -79,6 +80,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entrants", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument(
+        "--teams",
+        type=int,
+        default=0,
+        help="rank teams of entrants instead of entrants (0: every entrant on their own)",
+    )
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--seconds", type=int, default=20, help="wrk duration per page")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
@@ -238,10 +245,35 @@ def wait_until_up(url: str, timeout_s: float = 60) -> None:
         time.sleep(0.3)
 
 
-def load(url: str, connections: int, seconds: int, script: Path) -> dict[str, float]:
+def signed_in_cookie(username: str) -> str:
+    """A session of ``username`` in the bench's database, as a Cookie header's value."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
+
+    user = get_user_model().objects.get(username=username)
+    session = import_module(settings.SESSION_ENGINE).SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+
+
+def load(
+    url: str, connections: int, seconds: int, script: Path, cookie: str = ""
+) -> dict[str, float]:
     """One wrk run; latency percentiles in milliseconds."""
     threads = min(connections, os.cpu_count() or 2)
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s"]
+    if cookie:
+        command += ["-H", f"Cookie: {cookie}"]
     command += ["-s", str(script), url]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     figures = dict(re.findall(r"^podium (\w+)=(\d+)$", output, flags=re.M))
@@ -257,6 +289,11 @@ def load(url: str, connections: int, seconds: int, script: Path) -> dict[str, fl
 
 def main() -> int:
     args = parse_args()
+    if args.teams:
+        # The board ranks entrants; when it ranks teams, fill() groups the entrants into
+        # ``--teams`` teams and the figures below measure that board.
+        print("--teams: this version of the portal ranks entrants only; leave it at 0")
+        return 2
     if shutil.which("wrk") is None:
         print("bench/web.py needs wrk: apt-get install wrk (Debian) or brew install wrk")
         return 2
@@ -264,6 +301,7 @@ def main() -> int:
     data_dir = tmp / "data"
     data_dir.mkdir()
     server: subprocess.Popen[bytes] | None = None
+    sizes: dict[str, int] = {}
     try:
         setup_django(data_dir)
         from django.core.management import call_command
@@ -276,25 +314,40 @@ def main() -> int:
         )
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "PODIUM_DATA_DIR": str(data_dir), "DEBUG": "false"}
+        env = {
+            **os.environ,
+            "PODIUM_DATA_DIR": str(data_dir),
+            "DEBUG": "false",
+            "PODIUM_LOCAL": "1",
+        }
         gunicorn = Path(sys.executable).with_name("gunicorn")
         command = [str(gunicorn), "portal.wsgi", "--bind", f"127.0.0.1:{port}"]
         command += ["--workers", str(args.workers), "--threads", "4", "--log-level", "warning"]
         server = subprocess.Popen(command, cwd=REPO, env=env)
+        cookie = signed_in_cookie("entrant0000")
+        # name: (path, signed in, counted against the target)
         pages = {
-            "trivial (/accounts/login/)": "/accounts/login/",
-            "leaderboard (/b/bench-web/leaderboard/)": f"/b/{SLUG}/leaderboard/",
-            "benchmark page (/b/bench-web/)": f"/b/{SLUG}/",
+            TRIVIAL: ("/accounts/login/", False, True),
+            "leaderboard (/b/bench-web/leaderboard/)": (f"/b/{SLUG}/leaderboard/", False, True),
+            "benchmark page (/b/bench-web/)": (f"/b/{SLUG}/", False, True),
+            "every attempt (?show=all)": (f"/b/{SLUG}/?show=all", False, True),
+            "every attempt, signed in": (f"/b/{SLUG}/?show=all", True, True),
+            "attempts API (JSON, uncached)": (f"/api/v1/benchmarks/{SLUG}/attempts/", False, False),
         }
         wait_until_up(base + "/accounts/login/")
-        for path in pages.values():  # every worker renders each page (and caches the chart)
+        for path, signed_in, _ in pages.values():  # every worker renders each page once
+            headers = {"Cookie": cookie} if signed_in else {}
             for _ in range(4 * args.workers):
-                urllib.request.urlopen(base + path, timeout=30).read()  # noqa: S310 (loopback)
+                request = urllib.request.Request(base + path, headers=headers)  # noqa: S310
+                with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                    sizes[path] = len(response.read())
         script = tmp / "percentiles.lua"
         script.write_text(WRK_SCRIPT)
         results = {
-            name: load(base + path, args.connections, args.seconds, script)
-            for name, path in pages.items()
+            name: load(
+                base + path, args.connections, args.seconds, script, cookie if signed_in else ""
+            )
+            for name, (path, signed_in, _) in pages.items()
         }
     finally:
         if server is not None:
@@ -305,26 +358,32 @@ def main() -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    trivial = results["trivial (/accounts/login/)"]
+    trivial = results[TRIVIAL]
     print(
         f"\n{args.connections} concurrent clients, {args.seconds} s per page, "
         f"gunicorn {args.workers} workers x 4 threads, {os.cpu_count()} CPUs\n"
     )
-    print(f"{'page':<42}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'p95 / trivial':>15}")
+    print(
+        f"{'page':<42}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
+        f"{'p95 / trivial':>15}{'KiB':>8}"
+    )
     for name, figures in results.items():
         ratio = figures["p95"] / trivial["p95"]
         print(
             f"{name:<42}{figures['rps']:>9.0f}{figures['p50']:>9.1f}{figures['p95']:>9.1f}"
-            f"{figures['p99']:>9.1f}{ratio:>14.2f}x"
+            f"{figures['p99']:>9.1f}{ratio:>14.2f}x{sizes[pages[name][0]] / 1024:>8.0f}"
         )
     errors = sum(figures["errors"] for figures in results.values())
-    board_ratio = results["leaderboard (/b/bench-web/leaderboard/)"]["p95"] / trivial["p95"]
-    page_ratio = results["benchmark page (/b/bench-web/)"]["p95"] / trivial["p95"]
-    met = errors == 0 and max(board_ratio, page_ratio) <= TARGET_RATIO
+    ratios = {
+        name: results[name]["p95"] / trivial["p95"]
+        for name, (_, _, counted) in pages.items()
+        if counted and name != TRIVIAL
+    }
+    met = errors == 0 and max(ratios.values()) <= TARGET_RATIO
+    worst = max(ratios, key=lambda name: ratios[name])
     print(
-        f"\ntarget: leaderboard p95 <= {TARGET_RATIO:.0f}x the trivial page's; "
-        f"leaderboard {board_ratio:.2f}x, benchmark page {page_ratio:.2f}x, "
-        f"{errors:.0f} errors: {'PASS' if met else 'MISS'}"
+        f"\ntarget: each page's p95 <= {TARGET_RATIO:.0f}x the trivial page's; "
+        f"worst {worst} {ratios[worst]:.2f}x, {errors:.0f} errors: {'PASS' if met else 'MISS'}"
     )
     return 0 if met else 1
 

@@ -459,3 +459,6 @@ LOGGING = {
 # (its worker died) and made again.
 PODIUM_VERIFY_POOL = env.int("PODIUM_VERIFY_POOL", default=2)
 PODIUM_VERIFY_PREPARE_STALE_S = env.int("PODIUM_VERIFY_PREPARE_STALE_S", default=3600)
+
+# The most bytes of an entrant's write-up (a PDF tied to one graded submission).
+PODIUM_WRITEUP_MAX_BYTES = env.int("PODIUM_WRITEUP_MAX_BYTES", default=10 * 1024 * 1024)

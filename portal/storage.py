@@ -166,3 +166,8 @@ def cut_lines(text: str, max_chars: int) -> str:
             line = f"{body[:max_chars]} [line cut: {len(body):,} characters]\n"
         out.append(line)
     return "".join(out)
+
+
+def writeup_path(benchmark_id: int, entrant_id: int) -> Path:
+    """An entrant's write-up on a benchmark (one each; a new upload replaces it)."""
+    return data_dir() / "writeups" / str(benchmark_id) / f"{entrant_id}.pdf"

@@ -8,8 +8,10 @@ Anything that belongs to another entrant is ``not_found``. The other endpoints l
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
+from django.core.cache import cache
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -36,12 +38,12 @@ from portal.api.common import (
     get_benchmark,
 )
 from portal.contests.models import Benchmark, Cohort
-from portal.contests.selectors import leaderboard_rows
+from portal.contests.selectors import leaderboard_rows, leaderboard_version
 from portal.environments.selectors import build_network_state
 from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
 from portal.standings.selectors import board_state
 from portal.submissions.attempts import quota_for
-from portal.submissions.every_attempt import graded_attempts
+from portal.submissions.every_attempt import attempts_version, graded_attempts
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
 from portal.throttles import PostRateThrottle
@@ -184,6 +186,9 @@ class LeaderboardView(APIView):
         return Response(s.LeaderboardSerializer(data).data)
 
 
+ATTEMPTS_CACHE_S = 15 * 60
+
+
 class AttemptsView(APIView):
     """Every graded official attempt: what the every-attempt chart draws (public)."""
 
@@ -194,20 +199,29 @@ class AttemptsView(APIView):
         tags=["benchmarks"],
         responses={200: s.AttemptsSerializer, **s.error_responses(404)},
     )
-    def get(self, request: Request, slug: str) -> Response:
+    def get(self, request: Request, slug: str) -> HttpResponse:
         benchmark = get_benchmark(slug)
-        # Written directly (tens of thousands of rows); the serializer documents the shape.
-        attempts = [
-            {
-                "submission_id": a.submission_id,
-                "entrant": a.entrant,
-                "submitted_at": s.iso(a.submitted_at),
-                "wall_time_ns": a.wall_time_ns,
-                "passed": a.passed,
-            }
-            for a in graded_attempts(benchmark)
-        ]
-        return Response({"count": len(attempts), "attempts": attempts})
+        # Tens of thousands of rows: written directly (the serializer documents the shape)
+        # and cached per version of the attempts, as the chart is.
+        version = attempts_version(benchmark, leaderboard_version(benchmark).key)
+        key = f"podium:attempts-json:{benchmark.pk}:{version}"
+        body: bytes | None = cache.get(key)
+        if body is None:
+            attempts = [
+                {
+                    "submission_id": a.submission_id,
+                    "entrant": a.entrant,
+                    "submitted_at": s.iso(a.submitted_at),
+                    "wall_time_ns": a.wall_time_ns,
+                    "passed": a.passed,
+                }
+                for a in graded_attempts(benchmark)
+            ]
+            body = json.dumps(
+                {"count": len(attempts), "attempts": attempts}, separators=(",", ":")
+            ).encode()
+            cache.set(key, body, ATTEMPTS_CACHE_S)
+        return HttpResponse(body, content_type="application/json")
 
 
 class QuotaView(APIView):

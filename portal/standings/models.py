@@ -180,3 +180,34 @@ class Correction(models.Model):
 
     def __str__(self) -> str:
         return f"correction of {self.standings_id} at {self.at}"
+
+
+class WriteUp(models.Model):
+    """An entrant's write-up (a PDF) of one of their graded official submissions: at most
+    one per entrant per benchmark; uploading again replaces it, on the same submission or
+    another of theirs. The file lives under the data folder
+    (``storage.writeup_path``); staff read it audited, everyone when it is public."""
+
+    benchmark = models.ForeignKey(
+        "contests.Benchmark", on_delete=models.CASCADE, related_name="writeups"
+    )
+    entrant = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    submission = models.OneToOneField(
+        "submissions.Submission", on_delete=models.CASCADE, related_name="writeup"
+    )
+    file_name = models.CharField(max_length=200)
+    size_bytes = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    public = models.BooleanField(default=False)
+    uploaded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["benchmark", "entrant"]
+        constraints = [
+            models.UniqueConstraint(fields=["benchmark", "entrant"], name="one_writeup_per_entrant")
+        ]
+
+    def __str__(self) -> str:
+        return f"write-up of {self.submission_id}"

@@ -12,14 +12,18 @@ them apart); they never rank.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass
 
+from django.core.cache import cache
 from django.db.models import Count, Max, QuerySet, Sum
 
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
 
 GRADED_STATUSES = (Submission.PASSED, Submission.FAILED)
+# How long a fingerprint of the attempts is reused before it is read again.
+FRESH_S = 30
 
 
 @dataclass(frozen=True)
@@ -45,13 +49,29 @@ def _graded_runs(benchmark: Benchmark) -> QuerySet[Run]:
     )
 
 
-def attempts_version(benchmark: Benchmark) -> str:
+def attempts_fingerprint(benchmark: Benchmark) -> str:
     """A fingerprint of the graded attempts: moves with a new graded attempt, a new score
-    try, a disqualification or a change of status. One aggregate query."""
+    try, a disqualification or a change of status. One aggregate query over all of them."""
     seen = _graded_runs(benchmark).aggregate(
         runs=Count("id"), last=Max("id"), ids=Sum("submission_id"), times=Sum("wall_time_ns")
     )
     return "{runs}-{last}-{ids}-{times}".format(**seen)
+
+
+def attempts_version(benchmark: Benchmark, board_key: str) -> str:
+    """What the drawings of the attempts are cached by: the board's version (``board_key``,
+    so a change of the board shows at once) and the attempts' fingerprint, itself cached
+    for :data:`FRESH_S` (so an attempt that changes no row of the board, a failed one or a
+    slower pass, shows within that). No query while the fingerprint is cached."""
+    key = f"podium:attempts-fingerprint:{benchmark.pk}"
+    now = time.time()
+    cached: tuple[float, str] | None = cache.get(key)
+    if cached is not None and 0 <= now - cached[0] < FRESH_S:
+        fingerprint = cached[1]
+    else:
+        fingerprint = attempts_fingerprint(benchmark)
+        cache.set(key, (now, fingerprint), FRESH_S * 2)
+    return f"{board_key}:{fingerprint}"
 
 
 def graded_attempts(benchmark: Benchmark, entrant_id: int | None = None) -> list[Attempt]:

@@ -23,6 +23,7 @@ from html import escape
 from zoneinfo import ZoneInfo
 
 from django.core.cache import cache
+from django.urls import reverse
 
 from portal.contests.models import Benchmark, LeaderboardEntry
 from portal.contests.selectors import RANK_ORDER
@@ -88,32 +89,62 @@ class AttemptsChart:
     failed: int
     entrants: int
     bests: list[Best]
-    own: list[Attempt]  # the viewer's attempts (empty when signed out)
+    own_count: int  # the viewer's graded attempts (0 when signed out)
+    own_rows: str  # their table's rows, safe to insert as is
 
 
 def attempts_chart(
-    benchmark: Benchmark, *, now: dt.datetime, viewer_id: int | None = None
+    benchmark: Benchmark,
+    *,
+    now: dt.datetime,
+    board_key: str,
+    viewer_id: int | None = None,
 ) -> AttemptsChart:
-    """The chart for ``?show=all``: one query for the fingerprint when the shared drawing is
-    cached (two more to draw it otherwise), and one for the viewer's own attempts."""
+    """The chart for ``?show=all``. Cached: the shared drawing per benchmark and version of
+    the attempts (``board_key``: the board's version, see ``attempts_version``), and the
+    viewer's own layer and table per viewer and that version. Warm, no query; cold, three
+    for the shared drawing and one for the viewer's attempts."""
     end = _chart_end(benchmark, now)
-    key = f"podium:attempts:{benchmark.pk}:{attempts_version(benchmark)}:{end.timestamp()}"
+    version = attempts_version(benchmark, board_key)
+    key = f"podium:attempts:{benchmark.pk}:{version}:{end.timestamp()}"
     shared: SharedDrawing | None = cache.get(key)
     if shared is None:
         shared = draw_shared(benchmark, graded_attempts(benchmark), key=key, end=end)
         cache.set(key, shared, CACHE_S)
-    own = graded_attempts(benchmark, viewer_id) if viewer_id is not None else []
+    own: tuple[int, str, str] = (0, "", "")  # count, SVG layer, table rows
+    if viewer_id is not None and shared.scale is not None:
+        own_key = f"{key}:own:{viewer_id}"
+        cached: tuple[int, str, str] | None = cache.get(own_key)
+        if cached is None:
+            mine = graded_attempts(benchmark, viewer_id)
+            zone = benchmark.attempt_timezone
+            cached = (len(mine), _own_layer(mine, shared.scale, zone), _own_rows(mine, zone))
+            cache.set(own_key, cached, CACHE_S)
+        own = cached
     svg = ""
     if shared.scale is not None:
-        layer = _own_layer(own, shared.scale, benchmark.attempt_timezone)
-        svg = shared.head + layer + (shared.own_legend if own else "") + shared.tail
+        svg = shared.head + own[1] + (shared.own_legend if own[0] else "") + shared.tail
     return AttemptsChart(
         svg=svg,
         attempts=shared.attempts,
         failed=shared.failed,
         entrants=shared.entrants,
         bests=shared.bests,
-        own=own,
+        own_count=own[0],
+        own_rows=own[2],
+    )
+
+
+def _own_rows(own: list[Attempt], zone: str) -> str:
+    """The viewer's attempts as table rows (written here: a template loop costs more than
+    the rest of the page)."""
+    link = reverse("submissions:detail", kwargs={"pk": 0}).removesuffix("0/")
+    return "".join(
+        f'<tr><th scope="row"><a href="{link}{a.submission_id}/">#{a.submission_id}</a></th>'
+        f"<td>{escape(zoned(a.submitted_at, zone))}</td>"
+        f"<td>{'passed' if a.passed else 'failed'}</td>"
+        f'<td class="num mono" title="{a.wall_time_ns} ns">{escape(ns(a.wall_time_ns))}</td></tr>'
+        for a in own
     )
 
 

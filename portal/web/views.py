@@ -68,6 +68,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
             attempts_chart(
                 benchmark,
                 now=now,
+                board_key=version.key,
                 viewer_id=request.user.pk if request.user.is_authenticated else None,
             )
             if show_all

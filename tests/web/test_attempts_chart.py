@@ -13,6 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from portal.submissions.every_attempt import FRESH_S
 from portal.submissions.models import Submission
 from tests import factories
 from tests.web.boards import official_run
@@ -127,15 +128,22 @@ def test_the_modes_are_plain_links_and_the_chart_needs_no_script(client, benchma
     )
 
 
-def test_a_new_failed_attempt_shows_at_once(client, benchmark, contest, alice):
-    with time_machine.travel(timezone.now(), tick=False):
-        first = _svg(client.get(f"/b/{benchmark.slug}/?show=all").content.decode())
-        official_run(
-            benchmark, alice, 300 * MS, at=benchmark.opens_at + dt.timedelta(hours=14), passed=False
-        )
-        again = _svg(client.get(f"/b/{benchmark.slug}/?show=all").content.decode())
+def test_a_new_best_shows_at_once_and_a_failed_attempt_within_the_refresh(
+    client, benchmark, contest, alice, bob
+):
+    url = f"/b/{benchmark.slug}/?show=all"
+    later = benchmark.opens_at + dt.timedelta(hours=14)
+    now = timezone.now()
+    with time_machine.travel(now, tick=False):
+        first = _svg(client.get(url).content.decode())
+        official_run(benchmark, bob, 500 * MS, at=later)  # bob's new best: the board changes
+        best = _svg(client.get(url).content.decode())
+        official_run(benchmark, alice, 300 * MS, at=later, passed=False)  # the board does not
+    with time_machine.travel(now + dt.timedelta(seconds=FRESH_S + 1), tick=False):
+        failed = _svg(client.get(url).content.decode())
 
-    assert (_dot_count(first, "failed"), _dot_count(again, "failed")) == (1, 2)
+    assert [_dot_count(svg, "passed") for svg in (first, best)] == [4, 5]
+    assert [_dot_count(svg, "failed") for svg in (first, failed)] == [1, 2]
 
 
 def test_nothing_graded_draws_nothing(client, benchmark):
