@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import IO, TypeVar, cast
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ImproperlyConfigured
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile, StopUpload
@@ -133,6 +134,24 @@ class UploadRoute:
         )
 
 
+@dataclass(frozen=True)
+class DocumentRoute:
+    """An upload route of one document whose cap is a setting rather than a benchmark's
+    (a write-up): the field it comes in, what to call it, and the setting of its cap."""
+
+    field: str
+    label: str
+    setting: str
+
+    def bounds(self) -> UploadBounds:
+        limit = int(getattr(settings, self.setting))
+        part = FilePart(
+            limit, f"The {self.label} is larger than {limit:,} bytes, the most accepted."
+        )
+        accepts = f"a {self.label} may be at most {limit:,} bytes"
+        return UploadBounds(limit + MULTIPART_ALLOWANCE, {self.field: part}, accepts)
+
+
 View = TypeVar("View")
 
 
@@ -140,6 +159,17 @@ def upload_route(*, archive: str, dockerfile: str | None = None) -> Callable[[Vi
     """Declare a view (a function, or an API view class) as an upload route of the
     benchmark named by its ``slug``: which file fields it takes, and so its limits."""
     route = UploadRoute(archive, dockerfile)
+
+    def declare(view: View) -> View:
+        setattr(view, _ROUTE_ATTRIBUTE, route)
+        return view
+
+    return declare
+
+
+def document_route(*, field: str, label: str, setting: str) -> Callable[[View], View]:
+    """Declare a view as an upload route of one document capped by ``setting`` (bytes)."""
+    route = DocumentRoute(field, label, setting)
 
     def declare(view: View) -> View:
         setattr(view, _ROUTE_ATTRIBUTE, route)
@@ -158,6 +188,8 @@ def _route_bounds(request: HttpRequest) -> UploadBounds | None:
     route = getattr(view, _ROUTE_ATTRIBUTE, None) or getattr(
         getattr(view, "view_class", None), _ROUTE_ATTRIBUTE, None
     )
+    if isinstance(route, DocumentRoute):
+        return route.bounds()
     if not isinstance(route, UploadRoute):
         return None
     benchmark = Benchmark.objects.filter(slug=match.kwargs.get("slug")).first()

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from portal.api.serializers import OffsetDateTimeField
+from portal.api.serializers import OffsetDateTimeField, UploadField
 from portal.standings import rules
 from portal.standings.models import Correction
 from portal.standings.nominations import NominationState
@@ -83,3 +83,25 @@ class FinalRerunSerializer(serializers.Serializer[dict[str, Any]]):
 
 class ReasonSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(min_length=1, help_text="Why (recorded in the audit trail).")
+
+
+class WriteUpSerializer(serializers.Serializer[Any]):
+    submission_id = serializers.IntegerField()
+    benchmark = serializers.CharField(source="benchmark.slug")
+    entrant = serializers.CharField(source="entrant.username")
+    file_name = serializers.CharField()
+    size_bytes = serializers.IntegerField()
+    sha256 = serializers.CharField()
+    public = serializers.BooleanField()
+    uploaded_at = OffsetDateTimeField()
+
+
+class WriteUpUploadSerializer(serializers.Serializer[dict[str, Any]]):
+    writeup = UploadField(help_text="The write-up, a PDF of at most PODIUM_WRITEUP_MAX_BYTES.")
+    public = serializers.BooleanField(
+        default=False, help_text="Whether everyone may read it (default: staff and you only)."
+    )
+
+
+class WriteUpPublicSerializer(serializers.Serializer[dict[str, Any]]):
+    public = serializers.BooleanField()

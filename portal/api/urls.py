@@ -14,6 +14,7 @@ from portal.api import (
     standings_views,
     submission_views,
     views,
+    writeup_views,
 )
 
 app_name = "api"
@@ -90,6 +91,12 @@ urlpatterns = [
         name="environment-build-log",
     ),
     path(SUBMISSION, submission_views.SubmissionDetailView.as_view(), name="submission-detail"),
+    path(f"{SUBMISSION}writeup/", writeup_views.WriteUpView.as_view(), name="submission-writeup"),
+    path(
+        f"{SUBMISSION}writeup/download",
+        writeup_views.WriteUpDownloadView.as_view(),
+        name="submission-writeup-download",
+    ),
     path(
         f"{SUBMISSION}build-log",
         submission_views.SubmissionBuildLogView.as_view(),

@@ -1,4 +1,5 @@
-"""Final settings (nomination deadline, runs) and the published standings in the admin.
+"""Final settings (nomination deadline, runs), the published standings and the entrants'
+write-ups in the admin.
 
 Publishing and corrections go through the audited services (the API's staff endpoints);
 the admin shows the frozen rows read-only."""
@@ -10,7 +11,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.standings.models import Correction, FinalSettings, StandingRow, Standings
+from portal.admin_helpers import ReadOnlyMixin
+from portal.standings.models import Correction, FinalSettings, StandingRow, Standings, WriteUp
 
 
 @admin.register(FinalSettings)
@@ -60,3 +62,23 @@ class StandingsAdmin(admin.ModelAdmin[Standings]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(WriteUp)
+class WriteUpAdmin(ReadOnlyMixin, admin.ModelAdmin[WriteUp]):
+    """Who wrote up which submission; the PDF itself is read through the API, with a
+    reason when it is not public (audited)."""
+
+    list_display = ["submission", "entrant", "benchmark", "public", "size_bytes", "uploaded_at"]
+    list_filter = ["benchmark", "public"]
+    search_fields = ["entrant__username", "submission__id"]
+    readonly_fields = [
+        "benchmark",
+        "entrant",
+        "submission",
+        "file_name",
+        "size_bytes",
+        "sha256",
+        "public",
+        "uploaded_at",
+    ]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +26,7 @@ from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.standings.models import WriteUp
 from portal.submissions.models import Submission
+from portal.submissions.staff import staff_permission_check
 
 PDF_MAGIC = b"%PDF-"
 VIEW_WRITEUP = "standings.view_writeup"
@@ -62,54 +63,53 @@ def _check_graded(submission: Submission) -> None:
         )
 
 
-def check_pdf(path: Path) -> int:
-    """The file's size, once it is known to be a PDF within the limit."""
-    size = path.stat().st_size
+def _refuse_size(size: int) -> None:
     limit = max_bytes()
     if size > limit:
         raise errors.ArchiveTooLarge(
             f"The write-up is {size:,} bytes; a write-up may be at most {limit:,} bytes."
         )
-    with path.open("rb") as handle:
-        head = handle.read(len(PDF_MAGIC))
-    if head != PDF_MAGIC:
-        raise errors.InvalidParameter("The write-up must be a PDF (a file starting with %PDF-).")
-    return size
 
 
 def writeup_put(
     *,
     entrant: Any,
     submission_id: int,
-    upload: Path,
+    upload: IO[bytes],
     file_name: str,
     public: bool,
     now: dt.datetime | None = None,
 ) -> WriteUp:
-    """Attach ``upload`` (a PDF) to the entrant's graded submission as their write-up on its
-    benchmark, replacing the one they had there (on this or another submission).
+    """Attach ``upload`` (a PDF, read from its start) to the entrant's graded submission as
+    their write-up on its benchmark, replacing the one they had there (on this or another
+    of their submissions: that one then has none).
 
     Refuses, changing nothing: another entrant's or an unknown submission (``not_found``);
-    a practice, ungraded or disqualified submission, or a file that is not a PDF
-    (``invalid_parameter``); a file over ``PODIUM_WRITEUP_MAX_BYTES``
+    a practice, ungraded or disqualified submission, or a file that does not start with
+    ``%PDF-`` (``invalid_parameter``); a file over ``PODIUM_WRITEUP_MAX_BYTES``
     (``archive_too_large``). Holds the entrant's user row lock, so two uploads at once
     apply one after the other.
     """
     now = now or timezone.now()
     submission = own_graded_submission(entrant, submission_id)
     _check_graded(submission)
-    size = check_pdf(upload)
-    digest = hashlib.sha256()
+    head = upload.read(len(PDF_MAGIC))
+    if head != PDF_MAGIC:
+        raise errors.InvalidParameter("The write-up must be a PDF (a file starting with %PDF-).")
     target = storage.writeup_path(submission.benchmark_id, int(entrant.pk))
     storage.ensure_dir(target.parent)
-    with (
-        tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as copy,
-        upload.open("rb") as source,
-    ):
-        while block := source.read(1 << 20):
+    digest = hashlib.sha256(head)
+    size = len(head)
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as copy:
+        copy.write(head)
+        while block := upload.read(1 << 20):
+            size += len(block)
+            if size > max_bytes():
+                break
             digest.update(block)
             copy.write(block)
     try:
+        _refuse_size(size)
         with transaction.atomic():
             list(
                 get_user_model()
@@ -176,24 +176,34 @@ def writeup_delete(*, entrant: Any, submission_id: int) -> None:
 
 
 def writeup_for_reader(
-    *, submission_id: int, reader: Any, reason: str = "", origin: Origin = NOWHERE
+    *,
+    submission_id: int,
+    reader: Any,
+    reason: str = "",
+    origin: Origin = NOWHERE,
+    reading: bool = False,
 ) -> WriteUp:
-    """The write-up of a submission as ``reader`` may read it: their own; a public one;
-    staff with ``standings.view_writeup`` giving a reason (audited before it is read).
-    Anything else, and a submission without one, is ``not_found``; staff without the
-    permission get ``permission_denied``."""
-    writeup = WriteUp.objects.filter(submission_id=submission_id).first()
+    """The write-up of a submission, if ``reader`` may see it: their own; a public one;
+    any, to staff with ``standings.view_writeup`` (403 ``permission_denied`` without it).
+    ``reading``: the file itself is wanted; staff reading another entrant's private
+    write-up give a reason, audited before it is read (``invalid_parameter`` without).
+    Anything else, and a submission without a write-up, is ``not_found``."""
+    writeup = (
+        WriteUp.objects.select_related("benchmark", "entrant")
+        .filter(submission_id=submission_id)
+        .first()
+    )
     if writeup is None:
         raise errors.NotFound("No such write-up.")
-    if reader is not None and reader.is_authenticated and writeup.entrant_id == reader.pk:
+    signed_in = reader is not None and reader.is_authenticated
+    if writeup.public or (signed_in and writeup.entrant_id == reader.pk):
         return writeup
-    if reader is not None and reader.is_authenticated and reader.is_staff:
-        from portal.submissions.staff import staff_permission_check
-
-        staff_permission_check(reader, VIEW_WRITEUP)
-        if writeup.public and not reason.strip():
-            return writeup
-        if not reason.strip():
+    if not (signed_in and reader.is_staff):
+        raise errors.NotFound("No such write-up.")
+    staff_permission_check(reader, VIEW_WRITEUP)
+    if reading:
+        reason = reason.strip()
+        if not reason:
             raise errors.InvalidParameter(
                 "Staff must give a reason (?reason=...) to read a write-up that is not public."
             )
@@ -202,12 +212,9 @@ def writeup_for_reader(
             action="writeup.download",
             target=f"submission:{submission_id}",
             origin=origin,
-            reason=reason.strip(),
+            reason=reason,
         )
-        return writeup
-    if writeup.public:
-        return writeup
-    raise errors.NotFound("No such write-up.")
+    return writeup
 
 
 def writeup_open(writeup: WriteUp) -> IO[bytes]:
@@ -217,14 +224,21 @@ def writeup_open(writeup: WriteUp) -> IO[bytes]:
         raise errors.NotFound("This write-up's file is no longer kept.") from exc
 
 
-def public_writeups(benchmark: Benchmark) -> dict[int, WriteUp]:
-    """The benchmark's public write-ups, by entrant id. One query."""
-    return {
-        w.entrant_id: w
-        for w in WriteUp.objects.filter(benchmark=benchmark, public=True).select_related("entrant")
-    }
+@dataclass(frozen=True)
+class PublicWriteUps:
+    """A benchmark's public write-ups, as its pages list and mark them."""
+
+    rows: list[WriteUp]  # by entrant's username
+    entrants: frozenset[str]  # usernames with one (the board marks their row)
+    key: str  # changes with any of them (for the pages' caches)
 
 
-def copy_upload(handle: IO[bytes], into: Path) -> None:
-    with into.open("wb") as out:
-        shutil.copyfileobj(handle, out)
+def public_writeups(benchmark: Benchmark) -> PublicWriteUps:
+    """The benchmark's public write-ups. One query."""
+    rows = list(
+        WriteUp.objects.filter(benchmark=benchmark, public=True)
+        .select_related("entrant")
+        .order_by("entrant__username")
+    )
+    key = ",".join(f"{w.entrant_id}:{w.submission_id}:{w.sha256[:12]}" for w in rows)
+    return PublicWriteUps(rows, frozenset(w.entrant.get_username() for w in rows), key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
@@ -98,6 +99,7 @@ def submission_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "benchmark": submission.benchmark,
         "state": submission_state(submission),
         "review": ProvenanceReview.objects.filter(submission=submission).first(),
+        "writeup_max_bytes": settings.PODIUM_WRITEUP_MAX_BYTES,
     }
     return render(request, "submissions/submission_detail.html", context)
 

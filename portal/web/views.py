@@ -21,6 +21,7 @@ from portal.contests.selectors import (
 )
 from portal.environments.selectors import build_network_state
 from portal.standings.selectors import board_state
+from portal.standings.writeups import public_writeups
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
@@ -60,6 +61,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "schedule": schedule_at(benchmark, now),
         "board_state": board_state(benchmark, now),
         "board": leaderboard_page(benchmark, page=1, per_page=BOARD_PREVIEW_ROWS, version=version),
+        "writeups": public_writeups(benchmark),
         "standing": standing,
         "standing_page": _page_of(standing, BOARD_PAGE_ROWS),
         "show_all": show_all,
@@ -104,6 +106,7 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
         "schedule": schedule_at(benchmark, timezone.now()),
         "board_state": board_state(benchmark),
         "board": leaderboard_page(benchmark, page=page, per_page=BOARD_PAGE_ROWS),
+        "writeups": public_writeups(benchmark),
         "verifying": verifying_rows(benchmark),
         "standing": standing,
         "standing_page": _page_of(standing, BOARD_PAGE_ROWS),

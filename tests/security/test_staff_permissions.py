@@ -39,6 +39,7 @@ CONTEST_STAFF_PERMISSIONS = {
     "standings.view_finalsettings",
     "standings.add_finalsettings",
     "standings.change_finalsettings",
+    "standings.view_writeup",
     "hosts.manage_host",
     "hosts.view_scoringhost",
     "hosts.view_hostcalibration",

@@ -1,0 +1,138 @@
+"""Write-ups: an entrant's PDF about one of their graded official submissions (one per
+entrant per benchmark). The entrant uploads, replaces, publishes and removes it; staff with
+``standings.view_writeup`` read it (a private one only with a reason, audited); everyone
+reads a public one. Anyone else's write-up, and a private one, is ``not_found``.
+"""
+
+from __future__ import annotations
+
+from django.http import FileResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import serializers as s
+from portal.api import standings_serializers as ss
+from portal.api.common import RawAPIView
+from portal.audit.services import Origin
+from portal.standings import writeups
+from portal.standings.models import WriteUp
+from portal.throttles import PostRateThrottle
+from portal.uploads import document_route, upload_check
+
+TAGS = ["submissions"]
+REASON = OpenApiParameter(
+    "reason",
+    str,
+    OpenApiParameter.QUERY,
+    description="Staff only, required to read a write-up that is not public (audited).",
+)
+
+
+def _data(writeup: WriteUp) -> dict[str, object]:
+    return dict(ss.WriteUpSerializer(writeup).data)
+
+
+@document_route(field="writeup", label="write-up", setting="PODIUM_WRITEUP_MAX_BYTES")
+class WriteUpView(APIView):
+    """Your write-up of this submission: read, upload or replace (PUT), publish (PATCH),
+    remove (DELETE). Staff and, once it is public, everyone may read it."""
+
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    throttle_scope = "uploads"
+    throttle_classes = [PostRateThrottle]
+
+    def get_permissions(self):  # type: ignore[no-untyped-def]
+        if self.request.method == "GET":
+            return [AllowAny()]
+        return super().get_permissions()
+
+    @extend_schema(
+        operation_id="submissions_writeup_retrieve",
+        tags=TAGS,
+        responses={200: ss.WriteUpSerializer, **s.error_responses(403, 404)},
+    )
+    def get(self, request: Request, submission_id: int) -> Response:
+        writeup = writeups.writeup_for_reader(submission_id=submission_id, reader=request.user)
+        return Response(_data(writeup))
+
+    @extend_schema(
+        operation_id="submissions_writeup_update",
+        tags=TAGS,
+        request={"multipart/form-data": ss.WriteUpUploadSerializer},
+        responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404, 413, 415, 429)},
+    )
+    def put(self, request: Request, submission_id: int) -> Response:
+        upload_check(request)
+        serializer = ss.WriteUpUploadSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        upload = serializer.validated_data["writeup"]
+        writeup = writeups.writeup_put(
+            entrant=request.user,
+            submission_id=submission_id,
+            upload=upload,
+            file_name=upload.name or "write-up.pdf",
+            public=serializer.validated_data["public"],
+        )
+        return Response(_data(writeup))
+
+    @extend_schema(
+        operation_id="submissions_writeup_partial_update",
+        tags=TAGS,
+        request=ss.WriteUpPublicSerializer,
+        responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404)},
+    )
+    def patch(self, request: Request, submission_id: int) -> Response:
+        serializer = ss.WriteUpPublicSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        writeup = writeups.writeup_publish(
+            entrant=request.user,
+            submission_id=submission_id,
+            public=serializer.validated_data["public"],
+        )
+        return Response(_data(writeup))
+
+    @extend_schema(
+        operation_id="submissions_writeup_destroy",
+        tags=TAGS,
+        responses={204: None, **s.error_responses(401, 404)},
+    )
+    def delete(self, request: Request, submission_id: int) -> Response:
+        writeups.writeup_delete(entrant=request.user, submission_id=submission_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class WriteUpDownloadView(RawAPIView):
+    """The write-up's PDF: to its entrant, to everyone once public, to staff (audited with
+    a reason when it is not public)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="submissions_writeup_download",
+        tags=TAGS,
+        parameters=[REASON],
+        responses={
+            (200, "application/pdf"): OpenApiTypes.BINARY,
+            **s.error_responses(400, 403, 404),
+        },
+    )
+    def get(self, request: Request, submission_id: int) -> FileResponse:
+        writeup = writeups.writeup_for_reader(
+            submission_id=submission_id,
+            reader=request.user,
+            reason=request.query_params.get("reason", ""),
+            origin=Origin.of(request),
+            reading=True,
+        )
+        return FileResponse(
+            writeups.writeup_open(writeup),
+            as_attachment=True,
+            filename=writeup.file_name,
+            content_type="application/pdf",
+        )
