@@ -289,7 +289,7 @@ class LeaderboardSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class AttemptSerializer(serializers.Serializer[dict[str, Any]]):
+class GradedAttemptSerializer(serializers.Serializer[dict[str, Any]]):
     submission_id = serializers.IntegerField()
     entrant = serializers.CharField(help_text="The entrant's username.")
     submitted_at = OffsetDateTimeField()
@@ -299,7 +299,9 @@ class AttemptSerializer(serializers.Serializer[dict[str, Any]]):
 
 class AttemptsSerializer(serializers.Serializer[dict[str, Any]]):
     count = serializers.IntegerField()
-    attempts = AttemptSerializer(many=True, help_text="Every graded official attempt, by upload.")
+    attempts = GradedAttemptSerializer(
+        many=True, help_text="Every graded official attempt, by upload."
+    )
 
 
 # One kind's Quota; its subclass QuotaSerializer renders a dict (the official Quota's

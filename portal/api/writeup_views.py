@@ -11,7 +11,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
-from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -41,16 +40,11 @@ def _data(writeup: WriteUp) -> dict[str, object]:
 @document_route(field="writeup", label="write-up", setting="PODIUM_WRITEUP_MAX_BYTES")
 class WriteUpView(APIView):
     """Your write-up of this submission: read, upload or replace (PUT), publish (PATCH),
-    remove (DELETE). Staff and, once it is public, everyone may read it."""
+    remove (DELETE). Staff and, once it is public, every signed-in caller may read it."""
 
     parser_classes = [MultiPartParser, FormParser, JSONParser]
     throttle_scope = "uploads"
     throttle_classes = [PostRateThrottle]
-
-    def get_permissions(self):  # type: ignore[no-untyped-def]
-        if self.request.method == "GET":
-            return [AllowAny()]
-        return super().get_permissions()
 
     @extend_schema(
         operation_id="submissions_writeup_retrieve",
@@ -68,6 +62,7 @@ class WriteUpView(APIView):
         responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404, 413, 415, 429)},
     )
     def put(self, request: Request, submission_id: int) -> Response:
+        writeups.own_graded_submission(request.user, submission_id)  # else not_found, first
         upload_check(request)
         serializer = ss.WriteUpUploadSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -88,6 +83,7 @@ class WriteUpView(APIView):
         responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404)},
     )
     def patch(self, request: Request, submission_id: int) -> Response:
+        writeups.own_graded_submission(request.user, submission_id)  # else not_found, first
         serializer = ss.WriteUpPublicSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         writeup = writeups.writeup_publish(
@@ -108,10 +104,9 @@ class WriteUpView(APIView):
 
 
 class WriteUpDownloadView(RawAPIView):
-    """The write-up's PDF: to its entrant, to everyone once public, to staff (audited with
-    a reason when it is not public)."""
-
-    permission_classes = [AllowAny]
+    """The write-up's PDF: to its entrant, to every signed-in caller once public, to staff
+    (audited, with a reason, when it is not public). Without a token, a public write-up is
+    read from its link on the benchmark page."""
 
     @extend_schema(
         operation_id="submissions_writeup_download",

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,6 +32,7 @@ from portal.submissions.staff import staff_permission_check
 PDF_MAGIC = b"%PDF-"
 VIEW_WRITEUP = "standings.view_writeup"
 GRADED_STATUSES = (Submission.PASSED, Submission.FAILED)
+PUBLIC_CACHE_S = 15 * 60
 
 
 def max_bytes() -> int:
@@ -141,6 +143,7 @@ def writeup_put(
                 details={"replaced_submission": previous, "public": public, "bytes": size},
             )
             os.replace(copy.name, target)
+            _forget_public(submission.benchmark_id)
     finally:
         Path(copy.name).unlink(missing_ok=True)
     return writeup
@@ -156,6 +159,7 @@ def writeup_publish(*, entrant: Any, submission_id: int, public: bool) -> WriteU
         if writeup.public != public:
             writeup.public = public
             writeup.save(update_fields=["public"])
+            _forget_public(submission.benchmark_id)
             audit_record(
                 actor=entrant,
                 action="writeup.publish" if public else "writeup.unpublish",
@@ -172,6 +176,7 @@ def writeup_delete(*, entrant: Any, submission_id: int) -> None:
         if not deleted:
             raise errors.NotFound(f"Submission {submission_id} has no write-up.")
         audit_record(actor=entrant, action="writeup.delete", target=f"submission:{submission.pk}")
+        _forget_public(submission.benchmark_id)
         storage.writeup_path(submission.benchmark_id, int(entrant.pk)).unlink(missing_ok=True)
 
 
@@ -233,12 +238,30 @@ class PublicWriteUps:
     key: str  # changes with any of them (for the pages' caches)
 
 
+def _public_key(benchmark_id: int) -> str:
+    return f"podium:writeups:{benchmark_id}"
+
+
+def _forget_public(benchmark_id: int) -> None:
+    """Drop the cached list of public write-ups now and once the change is committed (a
+    page read between the two would cache the list as it was)."""
+    cache.delete(_public_key(benchmark_id))
+    transaction.on_commit(lambda: cache.delete(_public_key(benchmark_id)))
+
+
 def public_writeups(benchmark: Benchmark) -> PublicWriteUps:
-    """The benchmark's public write-ups. One query."""
-    rows = list(
-        WriteUp.objects.filter(benchmark=benchmark, public=True)
-        .select_related("entrant")
-        .order_by("entrant__username")
-    )
-    key = ",".join(f"{w.entrant_id}:{w.submission_id}:{w.sha256[:12]}" for w in rows)
-    return PublicWriteUps(rows, frozenset(w.entrant.get_username() for w in rows), key)
+    """The benchmark's public write-ups: cached until one of its write-ups changes (no
+    query then; one otherwise)."""
+    key = _public_key(benchmark.pk)
+    found: PublicWriteUps | None = cache.get(key)
+    if found is None:
+        rows = list(
+            WriteUp.objects.filter(benchmark=benchmark, public=True)
+            .select_related("entrant")
+            .order_by("entrant__username")
+        )
+        fingerprint = ",".join(f"{w.entrant_id}:{w.submission_id}:{w.sha256[:12]}" for w in rows)
+        names = frozenset(w.entrant.get_username() for w in rows)
+        found = PublicWriteUps(rows, names, fingerprint)
+        cache.set(key, found, PUBLIC_CACHE_S)
+    return found

@@ -9,7 +9,8 @@ Kinds of endpoint:
 - ``CALLER``: needs a token; answers about the caller only (their quota, their lists).
 - ``OWNED``: one entrant's object by id; anyone else's is 404 ``not_found``, staff included.
 - ``OWNED_STAFF_READS``: as ``OWNED``, but staff may read it for review (200).
-- ``OWNED_STAFF_AUDITED``: the source archive; staff read it with ``?reason=``, audited.
+- ``OWNED_STAFF_AUDITED``: the source archive, a private write-up; staff read it with
+  ``?reason=``, audited.
 - ``STAFF``: staff only; to an entrant it does not exist (404 ``not_found``).
 """
 
@@ -33,7 +34,7 @@ from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
-from portal.standings.models import FinalRerun, Standings
+from portal.standings.models import FinalRerun, Standings, WriteUp
 from portal.standings.rules import digest_of
 from portal.submissions.models import ProvenanceReview, Submission
 from tests import factories
@@ -51,6 +52,7 @@ MATRIX: dict[str, dict[str, str]] = {
     "benchmarks": {"GET": PUBLIC},
     "benchmark-detail": {"GET": PUBLIC},
     "leaderboard": {"GET": PUBLIC},
+    "benchmark-attempts": {"GET": PUBLIC},
     "quota": {"GET": CALLER},
     "practice": {"GET": CALLER},
     "practice-download": {"GET": CALLER},
@@ -63,6 +65,8 @@ MATRIX: dict[str, dict[str, str]] = {
     "submission-build-log": {"GET": OWNED_STAFF_READS},
     "submission-run-log": {"GET": OWNED_STAFF_READS},
     "submission-source": {"GET": OWNED_STAFF_AUDITED},
+    "submission-writeup": {"GET": OWNED_STAFF_READS, "PUT": OWNED, "PATCH": OWNED, "DELETE": OWNED},
+    "submission-writeup-download": {"GET": OWNED_STAFF_AUDITED},
     "submission-cancel": {"POST": STAFF},
     "submission-disqualify": {"POST": STAFF},
     "submission-review": {"GET": OWNED_STAFF_READS, "PUT": OWNED},
@@ -233,6 +237,18 @@ def world(
         image_digest="sha256:" + "e" * 64,
     )
     storage.submission_build_log(submission.pk).write_text("built\n")
+    # Her (private) write-up of it.
+    WriteUp.objects.create(
+        benchmark=benchmark,
+        entrant=alice,
+        submission=submission,
+        file_name="w.pdf",
+        size_bytes=5,
+        sha256="0" * 64,
+        uploaded_at=timezone.now(),
+    )
+    path = storage.writeup_path(benchmark.pk, alice.pk)
+    storage.ensure_dir(path.parent).joinpath(path.name).write_bytes(b"%PDF-")
     # An apparent winner under provenance review (its statement and staff's decision).
     ProvenanceReview.objects.create(
         submission=submission, opened_at=timezone.now(), opened_because="matrix"

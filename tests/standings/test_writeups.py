@@ -152,11 +152,12 @@ def test_private_write_ups_are_hidden_from_others_public_ones_shown(client_for, 
     put(owner, passed.pk)
 
     assert client_for(bob).get(url(passed.pk)).status_code == 404
-    assert APIClient().get(url(passed.pk, "download")).status_code == 404
+    assert client_for(bob).get(url(passed.pk, "download")).status_code == 404
 
     assert owner.patch(url(passed.pk), {"public": True}, format="json").json()["public"] is True
     assert client_for(bob).get(url(passed.pk)).json()["entrant"] == "alice"
-    assert APIClient().get(url(passed.pk, "download")).status_code == 200
+    assert client_for(bob).get(url(passed.pk, "download")).status_code == 200
+    assert APIClient().get(url(passed.pk, "download")).status_code == 401  # the API needs a token
 
 
 def test_staff_read_a_private_write_up_only_with_a_reason_audited(client_for, alice, graded):
