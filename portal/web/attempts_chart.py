@@ -37,7 +37,7 @@ LEFT, RIGHT, TOP, BOTTOM = 78, 24, 40, 96
 Y_TICKS = 6
 
 PASSED_COLOUR = "#0072b2"
-FAILED_COLOUR = "#8a939b"
+FAILED_COLOUR = "#3d4247"
 BEST_COLOUR = "#1d2125"
 OWN_COLOUR = "#d55e00"
 
@@ -215,10 +215,11 @@ def draw_shared(
         f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - BOTTOM + 36}" '
         f'text-anchor="middle" fill="#1d2125">upload accepted ({_zone_label(end, tz)})</text>'
     )
-    # The cloud: failed under passed, each a path of dots on whole pixels.
+    # The cloud: the (fewer) failed attempts over the passing ones, each kind a path of
+    # dots on whole pixels.
     for passed, colour, name in (
-        (False, FAILED_COLOUR, "failed"),
         (True, PASSED_COLOUR, "passed"),
+        (False, FAILED_COLOUR, "failed"),
     ):
         dots = _dots(scale, (a for a in attempts if a.passed is passed))
         if dots:
