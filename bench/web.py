@@ -332,7 +332,7 @@ def main() -> int:
             "benchmark page (/b/bench-web/)": (f"/b/{SLUG}/", False, True),
             "every attempt (?show=all)": (f"/b/{SLUG}/?show=all", False, True),
             "every attempt, signed in": (f"/b/{SLUG}/?show=all", True, True),
-            "attempts API (JSON, uncached)": (f"/api/v1/benchmarks/{SLUG}/attempts/", False, False),
+            "attempts API (JSON)": (f"/api/v1/benchmarks/{SLUG}/attempts/", False, False),
         }
         wait_until_up(base + "/accounts/login/")
         for path, signed_in, _ in pages.values():  # every worker renders each page once

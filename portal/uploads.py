@@ -3,8 +3,9 @@
 Each upload view declares what it takes with :func:`upload_route`: the field of its archive
 (``max_upload_bytes`` of the benchmark in the URL) and, for environments, the field of its
 Dockerfile (``MAX_DOCKERFILE_BYTES``); or with :func:`document_route`, one document field
-capped by a setting (a write-up: ``PODIUM_WRITEUP_MAX_BYTES``). A body may declare at most the sum of those plus
-``MULTIPART_ALLOWANCE`` for the form fields and part headers around them.
+capped by a setting (a write-up: ``PODIUM_WRITEUP_MAX_BYTES``). A body may declare at most
+the sum of those plus ``MULTIPART_ALLOWANCE`` for the form fields and part headers around
+them.
 
 :class:`BoundedUploadHandler` comes first in ``FILE_UPLOAD_HANDLERS``, so it sees every
 multipart body before the handler that streams file parts to disk, whoever parses it: the

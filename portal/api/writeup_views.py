@@ -13,6 +13,7 @@ from rest_framework import status
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal.api import serializers as s
@@ -33,6 +34,16 @@ REASON = OpenApiParameter(
 )
 
 
+class PutRateThrottle(PostRateThrottle):
+    """The ``uploads`` allowance on PUT, which uploads here (``PostRateThrottle`` counts
+    POST only); the same counter as the other uploads, web and API."""
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        if request.method != "PUT":
+            return True
+        return ScopedRateThrottle.allow_request(self, request, view)
+
+
 def _data(writeup: WriteUp) -> dict[str, object]:
     return dict(ss.WriteUpSerializer(writeup).data)
 
@@ -44,7 +55,7 @@ class WriteUpView(APIView):
 
     parser_classes = [MultiPartParser, FormParser, JSONParser]
     throttle_scope = "uploads"
-    throttle_classes = [PostRateThrottle]
+    throttle_classes = [PutRateThrottle]
 
     @extend_schema(
         operation_id="submissions_writeup_retrieve",
@@ -62,7 +73,7 @@ class WriteUpView(APIView):
         responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404, 413, 415, 429)},
     )
     def put(self, request: Request, submission_id: int) -> Response:
-        writeups.own_graded_submission(request.user, submission_id)  # else not_found, first
+        writeups.owned_submission(request.user, submission_id)  # else not_found, first
         upload_check(request)
         serializer = ss.WriteUpUploadSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -83,7 +94,7 @@ class WriteUpView(APIView):
         responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404)},
     )
     def patch(self, request: Request, submission_id: int) -> Response:
-        writeups.own_graded_submission(request.user, submission_id)  # else not_found, first
+        writeups.owned_submission(request.user, submission_id)  # else not_found, first
         serializer = ss.WriteUpPublicSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         writeup = writeups.writeup_publish(

@@ -39,7 +39,7 @@ def max_bytes() -> int:
     return int(settings.PODIUM_WRITEUP_MAX_BYTES)
 
 
-def own_graded_submission(entrant: Any, submission_id: int) -> Submission:
+def owned_submission(entrant: Any, submission_id: int) -> Submission:
     """The entrant's submission (``not_found`` for anyone else's), checked to be graded."""
     submission = (
         Submission.objects.select_related("benchmark")
@@ -93,7 +93,7 @@ def writeup_put(
     apply one after the other.
     """
     now = now or timezone.now()
-    submission = own_graded_submission(entrant, submission_id)
+    submission = owned_submission(entrant, submission_id)
     _check_graded(submission)
     head = upload.read(len(PDF_MAGIC))
     if head != PDF_MAGIC:
@@ -151,7 +151,7 @@ def writeup_put(
 
 def writeup_publish(*, entrant: Any, submission_id: int, public: bool) -> WriteUp:
     """Make the entrant's write-up public or private again (``not_found`` without one)."""
-    submission = own_graded_submission(entrant, submission_id)
+    submission = owned_submission(entrant, submission_id)
     with transaction.atomic():
         writeup = WriteUp.objects.select_for_update().filter(submission=submission).first()
         if writeup is None:
@@ -170,7 +170,7 @@ def writeup_publish(*, entrant: Any, submission_id: int, public: bool) -> WriteU
 
 def writeup_delete(*, entrant: Any, submission_id: int) -> None:
     """Remove the entrant's write-up of this submission, file and all."""
-    submission = own_graded_submission(entrant, submission_id)
+    submission = owned_submission(entrant, submission_id)
     with transaction.atomic():
         deleted, _ = WriteUp.objects.filter(submission=submission).delete()
         if not deleted:

@@ -67,10 +67,14 @@ def attempts_version(benchmark: Benchmark, board_key: str) -> str:
     now = time.time()
     cached: tuple[float, str] | None = cache.get(key)
     if cached is not None and 0 <= now - cached[0] < FRESH_S:
-        fingerprint = cached[1]
-    else:
-        fingerprint = attempts_fingerprint(benchmark)
-        cache.set(key, (now, fingerprint), FRESH_S * 2)
+        return f"{board_key}:{cached[1]}"
+    # Stale or missing: one request reads it again while the others go on with the stale
+    # one (no stampede of aggregate queries when it expires under load).
+    if cached is not None and not cache.add(f"{key}:reading", 1, FRESH_S):
+        return f"{board_key}:{cached[1]}"
+    fingerprint = attempts_fingerprint(benchmark)
+    cache.set(key, (now, fingerprint), FRESH_S * 20)
+    cache.delete(f"{key}:reading")
     return f"{board_key}:{fingerprint}"
 
 

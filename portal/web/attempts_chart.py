@@ -35,6 +35,7 @@ CHART_ID = "attempts-chart"
 WIDTH, HEIGHT = 880, 400
 LEFT, RIGHT, TOP, BOTTOM = 78, 24, 40, 96
 Y_TICKS = 6
+DRAW_LOCK_S = 30  # a drawing that takes longer than this may be drawn twice
 
 PASSED_COLOUR = "#0072b2"
 FAILED_COLOUR = "#3d4247"
@@ -109,11 +110,10 @@ def attempts_chart(
     key = f"podium:attempts:{benchmark.pk}:{version}:{end.timestamp()}"
     shared: SharedDrawing | None = cache.get(key)
     if shared is None:
-        shared = draw_shared(benchmark, graded_attempts(benchmark), key=key, end=end)
-        cache.set(key, shared, CACHE_S)
+        shared = _draw_once(benchmark, key=key, end=end)
     own: tuple[int, str, str] = (0, "", "")  # count, SVG layer, table rows
     if viewer_id is not None and shared.scale is not None:
-        own_key = f"{key}:own:{viewer_id}"
+        own_key = f"{shared.key}:own:{viewer_id}"  # drawn on that drawing's scale
         cached: tuple[int, str, str] | None = cache.get(own_key)
         if cached is None:
             mine = graded_attempts(benchmark, viewer_id)
@@ -133,6 +133,23 @@ def attempts_chart(
         own_count=own[0],
         own_rows=own[2],
     )
+
+
+def _draw_once(benchmark: Benchmark, *, key: str, end: dt.datetime) -> SharedDrawing:
+    """Draw the shared part for ``key``, one request at a time: while one draws, the others
+    show the benchmark's latest drawing (when there is one) rather than draw it too."""
+    latest_key = f"podium:attempts-latest:{benchmark.pk}"
+    drawing_key = f"{key}:drawing"
+    if not cache.add(drawing_key, 1, DRAW_LOCK_S):
+        latest: SharedDrawing | None = cache.get(latest_key)
+        if latest is not None:
+            return latest
+    try:
+        shared = draw_shared(benchmark, graded_attempts(benchmark), key=key, end=end)
+        cache.set_many({key: shared, latest_key: shared}, CACHE_S)
+    finally:
+        cache.delete(drawing_key)
+    return shared
 
 
 def _own_rows(own: list[Attempt], zone: str) -> str:

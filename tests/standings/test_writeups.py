@@ -244,3 +244,21 @@ def test_the_page_form_refuses_a_file_that_is_not_a_pdf(alice, graded):
 
     assert "must be a PDF" in response.content.decode()
     assert not WriteUp.objects.exists()
+
+
+def test_write_up_uploads_count_against_the_uploads_allowance(client_for, alice, graded, settings):
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {
+            **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"],
+            "uploads": "1/hour",
+        },
+    }
+    passed, _ = graded
+    client = client_for(alice)
+
+    assert put(client, passed.pk).status_code == 200
+    second = put(client, passed.pk)
+
+    assert second.status_code == 429 and second.json()["code"] == "throttled"
+    assert client.get(url(passed.pk)).status_code == 200  # reading is not counted
