@@ -89,12 +89,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--seconds", type=int, default=20, help="wrk duration per page")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=200,
+        help="requests per page for the in-process service times (0: skip them)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp data folder")
     return parser.parse_args()
 
 
 def setup_django(data_dir: Path) -> None:
     os.environ["PODIUM_DATA_DIR"] = str(data_dir)
+    os.environ["PODIUM_LOCAL"] = "1"  # the public development key is fine on a throw-away site
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     sys.path.insert(0, str(REPO))
     import django
@@ -245,6 +252,54 @@ def wait_until_up(url: str, timeout_s: float = 60) -> None:
         time.sleep(0.3)
 
 
+def service_times(pages: dict[str, tuple[str, bool, bool]], samples: int) -> None:
+    """Each page's own cost, without contention: ``samples`` requests one after another in
+    this process (Django's test client, warm caches), and the every-attempt chart's cold
+    drawing; printed as a table with p95 against the trivial page's."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.cache import cache
+    from django.test import Client
+    from django.utils import timezone
+
+    from portal.contests.models import Benchmark
+    from portal.contests.selectors import leaderboard_version
+    from portal.web.attempts_chart import attempts_chart
+
+    settings.DEBUG = False  # no query log
+    anonymous = Client(HTTP_HOST="127.0.0.1")
+    signed_in = Client(HTTP_HOST="127.0.0.1")
+    signed_in.force_login(get_user_model().objects.get(username="entrant0000"))
+    benchmark = Benchmark.objects.get(slug=SLUG)
+    cold: list[float] = []
+    for _ in range(3):
+        cache.clear()
+        started = time.perf_counter()
+        attempts_chart(benchmark, now=timezone.now(), board_key=leaderboard_version(benchmark).key)
+        cold.append((time.perf_counter() - started) * 1000)
+    cache.clear()
+    figures: dict[str, tuple[float, float]] = {}
+    for name, (path, signed, _) in pages.items():
+        client = signed_in if signed else anonymous
+        for _ in range(5):  # warm the caches
+            client.get(path)
+        times = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            response = client.get(path)
+            times.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise RuntimeError(f"{path} answered {response.status_code}")
+        times.sort()
+        figures[name] = (times[len(times) // 2], times[min(len(times) - 1, len(times) * 95 // 100)])
+    trivial_p95 = figures[TRIVIAL][1]
+    print(f"\nservice time, {samples} requests one at a time per page, in process (warm caches)\n")
+    print(f"{'page':<42}{'p50 ms':>9}{'p95 ms':>9}{'p95 / trivial':>15}")
+    for name, (p50, p95) in figures.items():
+        print(f"{name:<42}{p50:>9.1f}{p95:>9.1f}{p95 / trivial_p95:>14.2f}x")
+    print(f"every-attempt chart drawn cold (no cache): {min(cold):.0f} ms (best of 3)")
+
+
 def signed_in_cookie(username: str) -> str:
     """A session of ``username`` in the bench's database, as a Cookie header's value."""
     from importlib import import_module
@@ -312,6 +367,19 @@ def main() -> int:
             f"filled {filled['entrants']:,} entrants, {filled['runs']:,} runs, "
             f"{filled['board_rows']:,} on the board in {filled['fill_s']:.1f} s"
         )
+        cookie = signed_in_cookie("entrant0000")
+        # name: (path, signed in, counted against the target)
+        pages = {
+            TRIVIAL: ("/accounts/login/", False, True),
+            "leaderboard (/b/bench-web/leaderboard/)": (f"/b/{SLUG}/leaderboard/", False, True),
+            "benchmark page (/b/bench-web/)": (f"/b/{SLUG}/", False, True),
+            "benchmark page, signed in": (f"/b/{SLUG}/", True, True),
+            "every attempt (?show=all)": (f"/b/{SLUG}/?show=all", False, True),
+            "every attempt, signed in": (f"/b/{SLUG}/?show=all", True, True),
+            "attempts API (JSON)": (f"/api/v1/benchmarks/{SLUG}/attempts/", False, False),
+        }
+        if args.samples:
+            service_times(pages, args.samples)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         env = {
@@ -324,16 +392,6 @@ def main() -> int:
         command = [str(gunicorn), "portal.wsgi", "--bind", f"127.0.0.1:{port}"]
         command += ["--workers", str(args.workers), "--threads", "4", "--log-level", "warning"]
         server = subprocess.Popen(command, cwd=REPO, env=env)
-        cookie = signed_in_cookie("entrant0000")
-        # name: (path, signed in, counted against the target)
-        pages = {
-            TRIVIAL: ("/accounts/login/", False, True),
-            "leaderboard (/b/bench-web/leaderboard/)": (f"/b/{SLUG}/leaderboard/", False, True),
-            "benchmark page (/b/bench-web/)": (f"/b/{SLUG}/", False, True),
-            "every attempt (?show=all)": (f"/b/{SLUG}/?show=all", False, True),
-            "every attempt, signed in": (f"/b/{SLUG}/?show=all", True, True),
-            "attempts API (JSON)": (f"/api/v1/benchmarks/{SLUG}/attempts/", False, False),
-        }
         wait_until_up(base + "/accounts/login/")
         for path, signed_in, _ in pages.values():  # every worker renders each page once
             headers = {"Cookie": cookie} if signed_in else {}
