@@ -12,13 +12,20 @@ What it does, all on this machine and nothing of the developer's own data:
    official submissions with one scored run each (default 100,000; about 90% pass),
    spread over the twenty days the contest has been open, and the stored leaderboard
    computed from them.
-3. ``gunicorn portal.wsgi`` on a free loopback port (``--workers``, default one per
+3. Each page's own service time: ``--samples`` requests one after another in the bench's
+   process (Django's test client, warm caches), and the every-attempt chart drawn cold.
+4. ``gunicorn portal.wsgi`` on a free loopback port (``--workers``, default one per
    CPU; ``Procfile``'s ``--threads 4``), warmed up with a few requests per page.
-4. ``wrk`` with ``--connections`` clients (default 16) for ``--seconds`` on each page
+5. ``wrk`` with ``--connections`` clients (default 16) for ``--seconds`` on each page
    in turn: the trivial page (``/accounts/login/``: a form, no database query), the
-   full leaderboard (``/b/<slug>/leaderboard/``, 100 rows a page) and the benchmark
-   page (``/b/<slug>/``: rules, the top 20, the progress chart); then a table of
-   requests/s, p50, p95 and p99, and PASS/MISS against the target.
+   full leaderboard (``/b/<slug>/leaderboard/``, 100 rows a page), the benchmark page
+   (``/b/<slug>/``: rules, the top 20, the progress chart) anonymous and signed in, the
+   every-attempt chart (``/b/<slug>/?show=all``) anonymous and signed in (the viewer's
+   own points highlighted), and the attempts API (not held to the target); then a table
+   of requests/s, p50, p95 and p99, the page's size, and PASS/MISS against the target.
+
+``--teams`` is for the board of teams: while the portal ranks entrants only, the bench
+refuses any value but 0.
 
 Run: ``.venv/bin/python bench/web.py`` (needs ``wrk``: ``apt-get install wrk``).
 Exit status: 0 when the target is met, 1 when missed, 2 when ``wrk`` is missing.
@@ -36,6 +43,28 @@ the board (its rendered rows, the progress chart) is cached per version of the b
 (``selectors.leaderboard_version``: one aggregate query), and a version changes only
 when a verdict or a disqualification changes a row. Rendering a cold page of 100 rows
 takes about 9 ms here, once per version and worker.
+
+With the every-attempt chart, 200 entrants and 20,000 graded attempts (``--entrants 200
+--runs 20000``), PostgreSQL and Redis, on the same 2 CPUs while other work kept its load
+average near 6 (so wrk's tails mostly measure that load: no board page met 3x in that
+run, the existing ones included). One request at a time, in process:
+
+    page                                         p50 ms   p95 ms  p95 / trivial
+    trivial (/accounts/login/)                      5.0      5.6          1.00x
+    leaderboard (/b/bench-web/leaderboard/)         9.1     10.1          1.81x
+    benchmark page (/b/bench-web/)                 15.1     16.1          2.87x
+    every attempt (?show=all)                      15.4     17.6          3.14x
+    every attempt, signed in                       27.7     30.6          5.48x
+    every-attempt chart drawn cold (no cache): 521 ms
+
+and under wrk in the same run: every attempt 2.98x the trivial page's p95 (33 req/s),
+signed in 6.47x (22 req/s), against the benchmark page's 4.96x (35 req/s). Warm, the
+every-attempt chart costs its page about 4 ms (a cache read for the shared drawing, one
+for the viewer's layer); the signed-in page costs what the signed-in benchmark page
+costs (its quota and standing queries). The shared SVG is about 170 KiB: one path of
+dots per kind on whole pixels. A cold drawing (a new version of the attempts: a change
+of the board, or a fingerprint read every 30 s that moved) is made by one request while
+the others show the latest drawing.
 """
 
 from __future__ import annotations
