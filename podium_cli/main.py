@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from podium_cli import __version__, commands, watch
+from podium_cli import __version__, commands, standings, watch
 from podium_cli.errors import EXIT_INTERRUPTED, CliError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -24,6 +24,10 @@ Typical session:
   podium submit demo --env 7 examples/starter-kit
   podium watch 42
   podium leaderboard demo
+
+After the close:
+  podium nominate demo 42 57            (before the nomination deadline)
+  podium standings demo --csv final.csv (once published)
 """
 
 EPILOG = """\
@@ -186,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         "BENCHMARK, and when the day resets (days follow the benchmark's attempt timezone).",
     )
     allowance.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+
+    standings.add_commands(sub)
     return parser
 
 
