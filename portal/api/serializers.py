@@ -730,7 +730,8 @@ class HostSerializer(serializers.Serializer[HostRow]):
     last_heartbeat_at = OffsetDateTimeField()
     queue_length = serializers.IntegerField(
         help_text="Official and practice submissions of its hardware class waiting for a "
-        "scoring host (queued or verifying), the same for every host of the class."
+        "scoring host (queued or verifying), plus final-rerun runs not yet claimed; the "
+        "same for every host of the class."
     )
     calibration = HostCalibrationSerializer(
         allow_null=True,
