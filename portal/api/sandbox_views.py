@@ -56,7 +56,8 @@ class DockerfileCheckView(APIView):
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
         upload_check(request)
-        given = request.data.get("dockerfile")
+        # A JSON body may be any value; only an object carries the field.
+        given = request.data.get("dockerfile") if isinstance(request.data, dict) else None
         if isinstance(given, UploadedFile):
             text = dockerfile_text(given)
         elif isinstance(given, str):

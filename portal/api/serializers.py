@@ -357,7 +357,13 @@ class DockerfileCheckSerializer(serializers.Serializer[dict[str, Any]]):
     detail = serializers.CharField(
         allow_blank=True, help_text="The upload's refusal, word for word; empty when ok."
     )
-    errors = DockerfileErrorSerializer(many=True)
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # ``errors`` is also the name of a serializer's validation errors, so the field
+        # is added here rather than declared on the class.
+        fields = super().get_fields()
+        fields["errors"] = DockerfileErrorSerializer(many=True, help_text="The breaches.")
+        return fields
 
 
 class SandboxSupervisorSerializer(serializers.Serializer[dict[str, Any]]):

@@ -223,3 +223,14 @@ def test_the_elf_platform_is_read_from_the_header() -> None:
     assert sandbox.elf_platform(arm64) == "linux/arm64"
     assert sandbox.elf_platform(b"#!/bin/sh\n" + b"\x00" * 10) is None
     assert sandbox_views.supervisor_facts() is not None
+
+
+@pytest.mark.parametrize("body", [[], "FROM x", 7, {"dockerfile": 7}])
+def test_a_json_body_without_the_dockerfile_is_refused(
+    benchmark: Any, alice: Any, client_for: Any, body: Any
+) -> None:
+    url = f"/api/v1/benchmarks/{benchmark.slug}/dockerfile-check/"
+
+    response = client_for(alice).post(url, body, format="json")
+
+    assert (response.status_code, response.json()["code"]) == (400, "invalid_parameter")
