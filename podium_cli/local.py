@@ -206,8 +206,6 @@ def entry_problems(folder: Path) -> list[str]:
             "`run` is not executable by others (mode "
             f"{run.stat().st_mode & 0o777:o}); the scored run's user is not you: chmod 755 run."
         )
-    elif not run.exists():
-        problems.append("No `run` yet: build.sh must make /submission/run, executable.")
     if build.exists() and not build.is_file():
         problems.append("`build.sh` must be a regular file.")
     return problems
@@ -237,8 +235,10 @@ def validate(args: argparse.Namespace, client: Client) -> int:
     for problem in problems:
         print(f"FAIL  entry: {problem}")
     if not problems:
-        build = "and build.sh " if (folder / "build.sh").is_file() else "(no build.sh) "
-        print(f"ok    entry: run {build}at the top level")
+        found = [name for name in ("run", "build.sh") if (folder / name).is_file()]
+        print(f"ok    entry: {' and '.join(found)} at the top level")
+        if "run" not in found:
+            print("note  entry: no `run` yet: build.sh must make /submission/run, executable")
     failed = failed or bool(problems)
     dockerfile = dockerfile_for(folder, args.dockerfile)
     if dockerfile is None:

@@ -102,6 +102,20 @@ def test_validate_names_a_run_the_scored_user_cannot_execute(
     assert "FAIL  entry: `run` is not executable by others" in result.out
 
 
+def test_validate_takes_a_build_sh_that_makes_run_as_the_portal_does(
+    server: str, benchmark: Any, alice: Any, podium: Podium, sign_in: Callable[[Any], str],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    sign_in(alice)
+    folder = entry(tmp_path)
+    (folder / "run").unlink()
+
+    result = podium("validate", benchmark.slug, str(folder))
+
+    assert result.code == 0, result.out
+    assert "note  entry: no `run` yet" in result.out
+
+
 def test_validate_takes_another_dockerfile_and_an_archive_limit(
     server: str, benchmark: Any, alice: Any, podium: Podium, sign_in: Callable[[Any], str],
     tmp_path: Path,
