@@ -10,6 +10,7 @@ from portal.api import (
     environment_views,
     host_views,
     review_views,
+    sandbox_views,
     staff_views,
     standings_views,
     submission_views,
@@ -62,6 +63,17 @@ urlpatterns = [
         name="final-rerun",
     ),
     path(f"{BENCHMARK}practice/", views.PracticeView.as_view(), name="practice"),
+    path(
+        f"{BENCHMARK}dockerfile-check/",
+        sandbox_views.DockerfileCheckView.as_view(),
+        name="dockerfile-check",
+    ),
+    path(f"{BENCHMARK}sandbox/", sandbox_views.SandboxView.as_view(), name="sandbox"),
+    path(
+        f"{BENCHMARK}sandbox/supervisor",
+        sandbox_views.SandboxSupervisorView.as_view(),
+        name="sandbox-supervisor",
+    ),
     path(
         f"{BENCHMARK}practice/download",
         views.PracticeDownloadView.as_view(),

@@ -54,6 +54,9 @@ MATRIX: dict[str, dict[str, str]] = {
     "quota": {"GET": CALLER},
     "practice": {"GET": CALLER},
     "practice-download": {"GET": CALLER},
+    "dockerfile-check": {"POST": CALLER},
+    "sandbox": {"GET": CALLER},
+    "sandbox-supervisor": {"GET": CALLER},
     "benchmark-environments": {"GET": CALLER, "POST": CALLER},
     "benchmark-submissions": {"GET": CALLER, "POST": CALLER},
     "environment-detail": {"GET": OWNED_STAFF_READS, "DELETE": OWNED},
@@ -176,6 +179,9 @@ class World:
             dockerfile = _upload("Dockerfile", b"FROM localhost/podium/busybox:1\n")
             data = {"name": "probe", "dockerfile": dockerfile, **data}
             return client.post(url, data, format="multipart")
+        if name == "dockerfile-check":
+            dockerfile = _upload("Dockerfile", b"FROM localhost/podium/busybox:1\n")
+            return client.post(url, {"dockerfile": dockerfile, **data}, format="multipart")
         if name == "benchmark-submissions" and method == "POST":
             with self.archive().open("rb") as source:
                 data = {"environment": self.environment.pk, "source": source, **data}
