@@ -11,6 +11,7 @@ run has used it; until then a change is audited (``cohort.change``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin
@@ -377,12 +378,16 @@ class ContestAdmin(admin.ModelAdmin[Contest]):
 
     list_display = ["slug", "title", "created_at"]
     search_fields = ["slug", "title"]
-    prepopulated_fields = {"slug": ["title"]}
     fields = ["slug", "title", "summary", "prizes", "timeline", "final_ranking"]
     inlines = [PhaseInline]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Contest | None = None) -> list[str]:
         return ["slug"] if obj is not None else []  # pages and feeds link to it
+
+    def get_prepopulated_fields(
+        self, request: HttpRequest, obj: Contest | None = None
+    ) -> dict[str, Sequence[str]]:
+        return {} if obj is not None else {"slug": ["title"]}
 
     def save_model(
         self, request: HttpRequest, obj: Contest, form: ModelForm[Any], change: bool
@@ -393,13 +398,11 @@ class ContestAdmin(admin.ModelAdmin[Contest]):
         contest_save(contest=obj, before=before, actor=request.user, origin=Origin.of(request))
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
-        for phase_form in formset.forms:
-            if not phase_form.has_changed() or phase_form.instance.pk is None:
-                continue
-            fields = phase_form.changed_data
-            stored = Benchmark.objects.filter(pk=phase_form.instance.pk).values(*fields).first()
+        formset.save(commit=False)  # nothing written yet; the changes are listed
+        for benchmark, fields in formset.changed_objects:
+            stored = Benchmark.objects.filter(pk=benchmark.pk).values(*fields).first()
             review.benchmark_save(
-                benchmark=phase_form.save(commit=False),
+                benchmark=benchmark,
                 before=stored or {},
                 actor=request.user,
                 origin=Origin.of(request),
