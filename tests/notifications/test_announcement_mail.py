@@ -56,7 +56,7 @@ def people(contest, staff):
     (no address), gina (an environment, announcement mail on, verdict mail off)."""
     first, second = contest.phases.order_by("phase_order")
     elsewhere = factories.BenchmarkFactory(slug="elsewhere")
-    users = {
+    users: dict[str, Any] = {
         name: factories.UserFactory(username=name)
         for name in ("alice", "bob", "carol", "dave", "erin", "frank", "gina")
     }

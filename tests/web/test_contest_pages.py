@@ -136,7 +136,7 @@ def test_the_atom_feed_parses_with_entries_newest_first(client, contest, staff):
     )
     published = dt.datetime.fromisoformat(first.findtext(f"{ATOM}published"))
     assert published == newest.posted_at
-    older_html = entries[2].findtext(f"{ATOM}summary")
+    older_html = entries[2].findtext(f"{ATOM}summary") or ""
     assert "<strong>old</strong>" in older_html and "<script" not in older_html
 
 
