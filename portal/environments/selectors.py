@@ -146,9 +146,9 @@ def environment_usable_check(
     is the caller's check (``environment_not_ready``)."""
     if environment.owner_id != entrant.pk:
         raise errors.NotFound("No such environment.")
-    built_for = environment.benchmark
-    if built_for.pk == benchmark.pk:
+    if environment.benchmark_id == benchmark.pk:
         return
+    built_for = environment.benchmark
     same_contest = built_for.contest_id is not None and built_for.contest_id == benchmark.contest_id
     if not same_contest or built_for.phase_order >= benchmark.phase_order:
         raise errors.NotFound("No such environment.")

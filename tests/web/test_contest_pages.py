@@ -8,6 +8,8 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from portal.contests.announcements import announcement_post
@@ -145,3 +147,26 @@ def test_the_contest_page_points_to_its_feed(client, contest):
 
     assert 'type="application/atom+xml"' in page
     assert 'href="/contests/vision/announcements.atom"' in page
+
+
+def test_the_pages_cost_the_same_queries_however_many_phases_and_announcements(client, staff):
+    now = timezone.now()
+    small = factories.phased_contest((now - DAY, now + DAY), slug="small")
+    large = factories.phased_contest(*[(now + n * DAY, now + (n + 1) * DAY) for n in range(6)])
+    for n in range(8):
+        _post(large, staff, f"news {n}", n)
+    _post(small, staff, "one", 0)
+
+    counts = []
+    for url in ("/contests/small/", f"/contests/{large.slug}/"):
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(url).status_code == 200
+        counts.append(len(queries))
+    with CaptureQueriesContext(connection) as hub_small:
+        client.get("/")
+    factories.phased_contest(*[(now + n * DAY, now + (n + 1) * DAY) for n in range(4)])
+    with CaptureQueriesContext(connection) as hub_large:
+        client.get("/")
+
+    assert counts[0] == counts[1]
+    assert len(hub_small) == len(hub_large)
