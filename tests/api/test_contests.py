@@ -172,3 +172,13 @@ def test_posting_queues_the_mail_once_after_the_commit(
         )
 
     assert sent == [(jobs.SEND_ANNOUNCEMENT_MAIL, (response.json()["id"],))]
+
+
+def test_a_phase_names_its_contest_and_a_lone_benchmark_none(contest, anon):
+    lone = factories.BenchmarkFactory(slug="lone")
+
+    phase = anon.get("/api/v1/benchmarks/vision-p1/").json()
+    alone = anon.get(f"/api/v1/benchmarks/{lone.slug}/").json()
+
+    assert phase["contest"] == {"slug": "vision", "phase": 1, "name": "Warm-up"}
+    assert alone["contest"] is None
