@@ -205,12 +205,21 @@ class NoiseBandSerializer(serializers.Serializer[NoiseBand]):
     runs = serializers.IntegerField(help_text="How many calibrations it is drawn from.")
 
 
+class BenchmarkPhaseSerializer(serializers.Serializer[Benchmark]):
+    """The contest a benchmark is a phase of, and its place there."""
+
+    slug = serializers.CharField(source="contest.slug", help_text="The contest's slug.")
+    phase = serializers.IntegerField(source="phase_order", help_text="Its place (1 first).")
+    name = serializers.CharField(source="phase_label", help_text='Its name, else "Phase N".')
+
+
 class BenchmarkDetailSerializer(BenchmarkSerializer):
     """Context: ``now``, and ``build_network`` (the selector's state) with ``staff``."""
 
     build_network = serializers.SerializerMethodField()
     noise_band = serializers.SerializerMethodField()
     hardware = serializers.SerializerMethodField()
+    contest = serializers.SerializerMethodField()
 
     class Meta(BenchmarkSerializer.Meta):
         fields = [
@@ -220,7 +229,14 @@ class BenchmarkDetailSerializer(BenchmarkSerializer):
             "build_network",
             "hardware",
             "noise_band",
+            "contest",
         ]
+
+    @extend_schema_field(BenchmarkPhaseSerializer(allow_null=True))
+    def get_contest(self, benchmark: Benchmark) -> dict[str, Any] | None:
+        if benchmark.contest_id is None:
+            return None
+        return dict(BenchmarkPhaseSerializer(benchmark).data)
 
     @extend_schema_field(HardwareSerializer)
     def get_hardware(self, benchmark: Benchmark) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from portal.api import (
     campaign_views,
+    contest_views,
     environment_views,
     host_views,
     review_views,
@@ -23,6 +24,7 @@ SUBMISSION = "v1/submissions/<int:submission_id>/"
 ENVIRONMENT = "v1/environments/<int:environment_id>/"
 BENCHMARK = "v1/benchmarks/<slug:slug>/"
 CAMPAIGN = "v1/campaigns/<slug:slug>/"
+CONTEST = "v1/contests/<slug:slug>/"
 
 urlpatterns = [
     path("v1/tokens/", views.TokenListCreateView.as_view(), name="tokens"),
@@ -141,6 +143,13 @@ urlpatterns = [
     ),
     path("v1/audit/", staff_views.AuditExportView.as_view(), name="audit"),
     path("v1/hosts/", host_views.HostListView.as_view(), name="hosts"),
+    path("v1/contests/", contest_views.ContestListView.as_view(), name="contests"),
+    path(CONTEST, contest_views.ContestDetailView.as_view(), name="contest-detail"),
+    path(
+        f"{CONTEST}announcements/",
+        contest_views.ContestAnnouncementsView.as_view(),
+        name="contest-announcements",
+    ),
     path("v1/campaigns/", campaign_views.CampaignListView.as_view(), name="campaigns"),
     path(CAMPAIGN, campaign_views.CampaignDetailView.as_view(), name="campaign-detail"),
     path(f"{CAMPAIGN}rounds/", campaign_views.CampaignRoundsView.as_view(), name="campaign-rounds"),

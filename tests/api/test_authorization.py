@@ -31,7 +31,7 @@ from portal.api import urls as api_urls
 from portal.api.common import PagePagination
 from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
-from portal.contests.models import Cohort, CohortItem
+from portal.contests.models import Announcement, Cohort, CohortItem
 from portal.environments.models import Environment
 from portal.standings.models import FinalRerun, Standings
 from portal.standings.rules import digest_of
@@ -73,6 +73,9 @@ MATRIX: dict[str, dict[str, str]] = {
     "submission-rescore": {"POST": STAFF},
     "audit": {"GET": STAFF},
     "hosts": {"GET": CALLER},
+    "contests": {"GET": PUBLIC},
+    "contest-detail": {"GET": PUBLIC},
+    "contest-announcements": {"GET": PUBLIC, "POST": STAFF},
     "campaigns": {"GET": PUBLIC},
     "campaign-detail": {"GET": PUBLIC},
     "campaign-rounds": {"GET": PUBLIC},
@@ -188,6 +191,8 @@ class World:
                 return client.post(url, data, format="multipart")
         if name == "submission-disqualify":
             data = {"reason": "matrix", **data}
+        if name == "contest-announcements" and method == "POST":
+            data = {"title": "matrix", "body": "An announcement.", **data}
         if name == "nominations" and method == "PUT":
             return client.put(url, {"submission_ids": [], **data}, format="json")
         if method == "GET":
@@ -211,6 +216,9 @@ def world(
     accepted: Callable[..., Submission],
     make_archive: Callable[..., Any],
 ) -> World:
+    # The benchmark is a phase of a contest of the same slug (the contest routes' slug).
+    benchmark.contest = factories.ContestFactory(slug=benchmark.slug)
+    benchmark.save(update_fields=["contest"])
     environment = ready_environment(alice, benchmark)
     (practice,) = factories.cohorts(benchmark, Cohort.PRACTICE)
     CohortItem.objects.create(
@@ -284,6 +292,7 @@ def _snapshot(world: World) -> tuple[Any, ...]:
         submission.disqualified_at,
         ApiToken.objects.filter(pk=world.token.pk).exists(),
         AuditEvent.objects.count(),
+        Announcement.objects.count(),
     )
 
 
@@ -415,7 +424,8 @@ def test_staff_read_a_source_only_with_a_reason_and_on_the_record(world: World) 
 def test_staff_endpoints_answer_staff(world: World, name: str, method: str) -> None:
     response = world.call(world.staff, method, name)
 
-    assert response.status_code in (200, 202, 400), response.content
+    # 201: a staff post (an announcement) made; 400: refused on the merits.
+    assert response.status_code in (200, 201, 202, 400), response.content
     if response.status_code == 400:
         assert response.json()["code"] == "invalid_parameter"
 
