@@ -44,8 +44,16 @@ class Client:
     def get_text(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         return self._request("GET", path, params=params).text
 
+    def get_bytes(self, path: str) -> tuple[bytes, Mapping[str, str]]:
+        """A download's body and its response headers."""
+        response = self._request("GET", path, headers={"Accept": "*/*"})
+        return response.content, response.headers
+
     def post_json(self, path: str, payload: Mapping[str, Any]) -> Any:
         return _json(self._request("POST", path, json=payload), self.url)
+
+    def put_json(self, path: str, payload: Mapping[str, Any]) -> Any:
+        return _json(self._request("PUT", path, json=payload), self.url)
 
     def post_files(
         self, path: str, fields: Mapping[str, str], files: Mapping[str, tuple[str, Path]]

@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from podium_cli import config, show
+from podium_cli import config, local, show
 from podium_cli.api import Client
 from podium_cli.errors import EXIT_OK, CliError, Refused
 from podium_cli.pack import upload_for
@@ -201,3 +201,11 @@ def quota(args: argparse.Namespace) -> int:
     print(show.table(["KIND", "USED TODAY", "LEFT TODAY", "RESETS", "NEXT AVAILABLE"], rows))
     print(f"Days are counted in {answer['timezone']}.")
     return EXIT_OK
+
+
+def validate(args: argparse.Namespace) -> int:
+    return local.validate(args, client_for(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    return local.run_local(args, client_for(args))

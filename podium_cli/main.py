@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from podium_cli import __version__, commands, watch
+from podium_cli import __version__, commands, standings, watch
 from podium_cli.errors import EXIT_INTERRUPTED, CliError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -16,21 +16,29 @@ The entrant's client for a Podium benchmark contest: sign in, build environments
 Dockerfiles, upload submissions, follow them to their verdict, and read the
 leaderboard and your daily allowance.
 
-Typical session:
+Typical session (the ladder: validate, run locally, a practice run, then an attempt):
   podium login https://podium.example.org
   podium benchmarks
+  podium validate demo examples/starter-kit
+  podium run --local demo examples/starter-kit
   podium env create demo examples/starter-kit/Dockerfile
   podium env list demo                  (wait until the environment is ready)
+  podium submit demo --env 7 --practice examples/starter-kit
   podium submit demo --env 7 examples/starter-kit
   podium watch 42
   podium leaderboard demo
+
+After the close:
+  podium nominate demo 42 57            (before the nomination deadline)
+  podium standings demo --csv final.csv (once published)
 """
 
 EPILOG = """\
 exit codes:
   0    done (for watch: the submission passed)
   1    watch: the submission ended without passing (failed, errored, build_failed,
-       rejected_verification, infra_failed or cancelled)
+       rejected_verification, infra_failed or cancelled); validate: something would be
+       refused; run --local: the local run did not pass
   2    wrong usage, a local problem (no sign-in, missing file) or a refusal by the
        server (closed window, no attempts left, refused archive or Dockerfile, ...)
   3    the server could not be reached, or failed
@@ -124,6 +132,57 @@ def build_parser() -> argparse.ArgumentParser:
         "benchmark", metavar="BENCHMARK", nargs="?", help="a benchmark's slug (default: all)"
     )
 
+    check = command(
+        "validate",
+        commands.validate,
+        "check an entry folder against the benchmark's contract, uploading nothing",
+        description="Check FOLDER as the portal would take it: the archive it packs into "
+        "against the benchmark's size limit, `run` (executable by others) and `build.sh` at "
+        "its top level, and its Dockerfile (FOLDER/Dockerfile, or --dockerfile) judged by "
+        "the benchmark's policy on the portal, with line numbers. Nothing is created or "
+        "charged. Exits 1 when something would be refused.",
+    )
+    check.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+    check.add_argument("folder", metavar="FOLDER", help="the entry's folder")
+    check.add_argument(
+        "--dockerfile", metavar="PATH", help="the Dockerfile to judge (default: FOLDER/Dockerfile)"
+    )
+
+    local = command(
+        "run",
+        commands.run,
+        "score an entry on this machine in the sandbox that scores it (--local)",
+        description="With --local: build FOLDER's environment (FOLDER/Dockerfile, or "
+        "--dockerfile) with the local Docker Engine, run build.sh in it as the build worker "
+        "does, and score the result on the practice cohort under the portal's supervisor "
+        "(its SHA-256 checked), container spec and limits. Prints the verdict, matches, "
+        "wall time, resource readings and log tails, and where this machine differs from "
+        "a scoring host. Uses no attempt. Exits 1 when the run did not pass.",
+    )
+    local.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+    local.add_argument("folder", metavar="FOLDER", help="the entry's folder")
+    local.add_argument(
+        "--local", action="store_true", required=True, help="run on this machine (required)"
+    )
+    local.add_argument(
+        "--dockerfile",
+        metavar="PATH",
+        help="the environment's Dockerfile (default: FOLDER/Dockerfile)",
+    )
+    local.add_argument(
+        "--context", metavar="DIR", help="the environment's build context (default: none)"
+    )
+    local.add_argument(
+        "--build-network",
+        default="default",
+        metavar="NETWORK",
+        help="the network of the docker build and of build.sh (default: Docker's default; "
+        "the portal's builds reach only the hosts the benchmark allows; `none` cuts them off)",
+    )
+    local.add_argument(
+        "--keep-images", action="store_true", help="keep the built images (podium-local/...)"
+    )
+
     submit = command(
         "submit",
         commands.submit,
@@ -186,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         "BENCHMARK, and when the day resets (days follow the benchmark's attempt timezone).",
     )
     allowance.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+
+    standings.add_commands(sub)
     return parser
 
 

@@ -15,6 +15,7 @@ from portal.task_names import (
     REMOVE_IMAGE,
     RUN_ROUND,
     SCORE_NEXT,
+    SEND_ANNOUNCEMENT_MAIL,
     SEND_VERDICT_MAIL,
     VERIFICATION_POOL_FILL,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "REMOVE_IMAGE",
     "RUN_ROUND",
     "SCORE_NEXT",
+    "SEND_ANNOUNCEMENT_MAIL",
     "SEND_VERDICT_MAIL",
     "VERIFICATION_POOL_FILL",
     "enqueue",

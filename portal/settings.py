@@ -229,6 +229,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "tokens": env.str("PODIUM_THROTTLE_TOKENS", default="20/min"),
         "uploads": env.str("PODIUM_THROTTLE_UPLOADS", default="30/hour"),
+        "checks": env.str("PODIUM_THROTTLE_CHECKS", default="120/hour"),
     },
 }
 SPECTACULAR_SETTINGS = {"TITLE": "Podium API", "VERSION": "1.0.0"}

@@ -26,6 +26,7 @@ REVIEW_ARTIFACTS = "scoring.review_artifacts"  # list a reviewed image's artifac
 CAMPAIGNS_SWEEP = "portal.campaigns.sweep"
 REVIEW_SWEEP = "portal.submissions.review_sweep"
 SEND_VERDICT_MAIL = "portal.notifications.send_verdict_mail"
+SEND_ANNOUNCEMENT_MAIL = "portal.notifications.send_announcement_mail"
 
 ROUTES: dict[str, dict[str, str]] = {
     name: {"queue": BUILDS_QUEUE}
@@ -45,6 +46,8 @@ ROUTES: dict[str, dict[str, str]] = {
         # Verdict mail: never sent by a scoring host, which holds its machine while it
         # records.
         SEND_VERDICT_MAIL,
+        # A contest's announcement, to its participants (SMTP only).
+        SEND_ANNOUNCEMENT_MAIL,
     )
 }
 

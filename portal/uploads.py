@@ -107,10 +107,21 @@ class UploadBounds:
 class UploadRoute:
     """An upload view's declaration: the field of its archive, and of its Dockerfile if any."""
 
-    archive_field: str
+    archive_field: str | None
     dockerfile_field: str | None = None
 
     def bounds(self, benchmark: Benchmark) -> UploadBounds:
+        dockerfile_part = FilePart(
+            MAX_DOCKERFILE_BYTES, "The Dockerfile is larger than 256 KiB.", errors.DockerfilePolicy
+        )
+        if self.archive_field is None:  # a Dockerfile alone (the dry-run check)
+            if self.dockerfile_field is None:
+                raise ImproperlyConfigured("An upload route takes an archive or a Dockerfile.")
+            return UploadBounds(
+                MAX_DOCKERFILE_BYTES + MULTIPART_ALLOWANCE,
+                {self.dockerfile_field: dockerfile_part},
+                "this check takes a Dockerfile of at most 256 KiB",
+            )
         archive_bytes = benchmark.max_upload_bytes
         label = "source archive" if self.dockerfile_field is None else "context archive"
         parts = {
@@ -124,9 +135,7 @@ class UploadRoute:
             accepts = f"this benchmark accepts archives of at most {archive_bytes:,} bytes"
             return UploadBounds(archive_bytes + MULTIPART_ALLOWANCE, parts, accepts)
         # The refusal the Dockerfile policy gives a too long text (dockerfile_check).
-        parts[self.dockerfile_field] = FilePart(
-            MAX_DOCKERFILE_BYTES, "The Dockerfile is larger than 256 KiB.", errors.DockerfilePolicy
-        )
+        parts[self.dockerfile_field] = dockerfile_part
         accepts = (
             "this benchmark accepts a Dockerfile of at most 256 KiB and a context archive "
             f"of at most {archive_bytes:,} bytes"
@@ -157,9 +166,10 @@ class DocumentRoute:
 View = TypeVar("View")
 
 
-def upload_route(*, archive: str, dockerfile: str | None = None) -> Callable[[View], View]:
+def upload_route(*, archive: str | None, dockerfile: str | None = None) -> Callable[[View], View]:
     """Declare a view (a function, or an API view class) as an upload route of the
-    benchmark named by its ``slug``: which file fields it takes, and so its limits."""
+    benchmark named by its ``slug``: which file fields it takes, and so its limits
+    (``archive=None``: a Dockerfile alone)."""
     route = UploadRoute(archive, dockerfile)
 
     def declare(view: View) -> View:

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from portal.contests.hardware import hardware_class_row
-from portal.contests.models import Benchmark, Cohort
+from portal.contests.models import Benchmark, Cohort, Contest
 from portal.environments.models import Environment
 from portal.submissions.models import VerificationSet
 
@@ -95,3 +95,26 @@ def cohorts(benchmark: Benchmark, *kinds: str) -> list[Cohort]:
         Cohort.objects.get_or_create(benchmark=benchmark, kind=kind)[0]
         for kind in kinds or (Cohort.OFFICIAL, Cohort.PRACTICE)
     ]
+
+
+class ContestFactory(factory.django.DjangoModelFactory[Contest]):
+    class Meta:
+        model = Contest
+
+    slug = factory.Sequence(lambda n: f"contest-{n}")
+    title = factory.LazyAttribute(lambda c: f"Contest {c.slug}")
+
+
+def phased_contest(*windows: tuple[dt.datetime, dt.datetime], **fields: Any) -> Contest:
+    """A contest whose phases are benchmarks with the given windows, in that order
+    (phase_order 1, 2, ...), named "Phase 1", "Phase 2"... unless they say otherwise."""
+    contest = ContestFactory(**fields)
+    for order, (opens_at, closes_at) in enumerate(windows, start=1):
+        BenchmarkFactory(
+            contest=contest,
+            phase_order=order,
+            slug=f"{contest.slug}-p{order}",
+            opens_at=opens_at,
+            closes_at=closes_at,
+        )
+    return contest

@@ -22,7 +22,7 @@ from portal.accounts import services
 from portal.accounts.models import ApiToken
 from portal.errors import PodiumError
 from portal.notifications.forms import NotificationPreferenceForm
-from portal.notifications.selectors import verdict_emails_wanted
+from portal.notifications.selectors import announcement_emails_wanted, verdict_emails_wanted
 from portal.notifications.services import notification_preference_set
 
 
@@ -39,7 +39,10 @@ def _account_context(request: HttpRequest, form: TokenForm, **extra: Any) -> dic
     user_id = cast(int, request.user.pk)  # every caller is behind login_required
     tokens = ApiToken.objects.filter(user_id=user_id).order_by("-created_at")
     preferences = NotificationPreferenceForm(
-        initial={"verdict_emails": verdict_emails_wanted(user_id)}
+        initial={
+            "verdict_emails": verdict_emails_wanted(user_id),
+            "announcement_emails": announcement_emails_wanted(user_id),
+        }
     )
     return {"tokens": tokens, "form": form, "preferences_form": preferences, **extra}
 
@@ -52,8 +55,15 @@ def account(request: HttpRequest) -> HttpResponse:
         preferences = NotificationPreferenceForm(request.POST)
         if preferences.is_valid():  # an unchecked box is absent from the POST: off
             wanted = preferences.cleaned_data["verdict_emails"]
-            notification_preference_set(user=request.user, verdict_emails=wanted)
-            messages.success(request, f"Verdict emails are {'on' if wanted else 'off'}.")
+            announcements = preferences.cleaned_data["announcement_emails"]
+            notification_preference_set(
+                user=request.user, verdict_emails=wanted, announcement_emails=announcements
+            )
+            messages.success(
+                request,
+                f"Verdict emails are {'on' if wanted else 'off'}. Announcement emails are "
+                f"{'on' if announcements else 'off'}.",
+            )
             return redirect("contests:account")
     return render(request, "accounts/account.html", _account_context(request, TokenForm()))
 

@@ -31,7 +31,7 @@ from portal.api.common import (
     upload_path,
 )
 from portal.audit.services import Origin
-from portal.environments.models import Environment
+from portal.environments.selectors import usable_environment
 from portal.submissions import staff
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
@@ -85,11 +85,7 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
         serializer = s.SubmissionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        environment = Environment.objects.filter(
-            pk=data["environment"], owner_id=caller_id(request), benchmark=benchmark
-        ).first()
-        if environment is None:
-            raise errors.NotFound("No such environment.")
+        environment = usable_environment(request.user, benchmark, data["environment"])
         upload: UploadedFile = data["source"]
         with upload_path(upload) as path:
             submission = submission_accept(

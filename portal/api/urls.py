@@ -7,9 +7,11 @@ from drf_spectacular.views import SpectacularAPIView
 
 from portal.api import (
     campaign_views,
+    contest_views,
     environment_views,
     host_views,
     review_views,
+    sandbox_views,
     staff_views,
     standings_views,
     submission_views,
@@ -23,6 +25,7 @@ SUBMISSION = "v1/submissions/<int:submission_id>/"
 ENVIRONMENT = "v1/environments/<int:environment_id>/"
 BENCHMARK = "v1/benchmarks/<slug:slug>/"
 CAMPAIGN = "v1/campaigns/<slug:slug>/"
+CONTEST = "v1/contests/<slug:slug>/"
 
 urlpatterns = [
     path("v1/tokens/", views.TokenListCreateView.as_view(), name="tokens"),
@@ -64,6 +67,17 @@ urlpatterns = [
         name="final-rerun",
     ),
     path(f"{BENCHMARK}practice/", views.PracticeView.as_view(), name="practice"),
+    path(
+        f"{BENCHMARK}dockerfile-check/",
+        sandbox_views.DockerfileCheckView.as_view(),
+        name="dockerfile-check",
+    ),
+    path(f"{BENCHMARK}sandbox/", sandbox_views.SandboxView.as_view(), name="sandbox"),
+    path(
+        f"{BENCHMARK}sandbox/supervisor",
+        sandbox_views.SandboxSupervisorView.as_view(),
+        name="sandbox-supervisor",
+    ),
     path(
         f"{BENCHMARK}practice/download",
         views.PracticeDownloadView.as_view(),
@@ -137,6 +151,13 @@ urlpatterns = [
     ),
     path("v1/audit/", staff_views.AuditExportView.as_view(), name="audit"),
     path("v1/hosts/", host_views.HostListView.as_view(), name="hosts"),
+    path("v1/contests/", contest_views.ContestListView.as_view(), name="contests"),
+    path(CONTEST, contest_views.ContestDetailView.as_view(), name="contest-detail"),
+    path(
+        f"{CONTEST}announcements/",
+        contest_views.ContestAnnouncementsView.as_view(),
+        name="contest-announcements",
+    ),
     path("v1/campaigns/", campaign_views.CampaignListView.as_view(), name="campaigns"),
     path(CAMPAIGN, campaign_views.CampaignDetailView.as_view(), name="campaign-detail"),
     path(f"{CAMPAIGN}rounds/", campaign_views.CampaignRoundsView.as_view(), name="campaign-rounds"),

@@ -1,15 +1,17 @@
 """Benchmarks, the hardware classes they run on, and cohorts in the admin.
 
-Every change of a benchmark's rules is audited. A cohort shows its counts and digests;
-its member list is audited whenever it is viewed or exported, and its reference answers
-are shown only by an explicit export that asks for a reason and is audited. Each export
-needs its own permission (``contests.export_cohort_members``,
+Every change of a benchmark's rules is audited, as is every change of a contest (its
+facts, the order of its phases) and every announcement posted or corrected. A cohort
+shows its counts and digests; its member list is audited whenever it is viewed or
+exported, and its reference answers are shown only by an explicit export that asks for a
+reason and is audited. Each export needs its own permission (``contests.export_cohort_members``,
 ``contests.export_cohort_answers``). A cohort's benchmark and kind are read-only once a
 run has used it; until then a change is audited (``cohort.change``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin
@@ -22,8 +24,17 @@ from django.utils.html import format_html
 from portal.audit.reasons import reason_given, reason_page
 from portal.audit.services import Origin, audit_record
 from portal.contests import review
+from portal.contests.announcements import announcement_change, announcement_post, contest_save
 from portal.contests.cohorts import cohort_change
-from portal.contests.models import Benchmark, Cohort, CohortItem, HardwareClass, LeaderboardEntry
+from portal.contests.models import (
+    Announcement,
+    Benchmark,
+    Cohort,
+    CohortItem,
+    Contest,
+    HardwareClass,
+    LeaderboardEntry,
+)
 
 
 @admin.register(HardwareClass)
@@ -66,6 +77,7 @@ class BenchmarkAdmin(admin.ModelAdmin[Benchmark]):
     readonly_fields = ["created_at", "artifacts_purged_at"]
     fieldsets = [
         (None, {"fields": ["slug", "kind", "title", "description", "created_at"]}),
+        ("Contest phase", {"fields": ["contest", "phase_order", "phase_name"]}),
         ("Window", {"fields": ["opens_at", "closes_at"]}),
         ("Pass gate", {"fields": ["cohort_size", "pass_min_matches"]}),
         (
@@ -341,3 +353,116 @@ class LeaderboardEntryAdmin(admin.ModelAdmin[LeaderboardEntry]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class PhaseInline(admin.TabularInline[Benchmark, Contest]):
+    """A contest's phases: their order and names (each benchmark keeps its own rules)."""
+
+    model = Benchmark
+    fk_name = "contest"
+    fields = ["phase_order", "phase_name", "slug", "title", "opens_at", "closes_at"]
+    readonly_fields = ["slug", "title", "opens_at", "closes_at"]
+    ordering = ["phase_order"]
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a benchmark joins a contest from its own page
+
+
+@admin.register(Contest)
+class ContestAdmin(admin.ModelAdmin[Contest]):
+    """A contest's facts (Markdown, shown sanitised) and its phases in order; each change
+    is audited (``contest.change``; a phase's order or name: ``benchmark.rules.change``)."""
+
+    list_display = ["slug", "title", "created_at"]
+    search_fields = ["slug", "title"]
+    fields = ["slug", "title", "summary", "prizes", "timeline", "final_ranking"]
+    inlines = [PhaseInline]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Contest | None = None) -> list[str]:
+        return ["slug"] if obj is not None else []  # pages and feeds link to it
+
+    def get_prepopulated_fields(
+        self, request: HttpRequest, obj: Contest | None = None
+    ) -> dict[str, Sequence[str]]:
+        return {} if obj is not None else {"slug": ["title"]}
+
+    def save_model(
+        self, request: HttpRequest, obj: Contest, form: ModelForm[Any], change: bool
+    ) -> None:
+        before = None
+        if change:
+            before = Contest.objects.filter(pk=obj.pk).values(*form.changed_data).first() or {}
+        contest_save(contest=obj, before=before, actor=request.user, origin=Origin.of(request))
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        formset.save(commit=False)  # nothing written yet; the changes are listed
+        for benchmark, fields in formset.changed_objects:
+            stored = Benchmark.objects.filter(pk=benchmark.pk).values(*fields).first()
+            review.benchmark_save(
+                benchmark=benchmark,
+                before=stored or {},
+                actor=request.user,
+                origin=Origin.of(request),
+            )
+
+    def delete_model(self, request: HttpRequest, obj: Contest) -> None:
+        audit_record(
+            actor=request.user,
+            action="contest.delete",
+            target=f"contest:{obj.slug}",
+            origin=Origin.of(request),
+        )
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Contest]) -> None:
+        for contest in queryset:
+            self.delete_model(request, contest)
+
+
+@admin.register(Announcement)
+class AnnouncementAdmin(admin.ModelAdmin[Announcement]):
+    """Posting here is posting through the API: dated now, audited, mailed once to the
+    contest's participants. A correction is audited and not mailed again."""
+
+    list_display = ["title", "contest", "posted_at", "posted_by", "mailed_at"]
+    list_filter = ["contest"]
+    search_fields = ["title", "body"]
+    fields = ["contest", "title", "body", "posted_at", "posted_by", "mailed_at"]
+    readonly_fields = ["posted_at", "posted_by", "mailed_at"]
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Announcement | None = None
+    ) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "contest"] if obj is not None else fields
+
+    def save_model(
+        self, request: HttpRequest, obj: Announcement, form: ModelForm[Any], change: bool
+    ) -> None:
+        origin = Origin.of(request)
+        if change:
+            announcement_change(
+                announcement=obj, actor=request.user, title=obj.title, body=obj.body, origin=origin
+            )
+            return
+        posted = announcement_post(
+            contest=obj.contest, actor=request.user, title=obj.title, body=obj.body, origin=origin
+        )
+        obj.pk, obj.posted_at, obj.posted_by = posted.pk, posted.posted_at, posted.posted_by
+
+    def delete_model(self, request: HttpRequest, obj: Announcement) -> None:
+        audit_record(
+            actor=request.user,
+            action="announcement.delete",
+            target=f"announcement:{obj.pk}",
+            origin=Origin.of(request),
+            details={"contest": obj.contest.slug, "title": obj.title},
+        )
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Announcement]) -> None:
+        for announcement in queryset:
+            self.delete_model(request, announcement)

@@ -263,13 +263,35 @@ class Benchmark(models.Model):
     artifacts_purged_at = models.DateTimeField(
         null=True, blank=True, help_text="When purge_artifacts last removed the artifacts."
     )
+    contest = models.ForeignKey(
+        "Contest",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="phases",
+        help_text="The contest this benchmark is a phase of; empty: a contest of its own.",
+    )
+    phase_order = models.PositiveSmallIntegerField(
+        default=1, help_text="Its place among the contest's phases (1 first)."
+    )
+    phase_name = models.CharField(
+        max_length=100, blank=True, help_text='As the contest page names it ("Warm-up").'
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-opens_at", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["contest", "phase_order"], name="one_phase_per_place")
+        ]
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def phase_label(self) -> str:
+        """The phase's name on the contest page: its own, else "Phase N"."""
+        return self.phase_name or f"Phase {self.phase_order}"
 
     def clean(self) -> None:
         # One prefix per line, as stored by default (forms strip the last newline). Each
@@ -414,3 +436,56 @@ class LeaderboardEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.benchmark_id}: {self.entrant_id} {self.wall_time_ns} ns"
+
+
+class Contest(models.Model):
+    """A contest of one or more phases: benchmarks shown together on one page, in
+    ``Benchmark.phase_order``, with the facts staff keep (prizes, timeline, how the final
+    ranking works) and dated announcements.
+
+    A benchmark with no contest is a contest of one, as before: the hub lists it on its
+    own. The facts are Markdown, rendered through ``portal.contests.markup`` (sanitised).
+    """
+
+    slug = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200)
+    summary = models.TextField(blank=True, help_text="One paragraph for the hub (Markdown).")
+    prizes = models.TextField(blank=True, help_text="The prizes and who may win them (Markdown).")
+    timeline = models.TextField(
+        blank=True,
+        help_text=(
+            "Notes on the timeline (Markdown): what happens between and after the phases. "
+            "Each phase's own window is shown from its benchmark."
+        ),
+    )
+    final_ranking = models.TextField(
+        blank=True, help_text="How the final ranking is decided, in the contest's words (Markdown)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Announcement(models.Model):
+    """A dated announcement of a contest, by staff: shown newest first on its page, the hub
+    and its Atom feed, and mailed once to its participants (``mailed_at`` is set by the
+    one send that claims it, ``portal.notifications.announcement_mail``)."""
+
+    contest = models.ForeignKey(Contest, on_delete=models.CASCADE, related_name="announcements")
+    title = models.CharField(max_length=200)
+    body = models.TextField(help_text="Markdown; rendered sanitised (no scripts, no raw HTML).")
+    posted_at = models.DateTimeField(db_index=True)
+    posted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    mailed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-posted_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.contest_id}: {self.title}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,37 @@ def allowed_prefixes(benchmark: Benchmark) -> list[str]:
     return [line.strip() for line in benchmark.allowed_registries.splitlines() if line.strip()]
 
 
+DOCKERFILE_TOO_LARGE = "The Dockerfile is larger than 256 KiB."
+
+
+@dataclass(frozen=True)
+class DockerfileVerdict:
+    """How an upload judges a Dockerfile: ``detail`` is the ``dockerfile_policy`` refusal's
+    sentence ("" when it may be built), ``violations`` its line-numbered parts (none for
+    a Dockerfile refused for its size)."""
+
+    detail: str
+    violations: list[dockerfile_policy.Violation]
+
+    @property
+    def ok(self) -> bool:
+        return not self.detail
+
+
+def dockerfile_judge(*, benchmark: Benchmark, text: str) -> DockerfileVerdict:
+    """The benchmark's Dockerfile policy on ``text``, as an environment upload applies it
+    (the upload and the dry-run check both call this); reads and writes nothing."""
+    if len(text.encode()) > MAX_DOCKERFILE_BYTES:
+        return DockerfileVerdict(DOCKERFILE_TOO_LARGE, [])
+    violations = dockerfile_policy.check_dockerfile(text, allowed_prefixes(benchmark))
+    return DockerfileVerdict(dockerfile_policy.format_violations(violations), violations)
+
+
 def dockerfile_check(*, benchmark: Benchmark, text: str) -> None:
     """Raise DockerfilePolicy with line numbers when the Dockerfile breaks the policy."""
-    if len(text.encode()) > MAX_DOCKERFILE_BYTES:
-        raise errors.DockerfilePolicy("The Dockerfile is larger than 256 KiB.")
-    violations = dockerfile_policy.check_dockerfile(text, allowed_prefixes(benchmark))
-    if violations:
-        raise errors.DockerfilePolicy(dockerfile_policy.format_violations(violations))
+    verdict = dockerfile_judge(benchmark=benchmark, text=text)
+    if not verdict.ok:
+        raise errors.DockerfilePolicy(verdict.detail)
 
 
 def context_check(*, benchmark: Benchmark, path: Path) -> None:

@@ -8,6 +8,7 @@ fleet as the API and the staff tools show it.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +61,10 @@ def hosts_online(hardware_class: str, now: dt.datetime) -> int:
 
 def queue_lengths() -> dict[str, int]:
     """Per hardware class: official and practice submissions waiting for a scoring host
-    (``queued``, or ``verifying``), by their benchmark's class. One query for all classes;
-    a class with nothing waiting is absent."""
-    rows = (
+    (``queued``, or ``verifying``), plus final-rerun runs not yet claimed, by their
+    benchmark's class. Two queries for all classes; a class with nothing waiting is absent."""
+    waiting: Counter[str] = Counter()
+    submissions = (
         Submission.objects.filter(
             status__in=Submission.WAITING_FOR_SCORE,
             kind__in=(Submission.OFFICIAL, Submission.PRACTICE),
@@ -71,7 +73,17 @@ def queue_lengths() -> dict[str, int]:
         .annotate(waiting=Count("id"))
         .order_by()
     )
-    return {str(row["benchmark__hardware_class"]): int(row["waiting"]) for row in rows}
+    for row in submissions:
+        waiting[str(row["benchmark__hardware_class"])] += int(row["waiting"])
+    finals = (
+        Run.objects.filter(purpose=Run.FINAL, status=Run.QUEUED)
+        .values("submission__benchmark__hardware_class")
+        .annotate(waiting=Count("id"))
+        .order_by()
+    )
+    for row in finals:
+        waiting[str(row["submission__benchmark__hardware_class"])] += int(row["waiting"])
+    return dict(waiting)
 
 
 @dataclass(frozen=True)

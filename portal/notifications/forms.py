@@ -12,3 +12,11 @@ class NotificationPreferenceForm(forms.Form):
             "status, wall time, agreement and a link to the submission."
         ),
     )
+    announcement_emails = forms.BooleanField(
+        required=False,
+        label="Email me the announcements of contests I take part in",
+        help_text=(
+            "Staff's dated announcements (changes of schedule, new phases, results) of each "
+            "contest you have an environment or a submission in."
+        ),
+    )

@@ -16,6 +16,10 @@ class NotificationPreference(models.Model):
         default=True,
         help_text="Mail the entrant when one of their submissions reaches a verdict.",
     )
+    announcement_emails = models.BooleanField(
+        default=True,
+        help_text="Mail the entrant the announcements of the contests they take part in.",
+    )
 
     def __str__(self) -> str:
         return f"notification preferences of {self.user}"

@@ -33,10 +33,16 @@ from portal.submissions.models import Submission
 log = logging.getLogger(__name__)
 
 
-def notification_preference_set(*, user: Any, verdict_emails: bool) -> NotificationPreference:
-    """Store the user's choice of verdict mail (creating their preferences on first use)."""
+def notification_preference_set(
+    *, user: Any, verdict_emails: bool, announcement_emails: bool | None = None
+) -> NotificationPreference:
+    """Store the user's choice of verdict mail and, when given, of announcement mail
+    (creating their preferences on first use)."""
+    choices = {"verdict_emails": verdict_emails}
+    if announcement_emails is not None:
+        choices["announcement_emails"] = announcement_emails
     preference, _ = NotificationPreference.objects.update_or_create(
-        user_id=user.pk, defaults={"verdict_emails": verdict_emails}
+        user_id=user.pk, defaults=choices
     )
     return preference
 

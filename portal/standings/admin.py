@@ -1,23 +1,123 @@
 """Final settings (nomination deadline, runs), the published standings and the entrants'
 write-ups in the admin.
 
-Publishing and corrections go through the audited services (the API's staff endpoints);
-the admin shows the frozen rows read-only."""
+Staff with ``standings.publish_standings`` start the final rerun, publish and correct
+from the final settings' list (one row per benchmark; add one with the defaults to act on
+a benchmark that has none). Each action asks for a reason and goes through the same
+audited service as the API's staff endpoints; the frozen rows are read-only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from portal.admin_helpers import ReadOnlyMixin
+from portal.audit.reasons import reasoned_action
+from portal.audit.services import Origin
+from portal.contests.models import Benchmark
+from portal.standings import publishing, rerun
 from portal.standings.models import Correction, FinalSettings, StandingRow, Standings, WriteUp
+from portal.standings.selectors import board_state
+
+StandingsStep = Callable[..., object]
 
 
 @admin.register(FinalSettings)
 class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
-    list_display = ["benchmark", "nomination_deadline", "final_runs", "extra_runs"]
+    list_display = ["benchmark", "nomination_deadline", "final_runs", "extra_runs", "state"]
+    list_select_related = ["benchmark"]
+    actions = ["start_final_rerun", "publish", "correct"]
+
+    @admin.display(description="Board")
+    def state(self, settings: FinalSettings) -> str:
+        return board_state(settings.benchmark)
+
+    def has_publish_standings_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(rerun.PUBLISH))
+
+    @admin.action(
+        description="Start the final rerun of the selected benchmarks (audited)",
+        permissions=["publish_standings"],
+    )
+    def start_final_rerun(
+        self, request: HttpRequest, queryset: QuerySet[FinalSettings]
+    ) -> TemplateResponse | None:
+        return self._step(
+            request,
+            queryset,
+            action="start_final_rerun",
+            step=rerun.final_rerun_start,
+            title="Start the final rerun",
+            explanation="Queue the final runs of every counted submission on the final "
+            "cohort. Only after the benchmark closes and its nomination deadline passes.",
+        )
+
+    @admin.action(
+        description="Publish the final standings of the selected benchmarks (audited)",
+        permissions=["publish_standings"],
+    )
+    def publish(
+        self, request: HttpRequest, queryset: QuerySet[FinalSettings]
+    ) -> TemplateResponse | None:
+        return self._step(
+            request,
+            queryset,
+            action="publish",
+            step=publishing.standings_publish,
+            title="Publish the final standings",
+            explanation="Freeze the standings (the final rerun's result when one was "
+            "started, else the board) with their digest. A later change is a correction.",
+        )
+
+    @admin.action(
+        description="Correct the published standings of the selected benchmarks (audited)",
+        permissions=["publish_standings"],
+    )
+    def correct(
+        self, request: HttpRequest, queryset: QuerySet[FinalSettings]
+    ) -> TemplateResponse | None:
+        return self._step(
+            request,
+            queryset,
+            action="correct",
+            step=publishing.standings_correct,
+            title="Correct the published standings",
+            explanation="Compute the standings again from their source and freeze the "
+            "result; the old digest stays on the correction, shown on the page.",
+        )
+
+    def _step(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[FinalSettings],
+        *,
+        action: str,
+        step: StandingsStep,
+        title: str,
+        explanation: str,
+    ) -> TemplateResponse | None:
+        """Ask why, then take the step on each selected row's benchmark."""
+
+        def apply(settings: FinalSettings, reason: str, origin: Origin) -> object:
+            benchmark: Benchmark = settings.benchmark
+            return step(benchmark=benchmark, actor=request.user, reason=reason, origin=origin)
+
+        return reasoned_action(
+            request,
+            self,
+            queryset.select_related("benchmark"),
+            action=action,
+            title=title,
+            explanation=explanation,
+            reason_required=True,
+            apply=apply,
+            done=lambda count: f"{title}: {count} benchmark(s).",
+        )
 
 
 class StandingRowInline(admin.TabularInline[StandingRow, Standings]):

@@ -43,7 +43,7 @@ class FinalSettings(models.Model):
         verbose_name_plural = "final settings"
 
     def __str__(self) -> str:
-        return f"final settings of {self.benchmark_id}"
+        return f"final settings of {self.benchmark}"
 
     def deadline(self, closes_at: dt.datetime) -> dt.datetime:
         return self.nomination_deadline or closes_at

@@ -21,6 +21,7 @@ from portal.contests import rules
 from portal.contests.hardware import class_missing_pins
 from portal.contests.models import Benchmark, Cohort
 from portal.environments.models import Environment
+from portal.environments.selectors import environment_usable_check
 from portal.environments.services import entrant_check_build_slots, entrant_check_verified
 from portal.submissions.attempts import attempt_charge, quota_for
 from portal.submissions.models import Submission
@@ -152,8 +153,8 @@ def submission_accept(
             )
         boundary = rules.boundary_sha256(benchmark.validation_boundary)
     entrant_check_verified(entrant=entrant)
-    if environment.owner_id != entrant.pk or environment.benchmark_id != benchmark.pk:
-        raise errors.NotFound("No such environment.")
+    # Its own benchmark's, or carried over from an earlier phase of the contest.
+    environment_usable_check(entrant=entrant, benchmark=benchmark, environment=environment)
     if environment.status != Environment.READY:
         raise errors.EnvironmentNotReady(
             f"Environment '{environment.name}' is {environment.status}; "

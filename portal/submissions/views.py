@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from portal import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
-from portal.environments.models import Environment
+from portal.environments.selectors import usable_environments
 from portal.errors import PodiumError
 from portal.submissions import intake, review
 from portal.submissions.attempts import quota_for
@@ -37,9 +37,7 @@ def _owned(request: HttpRequest, pk: int) -> Submission:
 @require_http_methods(["GET", "POST"])
 def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
     benchmark = get_object_or_404(Benchmark, slug=slug)
-    ready = Environment.objects.filter(
-        owner_id=request.user.pk, benchmark=benchmark, status=Environment.READY
-    ).order_by("name")
+    ready = usable_environments(request.user, benchmark)  # carried-over phases' too
     status = 200
     if request.method == "POST":
         refusal = uploads.web_upload_refusal(request)

@@ -4,12 +4,18 @@
 from django.urls import path
 
 from portal.accounts import views as account_views
-from portal.web import standings, views, writeups
+from portal.web import contests, standings, views, writeups
 
 app_name = "contests"
 
 urlpatterns = [
     path("", views.benchmark_list, name="benchmark_list"),
+    path("contests/<slug:slug>/", contests.contest_detail, name="contest_detail"),
+    path(
+        "contests/<slug:slug>/announcements.atom",
+        contests.AnnouncementFeed(),
+        name="contest_announcements_feed",
+    ),
     path("b/<slug:slug>/", views.benchmark_detail, name="benchmark_detail"),
     path("b/<slug:slug>/leaderboard/", views.leaderboard, name="leaderboard"),
     path("b/<slug:slug>/standings/", standings.standings, name="standings"),

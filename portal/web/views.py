@@ -10,9 +10,9 @@ from django.utils import timezone
 from portal.contests import rules
 from portal.contests.hardware import class_hardware
 from portal.contests.models import Benchmark
+from portal.contests.phases import HUB_ANNOUNCEMENTS, announcements_of, hub_entries
 from portal.contests.selectors import (
     LeaderboardRow,
-    benchmark_schedules,
     leaderboard_page,
     leaderboard_standing,
     leaderboard_version,
@@ -33,7 +33,12 @@ BOARD_PAGE_ROWS = 100
 
 
 def benchmark_list(request: HttpRequest) -> HttpResponse:
-    context = {"benchmarks": benchmark_schedules(timezone.now())}
+    """The hub: every contest with its phases and every benchmark of no contest (open
+    first), and the latest announcements of all contests."""
+    context = {
+        "entries": hub_entries(timezone.now()),
+        "announcements": list(announcements_of()[:HUB_ANNOUNCEMENTS]),
+    }
     return render(request, "contests/benchmark_list.html", context)
 
 
@@ -43,7 +48,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     A fixed number of queries whatever the size of the board (tests hold it to that);
     the board's rendering and the chart are cached per version of the board.
     """
-    benchmark = get_object_or_404(Benchmark, slug=slug)
+    benchmark = get_object_or_404(Benchmark.objects.select_related("contest"), slug=slug)
     now = timezone.now()
     version = leaderboard_version(benchmark)
     quotas = []

@@ -64,7 +64,7 @@ from typing import IO, cast
 from django.conf import settings
 
 from portal import archives, dockerfile_policy, storage
-from portal.contests import rules
+from portal.contests import rules, sandbox
 from portal.contests.hardware import class_platform
 from portal.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.environments.models import Environment
@@ -103,10 +103,7 @@ WAIT_SLICE_S = 1.0
 STRAY_PAUSE_S = 3.0
 
 # build.sh is optional: without one the source is committed as it is.
-BUILD_SCRIPT = (
-    "if [ -f /submission/build.sh ]; then exec /bin/sh /submission/build.sh 2>&1; "
-    "else echo 'No /submission/build.sh; nothing to build.'; fi"
-)
+BUILD_SCRIPT = sandbox.BUILD_SCRIPT
 
 # Go's os.FileMode bits, as the engine reports them in a path stat.
 MODE_DIR = 1 << 31
@@ -607,17 +604,13 @@ def _build_submission_image(
     with buildbox.sandbox(
         job=buildbox.job_name("sub", submission.pk), disk_cap_bytes=benchmark.max_image_bytes
     ) as box:
+        # The spec's one home is portal.contests.sandbox, which the portal also publishes
+        # for local runs: root in /submission, no capabilities, no privilege gain, no
+        # health check beside build.sh.
         container_id = box.create_container(
-            image=environment_tag,
-            command=[SHELL, "-c", BUILD_SCRIPT],
-            entrypoint=[],  # the environment's ENTRYPOINT must not wrap build.sh
-            working_dir="/submission",
-            user="0",
-            labels={"podium.submission": str(submission.pk)},
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            healthcheck={"test": ["NONE"]},  # no image's HEALTHCHECK beside build.sh
-            log_config={"type": "json-file", "config": {"max-size": "10m"}},
+            **sandbox.build_container_spec(
+                image=environment_tag, labels={"podium.submission": str(submission.pk)}
+            )
         )
         build_log.write(box.cap_note())
         try:

@@ -19,51 +19,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-MIB = 1 << 20
-GIB = 1 << 30
-# The default byte budget (``PODIUM_PREWARM_BYTES`` overrides it per host): 2 GiB holds a
-# CPU PyTorch or ONNX Runtime image (about 1 to 1.5 GiB of files) and a checkpoint of a
-# few hundred MiB, besides the cohort. It is never more than half the run's memory limit
-# (:func:`bounds`): the pages read are charged to the container's memory cgroup, and a
-# budget past what the cgroup keeps would only evict what was read first.
-DEFAULT_BYTES = 2 * GIB
-# Names (files, folders, links) the walk visits at most: a Python image with PyTorch has
-# about 30,000; a hostile image with millions of empty files stops here.
-DEFAULT_NAMES = 65_536
-# The floor rates the time bound is sized from: far below what a healthy scoring host
-# does (bench/prewarm.py, caches dropped, through fuse-overlayfs on a 2-CPU VM: 0.64 s per
-# GiB, about 1.6 GiB/s, and 5,800 small files/s), so that the bound stops a stalled or
-# pathological walk, never a healthy one.
-FLOOR_BYTES_PER_S = 64 * MIB
-FLOOR_NAMES_PER_S = 1_000
-# Beyond the rates: the first lookups of a fresh container's mounts.
-FIXED_MS = 1_000
+from portal.contests import sandbox
 
-
-@dataclass(frozen=True)
-class Bounds:
-    """What the runner gives the supervisor's walk; ``budget_bytes`` 0 turns it off."""
-
-    budget_bytes: int
-    names: int
-    time_ms: int  # the walk's own time bound, and what the outer timer allows for it
-
-
-def bounds(*, run_memory_bytes: int, budget_bytes: int | None = None) -> Bounds:
-    """The walk's bounds for a run with ``run_memory_bytes`` of memory.
-
-    ``budget_bytes``: the host's setting (``PODIUM_PREWARM_BYTES``), None for
-    :data:`DEFAULT_BYTES`; capped at half of ``run_memory_bytes``. The time bound is the
-    budget at :data:`FLOOR_BYTES_PER_S` plus the names at :data:`FLOOR_NAMES_PER_S`
-    plus :data:`FIXED_MS`, rounded up; 0 when there is no walk.
-    """
-    budget = DEFAULT_BYTES if budget_bytes is None else budget_bytes
-    budget = max(0, min(budget, run_memory_bytes // 2))
-    if budget == 0:
-        return Bounds(budget_bytes=0, names=0, time_ms=0)
-    bytes_ms = -(-budget * 1000 // FLOOR_BYTES_PER_S)
-    names_ms = -(-DEFAULT_NAMES * 1000 // FLOOR_NAMES_PER_S)
-    return Bounds(budget_bytes=budget, names=DEFAULT_NAMES, time_ms=bytes_ms + names_ms + FIXED_MS)
+# The bounds have one home with the rest of the sandbox, ``portal.contests.sandbox``,
+# which the portal also publishes; the names are kept here.
+MIB = sandbox.MIB
+GIB = sandbox.GIB
+DEFAULT_BYTES = sandbox.PREWARM_DEFAULT_BYTES
+DEFAULT_NAMES = sandbox.PREWARM_DEFAULT_NAMES
+FLOOR_BYTES_PER_S = sandbox.PREWARM_FLOOR_BYTES_PER_S
+FLOOR_NAMES_PER_S = sandbox.PREWARM_FLOOR_NAMES_PER_S
+FIXED_MS = sandbox.PREWARM_FIXED_MS
+Bounds = sandbox.PrewarmBounds
+bounds = sandbox.prewarm_bounds
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from typing import Any
 from django.conf import settings
 
 from portal import cpus, storage
-from portal.contests import rules
+from portal.contests import rules, sandbox
 from portal.contests.models import Benchmark
 from portal.submissions.final import run_record_final
 from portal.submissions.models import Run, Submission
@@ -70,46 +70,29 @@ from scoring.run import gpumeter, meter, prewarm, verdict
 
 log = logging.getLogger(__name__)
 
-# Paths inside the scoring container (docs/rules.md, "The runtime ABI").
-SUPERVISOR_PATH = "/podium/supervise"
-INPUT_DIR = "/contest/input"
-MANIFEST_PATH = f"{INPUT_DIR}/{staging.MANIFEST}"
-IMAGE_ROOT = f"{INPUT_DIR}/{staging.IMAGES}"
-# The entrant's scratch space: a tmpfs inside the container, not the worker's /tmp.
-SCRATCH_DIR = "/tmp"  # noqa: S108 - a path inside the container
-OUTPUT_DIR = "/contest/output"
-OUTPUT_PATH = f"{OUTPUT_DIR}/predictions.i32"
-LOG_DIR = "/contest/logs"
-
-SHM_DIR = "/dev/shm"  # noqa: S108 - a path inside the container
-# The entrant's stdout/stderr files live on their own tmpfs: a log flood fills it and
-# gets ENOSPC instead of eating the entrant's /tmp or the host's disk. It belongs to the
-# supervisor's uid (mode 0700): the entrant writes its logs only through the stdout and
-# stderr the supervisor gave it, and can neither reach the files nor add any.
-LOG_TMPFS_BYTES = 64 * 1024 * 1024
-# POSIX shared memory (and what libraries put there) is a tmpfs of ours, of the
-# benchmark's ``run_shm_bytes``, so that it has an inode cap like every other writable place.
-# Inode caps of the writable tmpfs mounts (each counts its own folder too). Empty files
-# use no blocks, so ``size=`` alone does not stop a flood of them: a million take
-# seconds and a gigabyte of kernel memory. At the cap, creating a file fails at once
-# with ENOSPC. The output folder holds one file (and perhaps a temporary one to rename).
-SCRATCH_INODES = 65_536
-SHM_INODES = 32_768
-OUTPUT_INODES = 64
-LOG_INODES = 8
-# How much of each log's end the supervisor carries back on its result line; keeps
-# the line far below the json-file log cap below.
-TAIL_BYTES = 64 * 1024
-LOG_MAX_SIZE = "16m"
-# The supervisor stops the entrant this long before the host's outer timer fires, so
-# it can kill, reap and report before the host gives up on it: a tenth of the limit,
-# between 1 and 10 seconds.
-MIN_MARGIN_MS = 1_000
-MAX_MARGIN_MS = 10_000
-# Before its clock starts, the supervisor waits this long for the engine to finish
-# starting the container (runc, containerd, dockerd answering the start and our wait):
-# on a small host that work otherwise competes with the entrant's first milliseconds.
-SETTLE_MS = 20
+# The sandbox's paths, limits and flags have one home, ``portal.contests.sandbox``, which
+# the portal also publishes (``GET /api/v1/benchmarks/{slug}/sandbox/``); the names are
+# kept here for the worker side's modules and tests.
+SUPERVISOR_PATH = sandbox.SUPERVISOR_PATH
+INPUT_DIR = sandbox.INPUT_DIR
+MANIFEST_PATH = sandbox.MANIFEST_PATH
+IMAGE_ROOT = sandbox.IMAGE_ROOT
+SCRATCH_DIR = sandbox.SCRATCH_DIR
+OUTPUT_DIR = sandbox.OUTPUT_DIR
+OUTPUT_PATH = sandbox.OUTPUT_PATH
+LOG_DIR = sandbox.LOG_DIR
+SHM_DIR = sandbox.SHM_DIR
+LOG_TMPFS_BYTES = sandbox.LOG_TMPFS_BYTES
+SCRATCH_INODES = sandbox.SCRATCH_INODES
+SHM_INODES = sandbox.SHM_INODES
+OUTPUT_INODES = sandbox.OUTPUT_INODES
+LOG_INODES = sandbox.LOG_INODES
+TAIL_BYTES = sandbox.TAIL_BYTES
+LOG_MAX_SIZE = sandbox.LOG_MAX_SIZE
+MIN_MARGIN_MS = sandbox.MIN_MARGIN_MS
+MAX_MARGIN_MS = sandbox.MAX_MARGIN_MS
+SETTLE_MS = sandbox.SETTLE_MS
+NO_HEALTHCHECK = sandbox.NO_HEALTHCHECK
 # What the supervisor writes to its own stderr once its warm start is over, right before
 # its clock: a run the host's outer timer stops without it was stopped on our side of
 # the line (a platform fault), never on the entrant's.
@@ -125,10 +108,6 @@ RUN_LOG = storage.RUN_LOG
 # the setting ``PODIUM_RUN_OOM_SCORE_ADJ`` (None: not asked for), to be -1000 wherever
 # the engine allows it.
 RUN_OOM_SCORE_ADJ_SETTING = "PODIUM_RUN_OOM_SCORE_ADJ"
-# The engine must never run an image's HEALTHCHECK beside the supervisor: outside its
-# process tree and its seccomp filter, a health check could renice or re-limit PID 1
-# and compute off the clock.
-NO_HEALTHCHECK = {"test": ["NONE"]}
 
 
 class SupervisorError(Exception):
@@ -161,9 +140,7 @@ class SupervisorResult:
 
 def supervisor_deadline_ms(score_timeout_s: int) -> int:
     """When the supervisor kills the entrant: the score timeout less a safety margin."""
-    limit_ms = score_timeout_s * 1000
-    margin_ms = min(MAX_MARGIN_MS, max(MIN_MARGIN_MS, limit_ms // 10))
-    return max(1, limit_ms - margin_ms)
+    return sandbox.supervisor_deadline_ms(score_timeout_s)
 
 
 def prewarm_bounds(benchmark: Benchmark) -> prewarm.Bounds:
@@ -176,15 +153,9 @@ def prewarm_bounds(benchmark: Benchmark) -> prewarm.Bounds:
 
 
 def outer_timeout_s(benchmark: Benchmark) -> float:
-    """The host's outer timer: the score timeout plus the warm start's time bound.
-
-    The warm start happens before the supervisor's clock, so its deadline
-    (:func:`supervisor_deadline_ms`, counted from that clock) ends at most the walk's
-    time bound (the supervisor stops the walk there) plus the settle time later than it
-    would without it; the margin of :func:`supervisor_deadline_ms` (at least a second)
-    covers the settle time and the report, as before.
-    """
-    return benchmark.score_timeout_s + prewarm_bounds(benchmark).time_ms / 1000
+    """The host's outer timer: the score timeout plus the warm start's time bound
+    (``portal.contests.sandbox.outer_timeout_s``)."""
+    return sandbox.outer_timeout_s(benchmark.score_timeout_s, prewarm_bounds(benchmark))
 
 
 def supervisor_uid() -> int:
@@ -249,105 +220,20 @@ def container_spec(
     add to the timing noise, and the cpuset is the limit.
     """
     run_uid = int(settings.PODIUM_RUN_UID if uid is None else uid)
-    own_uid = supervisor_uid()
-    if run_uid == 0 or own_uid in (0, run_uid):
-        raise ValueError(
-            f"the entrant's uid ({run_uid}) and the supervisor's ({own_uid}) must differ "
-            "and neither may be root"
-        )
     oom_score_adj = getattr(settings, RUN_OOM_SCORE_ADJ_SETTING, None)
-    warm = prewarm_bounds(benchmark)
-    # Docker ignores tmpfs ``mode=`` where the image already has the folder (the copy-up
-    # keeps the image's owner and mode), so ownership is given explicitly too.
-    owned = f"uid={run_uid},gid={run_uid},mode=0700"
-    no_exec = "rw,noexec,nosuid,nodev"
-    spec: dict[str, Any] = {
-        "image": image,
-        "entrypoint": [
-            SUPERVISOR_PATH,
-            "--deadline-ms",
-            str(supervisor_deadline_ms(benchmark.score_timeout_s)),
-            "--log-dir",
-            LOG_DIR,
-            "--output",
-            OUTPUT_PATH,
-            "--expect-bytes",
-            str(expect_bytes),
-            "--tail-bytes",
-            str(TAIL_BYTES),
-            "--settle-ms",
-            str(SETTLE_MS),
-            "--prewarm-bytes",
-            str(warm.budget_bytes),
-            "--prewarm-files",
-            str(warm.names),
-            "--prewarm-ms",
-            str(warm.time_ms),
-            "--supervisor-user",
-            f"{own_uid}:{own_uid}",
-            "--entrant-user",
-            f"{run_uid}:{run_uid}",
-            "--",
-            rules.RUN_ENTRYPOINT,
-            MANIFEST_PATH,
-            IMAGE_ROOT,
-            OUTPUT_PATH,
-        ],
-        "command": [],
-        # Root for the supervisor's first instructions only (see above).
-        "user": "0:0",
-        # The only writable scratch space, so relative writes of the entrant work.
-        "working_dir": SCRATCH_DIR,
-        "environment": [],
-        "labels": {"podium.run": str(staged.run_id)},
-        "network_mode": "none",
-        "read_only": True,
-        "cap_drop": ["ALL"],
-        "cap_add": ["SETUID", "SETGID", "SETPCAP"],
-        "security_opt": ["no-new-privileges"],
-        "healthcheck": NO_HEALTHCHECK,
-        "pids_limit": benchmark.run_pids_limit,
-        "mem_limit": benchmark.run_memory_bytes,
-        "memswap_limit": benchmark.run_memory_bytes,
-        "tmpfs": {
-            SCRATCH_DIR: (
-                f"rw,exec,nosuid,nodev,size={benchmark.run_tmpfs_bytes},"
-                f"nr_inodes={SCRATCH_INODES},{owned}"
-            ),
-            SHM_DIR: f"{no_exec},size={benchmark.run_shm_bytes},nr_inodes={SHM_INODES},{owned}",
-            OUTPUT_DIR: (
-                f"{no_exec},size={benchmark.run_output_tmpfs_bytes},"
-                f"nr_inodes={OUTPUT_INODES},{owned}"
-            ),
-            LOG_DIR: (
-                f"{no_exec},size={LOG_TMPFS_BYTES},nr_inodes={LOG_INODES},"
-                f"uid={own_uid},gid={own_uid},mode=0700"
-            ),
-        },
-        # ``mounts`` (not ``binds``): a missing source is an error instead of a new,
-        # empty folder created by the engine.
-        "mounts": [
-            {
-                "Type": "bind",
-                "Source": str(supervisor),
-                "Target": SUPERVISOR_PATH,
-                "ReadOnly": True,
-            },
-            {
-                "Type": "bind",
-                "Source": str(staged.input_dir),
-                "Target": INPUT_DIR,
-                "ReadOnly": True,
-            },
-        ],
-        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX_SIZE}},
-        "init": False,
-    }
-    for path in image_volumes:
-        if path not in spec["tmpfs"]:
-            spec["tmpfs"][path] = f"ro,{no_exec.removeprefix('rw,')},size=4k,nr_inodes=16"
-    if oom_score_adj is not None:
-        spec["oom_score_adj"] = int(oom_score_adj)
+    spec = sandbox.container_spec(
+        image=image,
+        limits=benchmark,
+        supervisor=str(supervisor),
+        input_dir=str(staged.input_dir),
+        expect_bytes=expect_bytes,
+        run_uid=run_uid,
+        supervisor_uid=supervisor_uid(),
+        warm=prewarm_bounds(benchmark),
+        labels={"podium.run": str(staged.run_id)},
+        oom_score_adj=None if oom_score_adj is None else int(oom_score_adj),
+        image_volumes=image_volumes,
+    )
     cpuset = cpus.configured().scoring_cpus if scoring_cpus is None else scoring_cpus
     if cpuset:
         spec["cpuset_cpus"] = cpuset

@@ -21,7 +21,8 @@ rows keep their ``image_tag``: it records what was scored, even once the image i
 
 Work still in progress is left alone and reported: a submission that has not reached a
 final status (building, queued, a staff rescore...), with its runs and image, and an
-environment that is building or that such a submission uses.
+environment that is building or that such a submission uses (one of a later phase of
+the contest included, which may use this phase's environments).
 
 Idempotent: what is already gone counts as nothing, so a second purge removes nothing
 new. Only the worker side calls this (it talks to the Docker Engine through
@@ -134,7 +135,12 @@ def artifacts_purge(
     active = [s for s in submissions if s.status not in Submission.FINAL]
     done = [s for s in submissions if s.status in Submission.FINAL]
     summary.skipped += [f"submission {s.pk} ({s.status})" for s in active]
-    busy_environment_ids = {s.environment_id for s in active}
+    # An environment carried over to a later phase may be used by that phase's work too.
+    busy_environment_ids = {s.environment_id for s in active} | set(
+        Submission.objects.filter(environment__benchmark=benchmark)
+        .exclude(status__in=Submission.FINAL)
+        .values_list("environment_id", flat=True)
+    )
     environments = list(Environment.objects.filter(benchmark=benchmark).order_by("pk"))
     purgeable_environments: list[Environment] = []
     for environment in environments:

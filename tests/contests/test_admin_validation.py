@@ -96,6 +96,9 @@ def form_data(benchmark: Benchmark, **changes: Any) -> dict[str, Any]:
         "kind": benchmark.kind,
         "title": benchmark.title,
         "description": "",
+        "contest": benchmark.contest_id or "",
+        "phase_order": benchmark.phase_order,
+        "phase_name": benchmark.phase_name,
     }
     for name in RULE_SETTINGS:
         value = changes.get(name, getattr(benchmark, name))

@@ -1,8 +1,10 @@
 """Two scoring hosts of one class, each with its own Docker Engine, on one queue.
 
 The second engine is a `dockerd` this test starts, with its own data root, exec root,
-pid file, socket and no bridge (the scored container has no network). It runs in this
-machine's network namespace, so it reaches the test's registry on 127.0.0.1, which the
+pid file, socket and a bridge of its own that the test makes and removes (the scored
+container has no network; an engine started without a bridge would delete the machine's
+`docker0`, which the first engine's builds use). It runs in this machine's network
+namespace, so it reaches the test's registry on 127.0.0.1, which the
 engine allows over plain HTTP by default (loopback is an insecure registry out of the
 box). The submission image reaches each engine only from that registry, by digest
 (`PODIUM_REGISTRY`): each host pulls it for a run, checks it is the recorded image and
@@ -43,10 +45,31 @@ LEASE_S = 3
 ROWS = 10
 RUN_S = 4  # each entrant's run sleeps this long, so the two hosts overlap
 SECOND_ENGINE_START_S = 60
+SECOND_BRIDGE = "podium-fleet2"  # at most 15 characters, as for every interface name
+SECOND_BRIDGE_ADDRESS = "172.30.251.1/24"
 
 
 @pytest.fixture
-def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def second_bridge() -> Iterator[str]:
+    """A bridge interface for the second engine's default network, removed afterwards."""
+    ip = shutil.which("ip")
+    if ip is None:
+        reason = "a second Docker Engine's bridge needs iproute2's ip"
+        if os.environ.get("REQUIRE_DOCKER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    subprocess.run([ip, "link", "del", SECOND_BRIDGE], capture_output=True, check=False)
+    subprocess.run([ip, "link", "add", "name", SECOND_BRIDGE, "type", "bridge"], check=True)
+    try:
+        subprocess.run([ip, "addr", "add", SECOND_BRIDGE_ADDRESS, "dev", SECOND_BRIDGE], check=True)
+        subprocess.run([ip, "link", "set", SECOND_BRIDGE, "up"], check=True)
+        yield SECOND_BRIDGE
+    finally:
+        subprocess.run([ip, "link", "del", SECOND_BRIDGE], capture_output=True, check=False)
+
+
+@pytest.fixture
+def second_engine(tmp_path_factory: pytest.TempPathFactory, second_bridge: str) -> Iterator[str]:
     """A second Docker Engine on a socket of its own; its DOCKER_HOST URL."""
     dockerd = shutil.which("dockerd")
     if dockerd is None or os.geteuid() != 0:
@@ -60,6 +83,7 @@ def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     socket = root / "docker.sock"
     url = f"unix://{socket}"
     log = (root / "dockerd.log").open("wb")
+    had_docker0 = Path("/sys/class/net/docker0").exists()
     process = subprocess.Popen(
         [
             dockerd,
@@ -68,7 +92,7 @@ def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "--exec-root", str(root / "exec"),
             "--pidfile", str(root / "dockerd.pid"),
             "-H", url,
-            "--bridge=none",
+            f"--bridge={second_bridge}",
             "--iptables=false",
         ],
         stdout=log,
@@ -85,6 +109,7 @@ def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             timeout_s=SECOND_ENGINE_START_S,
             interval_s=0.5,
         )
+        assert Path("/sys/class/net/docker0").exists() == had_docker0  # left alone
         yield url
     finally:
         process.terminate()

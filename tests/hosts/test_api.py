@@ -7,8 +7,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from portal.contests.models import Cohort
 from portal.hosts.models import ScoringHost
-from portal.submissions.models import Submission
+from portal.submissions.models import Run, Submission
 from tests import factories
 
 URL = "/api/v1/hosts/"
@@ -78,7 +79,7 @@ def test_retired_hosts_are_hidden_and_states_are_shown(alice_client, make_host):
     }
 
 
-def test_queue_length_counts_waiting_official_and_practice_runs_of_the_class(
+def test_queue_length_counts_waiting_official_practice_and_final_runs_of_the_class(
     alice_client, alice, bob, benchmark, make_host, waiting, django_assert_max_num_queries
 ):
     gpu_benchmark = factories.BenchmarkFactory(hardware_class="gpu-h200")
@@ -93,13 +94,23 @@ def test_queue_length_counts_waiting_official_and_practice_runs_of_the_class(
     waiting(alice, benchmark, Submission.PASSED)
     waiting(alice, benchmark, Submission.ACCEPTED)  # still to be built
     waiting(bob, gpu_benchmark, Submission.QUEUED)
+    passed = waiting(bob, benchmark, Submission.PASSED)
+    (final,) = factories.cohorts(benchmark, Cohort.OFFICIAL)
+    for try_number, status in enumerate((Run.QUEUED, Run.QUEUED, Run.RUNNING), 1):
+        Run.objects.create(  # a final rerun's runs: two still to claim
+            submission=passed,
+            cohort=final,
+            purpose=Run.FINAL,
+            status=status,
+            try_number=try_number,
+        )
 
-    with django_assert_max_num_queries(4):  # the token, its user, the hosts, the queues
+    with django_assert_max_num_queries(5):  # the token, its user, the hosts, the two queues
         rows = alice_client.get(URL).json()
 
     assert {row["name"]: row["queue_length"] for row in rows} == {
-        "alpha": 3,
-        "bravo": 3,
+        "alpha": 5,
+        "bravo": 5,
         "charlie": 1,
         "delta": 0,
     }

@@ -10,9 +10,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from django.utils import timezone
 
+from portal.submissions.models import ProvenanceReview
 from scoring import engine
 from scoring.images import artifacts
+from tests.web.boards import official_run
 
 NPY_HEADER = (
     b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (50000, 8), }"
@@ -132,3 +135,60 @@ def test_a_real_image_is_listed_through_the_engine_and_its_container_removed():
         assert [t["path"] for t in found["tables"]] == ["/opt.tsv"]
     finally:
         engine.remove_image(tag)
+
+
+@pytest.fixture
+def reviewed(benchmark, alice):
+    """An official submission under review whose image this engine may or may not have."""
+    submission = official_run(benchmark, alice, 100).submission
+    submission.image_digest = "sha256:" + "b" * 64
+    submission.image_ref = "registry.invalid/podium/sub-1@sha256:" + "b" * 64
+    submission.save(update_fields=["image_digest", "image_ref"])
+    ProvenanceReview.objects.create(
+        submission=submission, opened_at=timezone.now(), opened_because="first place"
+    )
+    return submission
+
+
+def listing_of(submission):
+    submission.provenance_review.refresh_from_db()
+    return submission.provenance_review.artifacts
+
+
+def test_an_image_kept_nowhere_is_said_so_on_the_review(reviewed, monkeypatch):
+    monkeypatch.setattr(engine, "image_exists", lambda _image: False)
+    pulled: list[str] = []
+    monkeypatch.setattr(engine, "pull_image", pulled.append)
+
+    artifacts.review_listing(reviewed.pk)
+
+    assert pulled == [reviewed.image_ref]  # tried the registry first
+    assert listing_of(reviewed) == {"error": "the submission's image is no longer kept"}
+
+
+def test_an_engine_failure_is_kept_on_the_review_not_raised(reviewed, monkeypatch):
+    def refuse(_image):
+        raise engine.EngineError("connection refused")
+
+    monkeypatch.setattr(engine, "image_exists", refuse)
+
+    artifacts.review_listing(reviewed.pk)
+
+    assert listing_of(reviewed) == {
+        "error": "the engine could not list the image: connection refused"
+    }
+
+
+def test_an_image_found_only_in_the_registry_is_pulled_and_listed(reviewed, monkeypatch):
+    present: set[str] = set()
+    monkeypatch.setattr(engine, "image_exists", lambda image: image in present)
+    monkeypatch.setattr(engine, "pull_image", present.add)
+    listed: list[str] = []
+    monkeypatch.setattr(
+        artifacts, "list_image", lambda image, _pause: listed.append(image) or {"files": 0}
+    )
+
+    artifacts.review_listing(reviewed.pk)
+
+    assert listed == [reviewed.image_ref]
+    assert listing_of(reviewed) == {"files": 0}

@@ -433,6 +433,34 @@ def test_unfinished_work_is_skipped_and_reported(filled: Filled, fake_engine: Fa
     assert fake_engine.images == set(filled.images)
 
 
+def test_an_environment_a_later_phase_still_uses_is_skipped(
+    filled: Filled, fake_engine: FakeEngine, alice: Any
+) -> None:
+    """The closed benchmark was a contest's first phase; alice's upload to the second,
+    with her first-phase environment (carried over), is still queued."""
+    contest = factories.ContestFactory()
+    Benchmark.objects.filter(slug="closed").update(contest=contest, phase_order=1)
+    later = factories.BenchmarkFactory(slug="later", contest=contest, phase_order=2)
+    Submission.objects.create(
+        entrant=alice,
+        benchmark=later,
+        environment=filled.environment,
+        status=Submission.QUEUED,
+        submitted_at=LATER,
+        source_name="s.tar.gz",
+        source_format="tar.gz",
+        source_sha256="0" * 64,
+        source_bytes=1,
+    )
+
+    _, err = purge("--benchmark", "closed")
+
+    skipped = f"skipped, still in progress: environment {filled.environment.pk}"
+    assert f"{skipped} (used by unfinished work)" in err.splitlines()
+    assert storage.environment_dir(filled.environment.pk).exists()
+    assert not storage.submission_dir(filled.submission.pk).exists()  # its own finished work
+
+
 def test_after_a_purge_log_tails_are_empty_and_the_source_is_no_longer_kept(
     filled: Filled, alice: Any
 ) -> None:

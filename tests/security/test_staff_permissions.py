@@ -55,6 +55,11 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.view_submissionevent",
     "submissions.view_attemptledger",
     "contests.view_cohort",
+    "contests.view_contest",
+    "contests.change_contest",
+    "contests.view_announcement",
+    "contests.add_announcement",
+    "contests.change_announcement",
 }
 
 

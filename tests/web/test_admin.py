@@ -18,6 +18,8 @@ MODELS = [
     "contests.cohort",
     "contests.cohortitem",
     "contests.leaderboardentry",
+    "contests.contest",
+    "contests.announcement",
     "environments.environment",
     "environments.environmentevent",
     "submissions.submission",

@@ -53,7 +53,7 @@ def test_list_shows_each_benchmark_with_status_and_times_in_kst_and_utc(client, 
     assert reverse("contests:benchmark_detail", kwargs={"slug": "eva02-imagenet1k-v3"}) in html
     assert "2026-08-10 00:00 KST (2026-08-09 15:00 UTC)" in html
     assert "2026-08-31 18:00 KST (2026-08-31 09:00 UTC)" in html
-    statuses = {b.slug: schedule.status for b, schedule in page.context["benchmarks"]}
+    statuses = {e.benchmark.slug: e.status for e in page.context["entries"] if e.benchmark}
     assert statuses["running-now"] == "open"
     assert statuses["long-gone"] == "closed"
     if now < dt.datetime(2026, 8, 10, tzinfo=KST):

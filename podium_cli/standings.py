@@ -1,0 +1,119 @@
+"""The end of a contest from the entrant's side: nominating the submissions that enter the
+final standings, and reading the published standings (with a local check of their digest)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from podium_cli import show
+from podium_cli.commands import client_for
+from podium_cli.errors import EXIT_OK, CliError
+
+
+def _print_nominations(state: dict[str, Any]) -> None:
+    status = "open" if state["open"] else "closed"
+    print(f"Nominations are {status}; the deadline is {show.when(state['deadline'])}.")
+    named = ", ".join(str(pk) for pk in state["nominated"]) or "none"
+    counted = ", ".join(str(pk) for pk in state["counted"]) or "none"
+    print(f"Nominated: {named}")
+    if state["default"]:
+        print(f"Counted: {counted} (nothing named: your two best passing submissions count)")
+    else:
+        print(f"Counted: {counted}")
+    eligible = ", ".join(str(pk) for pk in state["eligible"]) or "none yet"
+    print(f"Eligible (your passing official submissions, best first): {eligible}")
+
+
+def nominations(args: argparse.Namespace) -> int:
+    state = client_for(args).get_json(f"/benchmarks/{args.benchmark}/nominations/")
+    _print_nominations(state)
+    return EXIT_OK
+
+
+def nominate(args: argparse.Namespace) -> int:
+    if args.default == bool(args.submission):
+        raise CliError("Name one or two submission ids, or give --default (not both).")
+    ids = [] if args.default else args.submission
+    state = client_for(args).put_json(
+        f"/benchmarks/{args.benchmark}/nominations/", {"submission_ids": ids}
+    )
+    _print_nominations(state)
+    return EXIT_OK
+
+
+def standings(args: argparse.Namespace) -> int:
+    client = client_for(args, need_token=False)
+    found = client.get_json(f"/benchmarks/{args.benchmark}/standings/")
+    source = "the final rerun" if found["source"] == "final_rerun" else "the leaderboard"
+    print(
+        f"Final standings of {found['benchmark']}, published {show.when(found['published_at'])} "
+        f"from {source}."
+    )
+    print(
+        show.table(
+            ["RANK", "ENTRANT", "WALL TIME", "RUNS", "SUBMISSION", "TIED"],
+            [
+                [
+                    row["rank"],
+                    row["entrant"],
+                    show.wall_time(row["wall_time_ns"]),
+                    row["runs"],
+                    row["submission_id"],
+                    "tied" if row["tied"] else "",
+                ]
+                for row in found["rows"]
+            ],
+        )
+    )
+    print(f"Digest: {found['digest']}")
+    for correction in found["corrections"]:
+        print(f"Corrected {show.when(correction['at'])}: {correction['reason']}")
+    if args.csv:
+        body, headers = client.get_bytes(f"/benchmarks/{args.benchmark}/standings.csv")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if digest != found["digest"] or headers.get("X-Podium-Digest") != found["digest"]:
+            raise CliError(
+                f"The CSV's SHA-256 ({digest}) is not the published digest ({found['digest']}); "
+                "it was not saved."
+            )
+        Path(args.csv).write_bytes(body)
+        print(f"Saved the CSV to {args.csv}; its SHA-256 is the published digest.")
+    return EXIT_OK
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``nominations``, ``nominate`` and ``standings`` on the main parser."""
+    shown = sub.add_parser(
+        "nominations",
+        help="your nominations for the final standings",
+        description="Show which of your submissions count for BENCHMARK's final standings, "
+        "which you named, which you may name, and the deadline.",
+    )
+    shown.set_defaults(handler=nominations)
+    shown.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+
+    named = sub.add_parser(
+        "nominate",
+        help="name the submissions that enter the final standings (at most two)",
+        description="Name up to two of your passing official submissions of BENCHMARK for "
+        "the final standings, replacing earlier ones; --default goes back to your two best. "
+        "Allowed until the nomination deadline.",
+    )
+    named.set_defaults(handler=nominate)
+    named.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+    named.add_argument("submission", metavar="SUBMISSION", type=int, nargs="*")
+    named.add_argument("--default", action="store_true", help="name none: your two best count")
+
+    final = sub.add_parser(
+        "standings",
+        help="the published final standings",
+        description="Show BENCHMARK's published final standings with their digest and any "
+        "corrections. Needs no sign-in. --csv saves the canonical CSV after checking that "
+        "its SHA-256 is the published digest.",
+    )
+    final.set_defaults(handler=standings)
+    final.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+    final.add_argument("--csv", metavar="FILE", help="save the canonical CSV here")
