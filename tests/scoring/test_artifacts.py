@@ -184,9 +184,12 @@ def test_an_image_found_only_in_the_registry_is_pulled_and_listed(reviewed, monk
     monkeypatch.setattr(engine, "image_exists", lambda image: image in present)
     monkeypatch.setattr(engine, "pull_image", present.add)
     listed: list[str] = []
-    monkeypatch.setattr(
-        artifacts, "list_image", lambda image, _pause: listed.append(image) or {"files": 0}
-    )
+
+    def list_image(image, _pause):
+        listed.append(image)
+        return {"files": 0}
+
+    monkeypatch.setattr(artifacts, "list_image", list_image)
 
     artifacts.review_listing(reviewed.pk)
 
