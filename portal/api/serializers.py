@@ -263,6 +263,9 @@ class LeaderboardRowSerializer(serializers.Serializer[LeaderboardRow]):
         allow_null=True,
         help_text="The submission's provenance review: under review, cleared, or null (none).",
     )
+    team = serializers.BooleanField(
+        help_text="Whether the row is a team's: ``entrant`` is then the team's name."
+    )
 
 
 class VerifyingRowSerializer(serializers.Serializer[VerifyingRow]):

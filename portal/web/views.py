@@ -24,6 +24,7 @@ from portal.standings.selectors import board_state
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
+from portal.teams.selectors import teammate_ids
 from portal.web.chart import progress_chart
 
 BOARD_PREVIEW_ROWS = 20
@@ -51,7 +52,9 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
             quota_for(request.user, benchmark, kind, now)
             for kind in (Submission.OFFICIAL, Submission.PRACTICE)
         ]
-        standing = leaderboard_standing(benchmark, request.user)
+        standing = leaderboard_standing(
+            benchmark, request.user, teammates=teammate_ids(benchmark.pk, request.user.pk)
+        )
     practice = practice_cohort(benchmark)
     context = {
         "benchmark": benchmark,
@@ -84,7 +87,11 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     except ValueError:
         page = 1
     standing = (
-        leaderboard_standing(benchmark, request.user) if request.user.is_authenticated else None
+        leaderboard_standing(
+            benchmark, request.user, teammates=teammate_ids(benchmark.pk, request.user.pk)
+        )
+        if request.user.is_authenticated
+        else None
     )
     context = {
         "benchmark": benchmark,
