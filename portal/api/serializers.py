@@ -345,6 +345,9 @@ class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
     benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
+    owner = serializers.CharField(
+        source="owner.username", read_only=True, help_text="Whose it is (you, or a teammate)."
+    )
     image_digest = serializers.SerializerMethodField()
     timeline = TimelineEventSerializer(many=True, source="events")
     created_at = OffsetDateTimeField()
@@ -356,6 +359,7 @@ class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
         fields = [
             "id",
             "name",
+            "owner",
             "benchmark",
             "status",
             "image_digest",
@@ -477,6 +481,9 @@ class SubmissionSerializer(serializers.ModelSerializer[Submission]):
     environment: serializers.PrimaryKeyRelatedField[Environment] = (
         serializers.PrimaryKeyRelatedField(read_only=True)
     )
+    entrant = serializers.CharField(
+        source="entrant.username", read_only=True, help_text="Who uploaded it (you, or a teammate)."
+    )
     benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
@@ -503,6 +510,7 @@ class SubmissionSerializer(serializers.ModelSerializer[Submission]):
         model = Submission
         fields = [
             "id",
+            "entrant",
             "kind",
             "status",
             "environment",
