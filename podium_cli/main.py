@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from podium_cli import __version__, commands, watch
+from podium_cli import __version__, commands, teams, watch
 from podium_cli.errors import EXIT_INTERRUPTED, CliError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -186,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
         "BENCHMARK, and when the day resets (days follow the benchmark's attempt timezone).",
     )
     allowance.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+
+    teams.register(sub)
     return parser
 
 

@@ -108,6 +108,8 @@ RULE_FIELDS = [
     "max_image_bytes",
     "max_concurrent_builds",
     "max_upload_bytes",
+    "team_size_max",
+    "team_freeze_at",
 ]
 
 
@@ -211,6 +213,10 @@ class BenchmarkDetailSerializer(BenchmarkSerializer):
     build_network = serializers.SerializerMethodField()
     noise_band = serializers.SerializerMethodField()
     hardware = serializers.SerializerMethodField()
+    team_freeze_at = OffsetDateTimeField(
+        allow_null=True,
+        help_text="From this moment teams are fixed; null: from the close (closes_at).",
+    )
 
     class Meta(BenchmarkSerializer.Meta):
         fields = [

@@ -57,13 +57,21 @@ def attempts_used_today(
     }
 
 
-def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> Quota:
+def quota_for(
+    entrant: Any,
+    benchmark: Benchmark,
+    kind: str,
+    now: dt.datetime,
+    *,
+    members: Sequence[int] | None = None,
+) -> Quota:
     """How many attempts of ``kind`` the entrant has left on today's attempt day: their
     team's, when they are in one (the allowance is the team's).
 
     ``used_today`` is the day's charges net of its refunds, never below zero; a refund of
     an earlier day's attempt booked today shows as one more ``remaining_today``, which
-    may then exceed ``per_day``.
+    may then exceed ``per_day``. ``members``: the entrant's team's user ids, when the
+    caller has read them already (``teams.selectors.teammate_ids``).
 
     ``next_available_at`` is when the next upload can be accepted: now, the next reset,
     the opening if that is later (official attempts only: practice runs are accepted
@@ -73,7 +81,11 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
         benchmark.attempts_per_day if kind == Submission.OFFICIAL else benchmark.practice_per_day
     )
     tz_name = benchmark.attempt_timezone
-    used = net_charged_on(entrant, benchmark, kind, rules.attempt_day(now, tz_name))
+    day = rules.attempt_day(now, tz_name)
+    if members is None:
+        used = net_charged_on(entrant, benchmark, kind, day)
+    else:
+        used = net_charged_of(members, benchmark, kind, day)
     window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
     next_at: dt.datetime | None = rules.next_attempt_at(now, tz_name, per_day, used)
     if window == "upcoming" and kind == Submission.OFFICIAL:

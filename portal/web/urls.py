@@ -4,7 +4,7 @@
 from django.urls import path
 
 from portal.accounts import views as account_views
-from portal.web import standings, views
+from portal.web import standings, teams, views
 
 app_name = "contests"
 
@@ -14,6 +14,7 @@ urlpatterns = [
     path("b/<slug:slug>/leaderboard/", views.leaderboard, name="leaderboard"),
     path("b/<slug:slug>/standings/", standings.standings, name="standings"),
     path("b/<slug:slug>/nominations/", standings.nominations, name="nominations"),
+    path("b/<slug:slug>/team/", teams.team, name="team"),
     path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_create, name="token_create"),
     path("account/tokens/<int:pk>/revoke/", account_views.token_revoke, name="token_revoke"),

@@ -48,13 +48,12 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     quotas = []
     standing = None
     if request.user.is_authenticated:
+        members = teammate_ids(benchmark.pk, request.user.pk)
         quotas = [
-            quota_for(request.user, benchmark, kind, now)
+            quota_for(request.user, benchmark, kind, now, members=members)
             for kind in (Submission.OFFICIAL, Submission.PRACTICE)
         ]
-        standing = leaderboard_standing(
-            benchmark, request.user, teammates=teammate_ids(benchmark.pk, request.user.pk)
-        )
+        standing = leaderboard_standing(benchmark, request.user, teammates=members)
     practice = practice_cohort(benchmark)
     context = {
         "benchmark": benchmark,
