@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from portal.contests.models import LeaderboardEntry
+from portal.contests.models import Benchmark, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows, leaderboard_standing
 from portal.submissions import staff
-from portal.submissions.models import Submission
+from portal.submissions.models import Run, Submission
+from portal.submissions.verification import verification_due
 from portal.teams import services
 from portal.teams.selectors import teammate_ids
 from tests.contests.test_leaderboard import BASE, Contest
@@ -100,3 +101,21 @@ def test_a_disqualified_best_gives_the_team_its_next_members_run(contest):
     staff.submission_disqualify(submission=bobs, actor=contest.staff, reason="hard-coded answers")
 
     assert board(contest) == [("Pair", 2_000, True)]
+
+
+def test_a_run_slower_than_its_teams_best_is_not_verified(contest):
+    """Verification is for a new best of the board identity: a teammate's slower run
+    changes no row, so it needs no verification run."""
+    form_team(contest, "Pair", "alice", "bob")
+    passes(contest, "alice", 1_000, 0)
+    bobs = contest.submit("bob", Submission.OFFICIAL, BASE + dt.timedelta(minutes=1))
+    started = contest.start(bobs)
+    assert started is not None
+    Benchmark.objects.filter(pk=contest.benchmark.pk).update(verify_top=20)
+    run = Run.objects.select_related("submission__benchmark").get(pk=started.pk)
+    run.wall_time_ns = 2_000
+    run.passed = True
+
+    assert not verification_due(run)
+    run.wall_time_ns = 500  # faster than the team's best: a new best, at the top
+    assert verification_due(run)

@@ -41,7 +41,9 @@ def fast_uploads(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def team_of_two(alice: Any, bob: Any) -> Any:
     """A benchmark of 2 official attempts a day with alice and bob's team on it."""
-    benchmark = factories.BenchmarkFactory(attempts_per_day=2)
+    # Builds in flight are capped per entrant; with the cap out of reach, what refuses
+    # the losers is the allowance alone.
+    benchmark = factories.BenchmarkFactory(attempts_per_day=2, max_concurrent_builds=100)
     factories.cohorts(benchmark)
     team = services.team_create(user=alice, benchmark=benchmark, name="Pair")
     invitation = services.team_invite(user=alice, benchmark=benchmark, username="bob")

@@ -47,7 +47,7 @@ def test_forming_a_team_through_the_page(alice, bob, benchmark):
     assert AuditEvent.objects.filter(action__startswith="team.").count() == 4
 
 
-def test_a_refusal_is_shown_and_changes_nothing(alice, benchmark):
+def test_a_refusal_is_shown_and_changes_nothing(alice, bob, benchmark):
     url = reverse("contests:team", kwargs={"slug": benchmark.slug})
     client = signed_in(alice)
 
