@@ -54,6 +54,9 @@ CONTEST_STAFF_PERMISSIONS = {
     "submissions.view_submissionevent",
     "submissions.view_attemptledger",
     "contests.view_cohort",
+    "teams.view_team",
+    "teams.view_teammember",
+    "teams.view_teaminvitation",
 }
 
 
