@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from podium_cli import __version__, commands, standings, watch
+from podium_cli import __version__, commands, standings, teams, watch
 from podium_cli.errors import EXIT_INTERRUPTED, CliError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -247,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     allowance.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
 
     standings.add_commands(sub)
+    teams.register(sub)
     return parser
 
 

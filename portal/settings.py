@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "portal.contests",
     "portal.environments",
+    "portal.teams",
     "portal.submissions",
     "portal.audit",
     "portal.hosts",

@@ -29,6 +29,7 @@ from portal.api import serializers as s
 from portal.contests.models import Benchmark
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
+from portal.teams.selectors import teammate_ids
 from portal.uploads import MAX_DOCKERFILE_BYTES
 
 TAIL_DEFAULT = 200
@@ -121,24 +122,35 @@ def staff_reads(request: Request) -> bool:
 
 
 def own_environment(
-    request: Request, environment_id: int, *, staff_may_read: bool = False, details: bool = True
+    request: Request,
+    environment_id: int,
+    *,
+    staff_may_read: bool = False,
+    details: bool = True,
+    team_may_read: bool = False,
 ) -> Environment:
-    """The caller's environment; with ``staff_may_read``, any entrant's for a staff caller.
-    Anything else is ``not_found``. ``details=False`` skips what only the serializer reads
-    (a log tail needs the row alone)."""
+    """The caller's environment; with ``staff_may_read``, any entrant's for a staff caller;
+    with ``team_may_read``, a teammate's on the benchmark of their team. Anything else is
+    ``not_found``. ``details=False`` skips what only the serializer reads (a log tail needs
+    the row alone)."""
     environments = Environment.objects.filter(pk=environment_id)
     if details:
-        environments = environments.select_related("benchmark").prefetch_related("events")
-    if not (staff_may_read and staff_reads(request)):
-        environments = environments.filter(owner_id=caller_id(request))
+        environments = environments.select_related("benchmark", "owner").prefetch_related("events")
     environment = environments.first()
-    if environment is None:
+    if environment is None or not (
+        environment.owner_id == caller_id(request)
+        or (staff_may_read and staff_reads(request))
+        or (
+            team_may_read
+            and environment.owner_id in teammate_ids(environment.benchmark_id, caller_id(request))
+        )
+    ):
         raise errors.NotFound("No such environment.")
     return environment
 
 
 def submissions_with_details() -> QuerySet[Submission]:
-    return Submission.objects.select_related("benchmark").prefetch_related(
+    return Submission.objects.select_related("benchmark", "entrant").prefetch_related(
         "events", "ledger", "runs"
     )
 
@@ -151,20 +163,33 @@ def get_submission(submission_id: int) -> Submission:
 
 
 def own_submission(
-    request: Request, submission_id: int, *, staff_may_read: bool = False, details: bool = True
+    request: Request,
+    submission_id: int,
+    *,
+    staff_may_read: bool = False,
+    details: bool = True,
+    team_may_read: bool = False,
 ) -> Submission:
-    """The caller's submission; with ``staff_may_read``, any entrant's for a staff caller.
-    Anything else is ``not_found``. ``details=False`` skips the prefetches only the
-    serializer reads (a log tail needs the row alone)."""
+    """The caller's submission; with ``staff_may_read``, any entrant's for a staff caller;
+    with ``team_may_read``, a teammate's on the benchmark of their team (its feedback is
+    the team's). Anything else is ``not_found``. ``details=False`` skips the prefetches
+    only the serializer reads (a log tail needs the row alone)."""
     if details:
         submission = get_submission(submission_id)
     else:
-        found = Submission.objects.only("entrant_id").filter(pk=submission_id).first()
+        found = (
+            Submission.objects.only("entrant_id", "benchmark_id").filter(pk=submission_id).first()
+        )
         if found is None:
             raise errors.NotFound("No such submission.")
         submission = found
-    if submission.entrant_id != caller_id(request) and not (
-        staff_may_read and staff_reads(request)
+    caller = caller_id(request)
+    if not (
+        submission.entrant_id == caller
+        or (staff_may_read and staff_reads(request))
+        or (
+            team_may_read and submission.entrant_id in teammate_ids(submission.benchmark_id, caller)
+        )
     ):
         raise errors.NotFound("No such submission.")
     return submission

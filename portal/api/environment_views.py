@@ -33,13 +33,15 @@ from portal.environments.services import (
     environment_rebuild,
     environment_remove,
 )
+from portal.teams.selectors import teammate_ids
 from portal.throttles import PostRateThrottle
 from portal.uploads import upload_check, upload_route
 
 
 @upload_route(archive="context", dockerfile="dockerfile")
 class BenchmarkEnvironmentsView(APIView):
-    """Your environments on a benchmark; POST a Dockerfile to create one (attempt-free)."""
+    """Your environments on a benchmark, with your teammates' (which you may submit
+    with); POST a Dockerfile to create one (attempt-free)."""
 
     parser_classes = [MultiPartParser, FormParser]
     throttle_scope = "uploads"
@@ -51,10 +53,13 @@ class BenchmarkEnvironmentsView(APIView):
         responses={200: s.EnvironmentSerializer(many=True), **NOT_FOUND},
     )
     def get(self, request: Request, slug: str) -> Response:
+        benchmark = get_benchmark(slug)
         environments = (
-            Environment.objects.filter(owner_id=caller_id(request), benchmark=get_benchmark(slug))
+            Environment.objects.filter(
+                owner_id__in=teammate_ids(benchmark.pk, caller_id(request)), benchmark=benchmark
+            )
             .exclude(status=Environment.REMOVED)
-            .select_related("benchmark")
+            .select_related("benchmark", "owner")
             .prefetch_related("events")
             .order_by("-created_at", "-id")
         )
@@ -102,7 +107,9 @@ class EnvironmentDetailView(APIView):
         responses={200: s.EnvironmentSerializer, **NOT_FOUND},
     )
     def get(self, request: Request, environment_id: int) -> Response:
-        environment = own_environment(request, environment_id, staff_may_read=True)
+        environment = own_environment(
+            request, environment_id, staff_may_read=True, team_may_read=True
+        )
         return Response(s.EnvironmentSerializer(environment).data)
 
     @extend_schema(

@@ -108,6 +108,8 @@ RULE_FIELDS = [
     "max_image_bytes",
     "max_concurrent_builds",
     "max_upload_bytes",
+    "team_size_max",
+    "team_freeze_at",
 ]
 
 
@@ -220,6 +222,10 @@ class BenchmarkDetailSerializer(BenchmarkSerializer):
     noise_band = serializers.SerializerMethodField()
     hardware = serializers.SerializerMethodField()
     contest = serializers.SerializerMethodField()
+    team_freeze_at = OffsetDateTimeField(
+        allow_null=True,
+        help_text="From this moment teams are fixed; null: from the close (closes_at).",
+    )
 
     class Meta(BenchmarkSerializer.Meta):
         fields = [
@@ -278,6 +284,9 @@ class LeaderboardRowSerializer(serializers.Serializer[LeaderboardRow]):
         choices=["under_review", "cleared"],
         allow_null=True,
         help_text="The submission's provenance review: under review, cleared, or null (none).",
+    )
+    team = serializers.BooleanField(
+        help_text="Whether the row is a team's: ``entrant`` is then the team's name."
     )
 
 
@@ -454,6 +463,9 @@ class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
     benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
+    owner = serializers.CharField(
+        source="owner.username", read_only=True, help_text="Whose it is (you, or a teammate)."
+    )
     image_digest = serializers.SerializerMethodField()
     timeline = TimelineEventSerializer(many=True, source="events")
     created_at = OffsetDateTimeField()
@@ -465,6 +477,7 @@ class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
         fields = [
             "id",
             "name",
+            "owner",
             "benchmark",
             "status",
             "image_digest",
@@ -586,6 +599,9 @@ class SubmissionSerializer(serializers.ModelSerializer[Submission]):
     environment: serializers.PrimaryKeyRelatedField[Environment] = (
         serializers.PrimaryKeyRelatedField(read_only=True)
     )
+    entrant = serializers.CharField(
+        source="entrant.username", read_only=True, help_text="Who uploaded it (you, or a teammate)."
+    )
     benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
@@ -612,6 +628,7 @@ class SubmissionSerializer(serializers.ModelSerializer[Submission]):
         model = Submission
         fields = [
             "id",
+            "entrant",
             "kind",
             "status",
             "environment",

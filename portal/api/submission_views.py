@@ -36,13 +36,15 @@ from portal.submissions import staff
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
 from portal.submissions.selectors import run_log_tail
+from portal.teams.selectors import teammate_ids
 from portal.throttles import PostRateThrottle
 from portal.uploads import upload_check, upload_route
 
 
 @upload_route(archive="source")
 class BenchmarkSubmissionsView(GenericAPIView[Submission]):
-    """Your submissions, newest first; POST an archive to upload one (charges an attempt)."""
+    """Your submissions and your teammates', newest first; POST an archive to upload one
+    (charges an attempt of your team's allowance)."""
 
     serializer_class = s.SubmissionSerializer
     parser_classes = [MultiPartParser, FormParser]
@@ -52,10 +54,12 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
     def get_queryset(self) -> QuerySet[Submission]:
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Submission.objects.none()
+        benchmark = get_benchmark(self.kwargs["slug"])
         return (
             submissions_with_details()
             .filter(
-                entrant_id=caller_id(self.request), benchmark=get_benchmark(self.kwargs["slug"])
+                entrant_id__in=teammate_ids(benchmark.pk, caller_id(self.request)),
+                benchmark=benchmark,
             )
             .order_by("-submitted_at", "-id")
         )
@@ -102,7 +106,8 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
 
 
 class SubmissionDetailView(APIView):
-    """One of your submissions: status, timeline, result, digests, attempt (staff: anyone's)."""
+    """One of your or your teammates' submissions: status, timeline, result, digests,
+    attempt (staff: anyone's)."""
 
     @extend_schema(
         operation_id="submissions_retrieve",
@@ -110,7 +115,7 @@ class SubmissionDetailView(APIView):
         responses={200: s.SubmissionSerializer, **NOT_FOUND},
     )
     def get(self, request: Request, submission_id: int) -> Response:
-        submission = own_submission(request, submission_id, staff_may_read=True)
+        submission = own_submission(request, submission_id, staff_may_read=True, team_may_read=True)
         return Response(s.SubmissionSerializer(submission).data)
 
 
@@ -124,7 +129,9 @@ class SubmissionBuildLogView(RawAPIView):
         responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, submission_id: int) -> HttpResponse:
-        submission = own_submission(request, submission_id, staff_may_read=True, details=False)
+        submission = own_submission(
+            request, submission_id, staff_may_read=True, details=False, team_may_read=True
+        )
         lines = tail_lines(request)
         log = storage.submission_build_log(submission.pk)
         return text_response(storage.read_tail(log, lines))
@@ -143,7 +150,9 @@ class SubmissionRunLogView(RawAPIView):
         responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, submission_id: int) -> HttpResponse:
-        submission = own_submission(request, submission_id, staff_may_read=True, details=False)
+        submission = own_submission(
+            request, submission_id, staff_may_read=True, details=False, team_may_read=True
+        )
         lines = tail_lines(request)
         run_id = (
             submission.runs.filter(purpose=Run.SCORE)

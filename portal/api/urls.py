@@ -15,6 +15,7 @@ from portal.api import (
     staff_views,
     standings_views,
     submission_views,
+    team_views,
     views,
     writeup_views,
 )
@@ -65,6 +66,29 @@ urlpatterns = [
         f"{BENCHMARK}final-rerun/",
         standings_views.FinalRerunView.as_view(),
         name="final-rerun",
+    ),
+    path(f"{BENCHMARK}team/", team_views.TeamView.as_view(), name="team"),
+    path(
+        f"{BENCHMARK}team/invitations/",
+        team_views.TeamInvitationsView.as_view(),
+        name="team-invitations",
+    ),
+    path(f"{BENCHMARK}team/leave/", team_views.TeamLeaveView.as_view(), name="team-leave"),
+    path(
+        f"{BENCHMARK}team/members/<str:username>/",
+        team_views.TeamMemberView.as_view(),
+        name="team-member",
+    ),
+    path("v1/invitations/", team_views.InvitationListView.as_view(), name="invitations"),
+    path(
+        "v1/invitations/<int:invitation_id>/accept/",
+        team_views.InvitationAcceptView.as_view(),
+        name="invitation-accept",
+    ),
+    path(
+        "v1/invitations/<int:invitation_id>/decline/",
+        team_views.InvitationDeclineView.as_view(),
+        name="invitation-decline",
     ),
     path(f"{BENCHMARK}practice/", views.PracticeView.as_view(), name="practice"),
     path(

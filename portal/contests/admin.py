@@ -116,6 +116,7 @@ class BenchmarkAdmin(admin.ModelAdmin[Benchmark]):
             "GPU energy (the low_energy anomaly)",
             {"fields": ["reference_energy_per_image_j", "energy_floor_pct"]},
         ),
+        ("Teams", {"fields": ["team_size_max", "team_freeze_at"]}),
         ("Verification before ranking", {"fields": ["verify_top", "verify_tolerance_pct"]}),
         ("Retention", {"fields": ["retention_days", "artifacts_purged_at"]}),
     ]

@@ -277,6 +277,19 @@ class Benchmark(models.Model):
     phase_name = models.CharField(
         max_length=100, blank=True, help_text='As the contest page names it ("Warm-up").'
     )
+    team_size_max = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[POSITIVE],
+        help_text="How many entrants a team may have (portal.teams); 1: no teams.",
+    )
+    team_freeze_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "From this moment teams are fixed: no team is created, joined, left or "
+            "changed. Empty: the close of the window."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -317,6 +330,10 @@ class Benchmark(models.Model):
             errors["pass_min_matches"] = "The pass gate cannot exceed the cohort size."  # noqa: S105
         if errors:
             raise ValidationError(errors)
+
+    def teams_frozen_at(self) -> dt.datetime:
+        """When membership becomes fixed: the team freeze, or the close without one."""
+        return self.team_freeze_at or self.closes_at
 
     def status_at(self, now: dt.datetime) -> str:
         """``upcoming``, ``open`` or ``closed``: opens inclusive, closes exclusive."""
@@ -418,7 +435,11 @@ class CohortItem(models.Model):
 
 
 class LeaderboardEntry(models.Model):
-    """An entrant's best passing official run on a benchmark (derived, kept in step by services)."""
+    """An entrant's best passing official run on a benchmark (derived, kept in step by services).
+
+    A team (``portal.teams``) has one row: its members' best run, on the row of the member
+    whose run it is, shown under ``team_name`` (blank for an entrant on their own).
+    """
 
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="leaderboard")
     entrant = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
@@ -428,6 +449,7 @@ class LeaderboardEntry(models.Model):
     matches = models.PositiveIntegerField()
     total = models.PositiveIntegerField()
     submitted_at = models.DateTimeField()
+    team_name = models.CharField(max_length=100, blank=True)
 
     class Meta:
         constraints = [

@@ -5,6 +5,7 @@ the benchmarks' schedules. What is read from submissions and runs is in
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -31,6 +32,8 @@ class LeaderboardRow:
     gpu_util_mean_pct: float | None = None
     # Provenance review of the row's submission: "under_review", "cleared" or None.
     review: str | None = None
+    # Whether the row is a team's (``entrant`` is then the team's name).
+    team: bool = False
 
 
 def _run_figure(*path: str) -> KeyTransform:
@@ -145,7 +148,7 @@ class LeaderboardPage:
 def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
     return LeaderboardRow(
         rank=rank,
-        entrant=entry.entrant.get_username(),
+        entrant=entry.team_name or entry.entrant.get_username(),
         wall_time_ns=entry.wall_time_ns,
         matches=entry.matches,
         total=entry.total,
@@ -155,6 +158,7 @@ def _row(entry: LeaderboardEntry, rank: int) -> LeaderboardRow:
         energy_per_image_j=_float(getattr(entry, "run_energy_per_image_j", None)),
         gpu_util_mean_pct=_float(getattr(entry, "run_gpu_util_mean_pct", None)),
         review=_review(getattr(entry, "review_status", None)),
+        team=bool(entry.team_name),
     )
 
 
@@ -181,12 +185,15 @@ def leaderboard_page(
     return LeaderboardPage(benchmark, page=page, per_page=per_page, version=version)
 
 
-def leaderboard_standing(benchmark: Benchmark, entrant: Any) -> LeaderboardRow | None:
-    """The entrant's own row with its rank, or None when they have no passing official run.
+def leaderboard_standing(
+    benchmark: Benchmark, entrant: Any, *, teammates: Sequence[int] = ()
+) -> LeaderboardRow | None:
+    """The entrant's own row (their team's: the row of any of ``teammates``) with its
+    rank, or None when they have no passing official run.
 
     Two queries whatever the size of the board: the row, then how many rank ahead of it.
     """
-    entry = _entries(benchmark).filter(entrant_id=entrant.pk).first()
+    entry = _entries(benchmark).filter(entrant_id__in=[entrant.pk, *teammates]).first()
     if entry is None:
         return None
     ahead = (

@@ -16,6 +16,7 @@ from django.utils import timezone
 from portal import errors
 from portal.contests.models import Benchmark
 from portal.environments.models import BuildNetworkCheck, Environment
+from portal.teams.selectors import teammate_ids
 
 DEFAULT_STALE_S = 3600
 
@@ -118,10 +119,13 @@ def carry_over_refusal(built_for: Benchmark, used_on: Benchmark) -> str | None:
 
 
 def usable_environments(entrant: Any, benchmark: Benchmark) -> QuerySet[Environment]:
-    """The entrant's ready environments an upload to ``benchmark`` may use: its own, and
-    those of earlier phases of its contest that carry over (:func:`carries_over`), in
-    phase order then name. Two queries."""
-    candidates = Environment.objects.filter(owner_id=entrant.pk, status=Environment.READY)
+    """The ready environments an upload of ``entrant`` to ``benchmark`` may use: their
+    own and their teammates' on it (the team on ``benchmark``), and those of earlier
+    phases of its contest that carry over (:func:`carries_over`), in phase order then
+    name. Three queries."""
+    candidates = Environment.objects.filter(
+        owner_id__in=teammate_ids(benchmark.pk, entrant.pk), status=Environment.READY
+    )
     if benchmark.contest_id is None:
         return candidates.filter(benchmark=benchmark).order_by("name")
     earlier = Benchmark.objects.select_related("hardware_class").filter(
@@ -140,11 +144,12 @@ def environment_usable_check(
 ) -> None:
     """Refuse an upload to ``benchmark`` with ``environment`` unless the entrant may use it.
 
-    Another entrant's environment, or one of a benchmark outside the contest (or of a
-    later phase), is ``not_found``; one of an earlier phase whose hardware differs is
-    ``invalid_parameter``, saying which platform or GPU type differs. Whether it is ready
-    is the caller's check (``environment_not_ready``)."""
-    if environment.owner_id != entrant.pk:
+    An environment of anyone but the entrant and their teammates on ``benchmark``, or one
+    of a benchmark outside the contest (or of a later phase), is ``not_found``; one of an
+    earlier phase whose hardware differs is ``invalid_parameter``, saying which platform
+    or GPU type differs. Whether it is ready is the caller's check
+    (``environment_not_ready``)."""
+    if environment.owner_id not in teammate_ids(benchmark.pk, entrant.pk):
         raise errors.NotFound("No such environment.")
     if environment.benchmark_id == benchmark.pk:
         return
@@ -165,7 +170,7 @@ def usable_environment(entrant: Any, benchmark: Benchmark, environment_id: int) 
     decided by :func:`environment_usable_check` (``not_found`` for no such row)."""
     environment = (
         Environment.objects.select_related("benchmark__hardware_class")
-        .filter(pk=environment_id, owner_id=entrant.pk)
+        .filter(pk=environment_id, owner_id__in=teammate_ids(benchmark.pk, entrant.pk))
         .first()
     )
     if environment is None:

@@ -7,6 +7,7 @@ read and written only here."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.utils import timezone
 from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.submissions.models import AttemptLedger, Submission
+from portal.teams.selectors import teammate_ids
 
 
 @dataclass(frozen=True)
@@ -30,19 +32,46 @@ class Quota:
 
 
 def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) -> int:
-    """Charges minus refunds of ``kind`` on one attempt day."""
+    """Charges minus refunds of ``kind`` on one attempt day: the entrant's team's, every
+    member's ledger rows together (only the entrant's own when on their own)."""
+    return net_charged_of(teammate_ids(benchmark.pk, entrant.pk), benchmark, kind, day)
+
+
+def net_charged_of(user_ids: Sequence[int], benchmark: Benchmark, kind: str, day: dt.date) -> int:
+    """Charges minus refunds of ``kind`` on one attempt day, over the entrants named."""
     total = AttemptLedger.objects.filter(
-        entrant=entrant, benchmark=benchmark, kind=kind, attempt_day=day
+        entrant_id__in=list(user_ids), benchmark=benchmark, kind=kind, attempt_day=day
     ).aggregate(net=Sum("delta"))["net"]
     return int(total or 0)
 
 
-def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -> Quota:
-    """How many attempts of ``kind`` the entrant has left on today's attempt day.
+def attempts_used_today(
+    benchmark: Benchmark, user_ids: Sequence[int], now: dt.datetime
+) -> dict[str, int]:
+    """Each kind's net charges of the attempt day of ``now`` over ``user_ids`` (never
+    below zero): what the teams' merge rule counts (``portal.teams.hooks``)."""
+    day = rules.attempt_day(now, benchmark.attempt_timezone)
+    return {
+        kind: max(0, net_charged_of(user_ids, benchmark, kind, day))
+        for kind in (Submission.OFFICIAL, Submission.PRACTICE)
+    }
+
+
+def quota_for(
+    entrant: Any,
+    benchmark: Benchmark,
+    kind: str,
+    now: dt.datetime,
+    *,
+    members: Sequence[int] | None = None,
+) -> Quota:
+    """How many attempts of ``kind`` the entrant has left on today's attempt day: their
+    team's, when they are in one (the allowance is the team's).
 
     ``used_today`` is the day's charges net of its refunds, never below zero; a refund of
     an earlier day's attempt booked today shows as one more ``remaining_today``, which
-    may then exceed ``per_day``.
+    may then exceed ``per_day``. ``members``: the entrant's team's user ids, when the
+    caller has read them already (``teams.selectors.teammate_ids``).
 
     ``next_available_at`` is when the next upload can be accepted: now, the next reset,
     the opening if that is later (official attempts only: practice runs are accepted
@@ -52,7 +81,11 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
         benchmark.attempts_per_day if kind == Submission.OFFICIAL else benchmark.practice_per_day
     )
     tz_name = benchmark.attempt_timezone
-    used = net_charged_on(entrant, benchmark, kind, rules.attempt_day(now, tz_name))
+    day = rules.attempt_day(now, tz_name)
+    if members is None:
+        used = net_charged_on(entrant, benchmark, kind, day)
+    else:
+        used = net_charged_of(members, benchmark, kind, day)
     window = rules.window_state(now, benchmark.opens_at, benchmark.closes_at)
     next_at: dt.datetime | None = rules.next_attempt_at(now, tz_name, per_day, used)
     if window == "upcoming" and kind == Submission.OFFICIAL:
@@ -71,7 +104,9 @@ def quota_for(entrant: Any, benchmark: Benchmark, kind: str, now: dt.datetime) -
 
 def attempt_charge(*, submission: Submission, now: dt.datetime) -> None:
     """Charge ``submission``'s attempt on its attempt day (inside the transaction that
-    accepts it, holding the entrant's row lock: ``intake.submission_accept``)."""
+    accepts it, holding the entrant's and their team's row locks:
+    ``intake.submission_accept``). The row is the uploader's; their team's count sums
+    its members' rows."""
     benchmark = submission.benchmark
     AttemptLedger.objects.create(
         entrant_id=submission.entrant_id,

@@ -17,7 +17,11 @@ SOURCE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 
 
 class EnvironmentChoiceField(forms.ModelChoiceField[Environment]):
+    viewer_id: int | None = None
+
     def label_from_instance(self, obj: Environment) -> str:
+        if self.viewer_id is not None and obj.owner_id != self.viewer_id:
+            return f"{obj.name} ({obj.owner.get_username()}'s, your teammate)"
         return obj.name
 
 
@@ -25,7 +29,7 @@ class SubmissionForm(forms.Form):
     environment = EnvironmentChoiceField(
         queryset=Environment.objects.none(),
         empty_label=None,
-        help_text="One of your ready environments on this benchmark.",
+        help_text="One of your (or your teammates') ready environments on this benchmark.",
     )
     kind = forms.ChoiceField(
         choices=[
@@ -46,9 +50,17 @@ class SubmissionForm(forms.Form):
         help_text="Required for an official upload to a benchmark that states one.",
     )
 
-    def __init__(self, *args: Any, environments: QuerySet[Environment], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        environments: QuerySet[Environment],
+        viewer_id: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        cast(EnvironmentChoiceField, self.fields["environment"]).queryset = environments
+        field = cast(EnvironmentChoiceField, self.fields["environment"])
+        field.queryset = environments
+        field.viewer_id = viewer_id
 
     def clean_source(self) -> tuple[Path, str]:
         upload = self.cleaned_data["source"]

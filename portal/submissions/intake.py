@@ -26,6 +26,8 @@ from portal.environments.services import entrant_check_build_slots, entrant_chec
 from portal.submissions.attempts import attempt_charge, quota_for
 from portal.submissions.models import Submission
 from portal.submissions.services import cohort_kind_for, event_record
+from portal.teams.models import Team
+from portal.teams.selectors import teammate_ids
 
 SOURCE_FILE = "source.archive"
 
@@ -89,12 +91,36 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
         )
     quota = quota_for(entrant, benchmark, kind, now)
     if quota.remaining_today <= 0:
+        teamed = len(teammate_ids(benchmark.pk, entrant.pk)) > 1
         raise errors.QuotaExhausted(
-            f"You have used all {quota.per_day} {kind} attempts of today "
+            f"{'Your team has' if teamed else 'You have'} used all {quota.per_day} {kind} "
+            "attempts of today "
             f"({benchmark.attempt_timezone}); the next one is available at "
             f"{quota.resets_at.isoformat()}."
         )
     entrant_check_build_slots(entrant_id=entrant.pk, benchmark=benchmark)
+
+
+def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> None:
+    """Lock the rows that guard the entrant's daily allowance, inside a transaction: the
+    entrant's user row, then, when they are in a team on ``benchmark``, the team's row.
+
+    Two members of one team lock different user rows but the same team row, so their
+    uploads serialize on it; the user row comes first because a change of membership
+    (``portal.teams.services``) locks the entrant's row first too: while an upload holds
+    it, the entrant cannot join or leave, so the team found here stays theirs until the
+    commit, and both orders agree (no deadlock). Under READ COMMITTED, each statement
+    after the lock reads what the previous holder committed, so the quota counted next
+    includes the charge of a concurrent upload that got the lock first.
+    """
+    get_user_model().objects.select_for_update().filter(pk=entrant_id).first()
+    team_id = (
+        Team.objects.filter(benchmark=benchmark, members__user_id=entrant_id)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if team_id is not None:
+        list(Team.objects.select_for_update().filter(pk=team_id).values_list("pk"))
 
 
 def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:
@@ -134,7 +160,8 @@ def submission_accept(
     :func:`_check_acceptable` (the window, the cohort of ``kind``: ``no_cohort``
     without one, the day's allowance, a free build slot). Only then is the archive
     inspected (nothing charged when it is bad). Then, holding a lock on the entrant's
-    row so concurrent uploads serialize, :func:`_check_acceptable` decides again (the
+    row and, in a team, on the team's row (:func:`lock_allowance`), so that concurrent
+    uploads of one allowance serialize, :func:`_check_acceptable` decides again (the
     earlier pass only spares the inspection: an attempt spent meanwhile is refused
     here), the submission and its ledger charge are written, and the file is put in
     place; a refusal leaves no file and no ledger row.
@@ -153,7 +180,7 @@ def submission_accept(
             )
         boundary = rules.boundary_sha256(benchmark.validation_boundary)
     entrant_check_verified(entrant=entrant)
-    # Its own benchmark's, or carried over from an earlier phase of the contest.
+    # Its own benchmark's or a teammate's, or carried over from an earlier phase.
     environment_usable_check(entrant=entrant, benchmark=benchmark, environment=environment)
     if environment.status != Environment.READY:
         raise errors.EnvironmentNotReady(
@@ -168,7 +195,9 @@ def submission_accept(
     dest: Path | None = None
     try:
         with transaction.atomic():
-            get_user_model().objects.select_for_update().filter(pk=entrant.pk).first()
+            lock_allowance(entrant_id=entrant.pk, benchmark=benchmark)
+            if environment.owner_id not in teammate_ids(benchmark.pk, entrant.pk):
+                raise errors.NotFound("No such environment.")  # the owner left the team
             _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
             submission = Submission.objects.create(
                 entrant=entrant,

@@ -5,6 +5,7 @@ submissions held off it while they are verified."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -13,14 +14,16 @@ from django.db import transaction
 from portal.contests import rules
 from portal.contests.models import Benchmark, LeaderboardEntry
 from portal.submissions.models import Run, Submission
+from portal.teams.models import Team
+from portal.teams.selectors import member_ids
 
 
 def leaderboard_candidates(
-    benchmark: Benchmark, entrant_id: int | None = None
+    benchmark: Benchmark, entrant_ids: Sequence[int] | None = None
 ) -> list[rules.Candidate]:
-    """Every passing official scored run of non-disqualified submissions (optionally one
-    entrant's). Verification runs never rank by themselves, and a submission that is being
-    verified or failed its verification ranks with none of its runs."""
+    """Every passing official scored run of non-disqualified submissions (optionally only
+    those of ``entrant_ids``). Verification runs never rank by themselves, and a submission
+    that is being verified or failed its verification ranks with none of its runs."""
     runs = Run.objects.filter(
         submission__benchmark=benchmark,
         submission__kind=Submission.OFFICIAL,
@@ -36,8 +39,8 @@ def leaderboard_candidates(
             Submission.REJECTED_VERIFICATION,
         ]
     )
-    if entrant_id is not None:
-        runs = runs.filter(submission__entrant_id=entrant_id)
+    if entrant_ids is not None:
+        runs = runs.filter(submission__entrant_id__in=list(entrant_ids))
     return [
         rules.Candidate(
             entrant_id=row["submission__entrant_id"],
@@ -57,18 +60,21 @@ def leaderboard_candidates(
 
 
 def leaderboard_refresh_entrant(*, benchmark: Benchmark, entrant_id: int) -> None:
-    """Recompute one entrant's row from all their runs.
+    """Recompute the row of the entrant's board identity (their team's, or their own)
+    from all its runs.
 
     Call inside the transaction that records a verdict, a disqualification or a
     cancellation, so the board never disagrees with the runs.
 
-    Locking: the entrant's user row is locked first, so two such transactions for one
-    entrant (a verdict while staff disqualify another of their runs) recompute one after
-    the other; the later one then reads what the earlier one committed. Without it each
+    Locking: the entrant's user row is locked first, then their team's row when they
+    are in one, so two such transactions for one identity (a verdict while staff
+    disqualify another of their runs; two teammates' verdicts) recompute one after the
+    other; the later one then reads what the earlier one committed. Without it each
     would compute from a snapshot missing the other's change, and the last writer could
     put a disqualified run back on the board. ``FOR NO KEY UPDATE``: rows that merely
     reference the entrant (a ledger row written earlier in the same transaction) take
-    key-share locks, which it does not wait for.
+    key-share locks, which it does not wait for. The order (user, then team) is the one
+    uploads and changes of membership take (``intake.lock_allowance``).
     """
     with transaction.atomic():
         list(
@@ -77,24 +83,52 @@ def leaderboard_refresh_entrant(*, benchmark: Benchmark, entrant_id: int) -> Non
             .filter(pk=entrant_id)
             .values_list("pk", flat=True)
         )
-        best = rules.best_per_entrant(leaderboard_candidates(benchmark, entrant_id))
-        if not best:
-            LeaderboardEntry.objects.filter(benchmark=benchmark, entrant_id=entrant_id).delete()
-            return
-        top = best[0]
-        run = Run.objects.get(pk=top.run_id)
-        LeaderboardEntry.objects.update_or_create(
-            benchmark=benchmark,
-            entrant_id=entrant_id,
-            defaults={
-                "submission_id": top.submission_id,
-                "run_id": top.run_id,
-                "wall_time_ns": top.wall_time_ns,
-                "matches": run.matches or 0,
-                "total": run.total or 0,
-                "submitted_at": top.submitted_at,
-            },
+        team = (
+            Team.objects.select_for_update(no_key=True)
+            .filter(benchmark=benchmark, members__user_id=entrant_id)
+            .first()
         )
+        _refresh_identity(benchmark, team, [entrant_id] if team is None else member_ids(team))
+
+
+def leaderboard_refresh_team(
+    benchmark: Benchmark, team: Team | None, user_ids: Sequence[int]
+) -> None:
+    """After a change of membership (``portal.teams.hooks``, holding the locks of the
+    team and of ``user_ids``): the team's row from its members' runs, and the own row of
+    each of ``user_ids`` no longer in it."""
+    members = [] if team is None else member_ids(team)
+    if team is not None:
+        _refresh_identity(benchmark, team, members)
+    for user_id in user_ids:
+        if user_id not in members:
+            _refresh_identity(benchmark, None, [user_id])
+
+
+def _refresh_identity(benchmark: Benchmark, team: Team | None, entrant_ids: Sequence[int]) -> None:
+    """One board row for ``entrant_ids`` (a team's members, or one entrant): the best of
+    their runs, on the row of the member whose run it is; no other row of theirs."""
+    candidates = leaderboard_candidates(benchmark, entrant_ids)
+    top = min(candidates, key=lambda c: (rules.rank_key(c), c.entrant_id), default=None)
+    LeaderboardEntry.objects.filter(benchmark=benchmark, entrant_id__in=list(entrant_ids)).exclude(
+        entrant_id=None if top is None else top.entrant_id
+    ).delete()
+    if top is None:
+        return
+    run = Run.objects.get(pk=top.run_id)
+    LeaderboardEntry.objects.update_or_create(
+        benchmark=benchmark,
+        entrant_id=top.entrant_id,
+        defaults={
+            "submission_id": top.submission_id,
+            "run_id": top.run_id,
+            "wall_time_ns": top.wall_time_ns,
+            "matches": run.matches or 0,
+            "total": run.total or 0,
+            "submitted_at": top.submitted_at,
+            "team_name": "" if team is None else team.name,
+        },
+    )
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from portal.contests.templatetags.podium import minutes, ns, span, zoned, zoned_
 from portal.environments.models import Environment
 from portal.submissions import dispatch, hooks
 from portal.submissions.models import AttemptLedger, Run, Submission
+from portal.teams.selectors import teammate_ids
 
 NO_OUTPUT = "(no output yet)"
 RUNTIME_LINE_CHARS = 1000
@@ -284,14 +285,16 @@ def verification_text(progress: VerificationProgress | None) -> str:
 
 
 def submissions_with_latest_run(entrant: Any, benchmark: Benchmark) -> QuerySet[Submission]:
-    """The entrant's submissions on the benchmark, newest first, each annotated with its
-    latest run's wall time and agreement. One query."""
+    """The entrant's submissions on the benchmark and their teammates', newest first, each
+    annotated with its latest run's wall time and agreement. Two queries."""
     latest = Run.objects.filter(submission=OuterRef("pk"), purpose=Run.SCORE).order_by(
         "-try_number"
     )
     return (
-        Submission.objects.filter(entrant_id=entrant.pk, benchmark=benchmark)
-        .select_related("environment")
+        Submission.objects.filter(
+            entrant_id__in=teammate_ids(benchmark.pk, entrant.pk), benchmark=benchmark
+        )
+        .select_related("environment", "entrant")
         .annotate(
             wall_time_ns=Subquery(latest.values("wall_time_ns")[:1]),
             matches=Subquery(latest.values("matches")[:1]),

@@ -19,6 +19,7 @@ from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import event_record, run_finish, submission_transition
 from portal.submissions.wakeups import score_enqueue
+from portal.teams.selectors import teammate_ids
 
 VERIFY_NOTE = "passed; verifying before it ranks: one more run off the board"
 
@@ -39,9 +40,11 @@ def verification_due(run: Run) -> bool:
         wall_time_ns=run.wall_time_ns,
         submitted_at=submission.submitted_at,
     )
+    # A teammate's row is the candidate's own identity's row (the team's best).
+    own = set(teammate_ids(benchmark.pk, submission.entrant_id))
     board = [
         rules.Candidate(
-            entrant_id=row["entrant_id"],
+            entrant_id=submission.entrant_id if row["entrant_id"] in own else row["entrant_id"],
             run_id=row["run_id"],
             submission_id=row["submission_id"],
             wall_time_ns=row["wall_time_ns"],

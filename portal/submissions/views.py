@@ -21,15 +21,21 @@ from portal.submissions.attempts import quota_for
 from portal.submissions.forms import SubmissionForm
 from portal.submissions.models import ProvenanceReview, Submission
 from portal.submissions.selectors import submission_state, submissions_with_latest_run
+from portal.teams.selectors import teammate_ids
 
 
-def _owned(request: HttpRequest, pk: int) -> Submission:
-    """The caller's submission; another entrant's id is a 404, so ids reveal nothing."""
-    return get_object_or_404(
-        Submission.objects.select_related("benchmark", "environment"),
-        pk=pk,
-        entrant_id=request.user.pk,
+def _owned(request: HttpRequest, pk: int, *, team: bool = False) -> Submission:
+    """The caller's submission (with ``team``, a teammate's too: its feedback is the
+    team's); anyone else's id is a 404, so ids reveal nothing."""
+    submission = get_object_or_404(
+        Submission.objects.select_related("benchmark", "environment", "entrant"), pk=pk
     )
+    caller = int(request.user.pk or 0)
+    if submission.entrant_id != caller and not (
+        team and submission.entrant_id in teammate_ids(submission.benchmark_id, caller)
+    ):
+        raise Http404("No such submission.")
+    return submission
 
 
 @uploads.upload_route(archive="source")
@@ -37,19 +43,23 @@ def _owned(request: HttpRequest, pk: int) -> Submission:
 @require_http_methods(["GET", "POST"])
 def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
     benchmark = get_object_or_404(Benchmark, slug=slug)
-    ready = usable_environments(request.user, benchmark)  # carried-over phases' too
+    # Teammates' and carried-over phases' too.
+    ready = usable_environments(request.user, benchmark).select_related("owner")
     status = 200
     if request.method == "POST":
         refusal = uploads.web_upload_refusal(request)
         if refusal is not None:  # throttled or over the bounds: the form reads nothing
             form = SubmissionForm(
                 environments=ready,
+                viewer_id=request.user.pk,
                 initial={key: request.POST.get(key) for key in ("environment", "kind")},
             )
             uploads.show_refusal(form, refusal.detail)
             status = refusal.http_status
         else:
-            form = SubmissionForm(request.POST, request.FILES, environments=ready)
+            form = SubmissionForm(
+                request.POST, request.FILES, environments=ready, viewer_id=request.user.pk
+            )
             if form.is_valid():
                 source_file, source_name = form.cleaned_data["source"]
                 try:
@@ -71,7 +81,9 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
     else:
         # "?environment=<id>" preselects one (the environment page links here that way).
         form = SubmissionForm(
-            environments=ready, initial={"environment": request.GET.get("environment")}
+            environments=ready,
+            viewer_id=request.user.pk,
+            initial={"environment": request.GET.get("environment")},
         )
     now = timezone.now()
     context = {
@@ -91,7 +103,7 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def submission_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    submission = _owned(request, pk)
+    submission = _owned(request, pk, team=True)
     context = {
         "submission": submission,
         "benchmark": submission.benchmark,
@@ -121,7 +133,7 @@ def submission_review(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def submission_status(request: HttpRequest, pk: int) -> JsonResponse:
-    response = JsonResponse(submission_state(_owned(request, pk)))
+    response = JsonResponse(submission_state(_owned(request, pk, team=True)))
     response["Cache-Control"] = "no-store"
     return response
 

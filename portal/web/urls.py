@@ -4,7 +4,7 @@
 from django.urls import path
 
 from portal.accounts import views as account_views
-from portal.web import contests, standings, views, writeups
+from portal.web import contests, standings, teams, views, writeups
 
 app_name = "contests"
 
@@ -23,6 +23,7 @@ urlpatterns = [
     path("submissions/<int:pk>/writeup/", writeups.writeup_upload, name="writeup_upload"),
     path("submissions/<int:pk>/writeup/change", writeups.writeup_change, name="writeup_change"),
     path("submissions/<int:pk>/writeup.pdf", writeups.writeup_pdf, name="writeup_pdf"),
+    path("b/<slug:slug>/team/", teams.team, name="team"),
     path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_create, name="token_create"),
     path("account/tokens/<int:pk>/revoke/", account_views.token_revoke, name="token_revoke"),

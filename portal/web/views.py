@@ -25,6 +25,7 @@ from portal.standings.writeups import public_writeups
 from portal.submissions.attempts import quota_for
 from portal.submissions.leaderboard import verifying_rows
 from portal.submissions.models import Submission
+from portal.teams.selectors import teammate_ids
 from portal.web.attempts_chart import attempts_chart
 from portal.web.chart import progress_chart
 
@@ -54,11 +55,12 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     quotas = []
     standing = None
     if request.user.is_authenticated:
+        members = teammate_ids(benchmark.pk, request.user.pk)
         quotas = [
-            quota_for(request.user, benchmark, kind, now)
+            quota_for(request.user, benchmark, kind, now, members=members)
             for kind in (Submission.OFFICIAL, Submission.PRACTICE)
         ]
-        standing = leaderboard_standing(benchmark, request.user)
+        standing = leaderboard_standing(benchmark, request.user, teammates=members)
     practice = practice_cohort(benchmark)
     show_all = request.GET.get("show") == "all"
     context = {
@@ -104,7 +106,11 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     except ValueError:
         page = 1
     standing = (
-        leaderboard_standing(benchmark, request.user) if request.user.is_authenticated else None
+        leaderboard_standing(
+            benchmark, request.user, teammates=teammate_ids(benchmark.pk, request.user.pk)
+        )
+        if request.user.is_authenticated
+        else None
     )
     context = {
         "benchmark": benchmark,

@@ -37,6 +37,7 @@ from portal.environments.models import Environment
 from portal.standings.models import FinalRerun, Standings, WriteUp
 from portal.standings.rules import digest_of
 from portal.submissions.models import ProvenanceReview, Submission
+from portal.teams.services import team_create, team_invite
 from tests import factories
 
 PUBLIC = "public"
@@ -93,6 +94,13 @@ MATRIX: dict[str, dict[str, str]] = {
     "standings-publish": {"POST": STAFF},
     "standings-correct": {"POST": STAFF},
     "final-rerun": {"GET": STAFF, "POST": STAFF},
+    "team": {"GET": CALLER, "POST": CALLER},
+    "team-invitations": {"POST": CALLER},
+    "team-leave": {"POST": CALLER},
+    "team-member": {"DELETE": CALLER},
+    "invitations": {"GET": CALLER},
+    "invitation-accept": {"POST": OWNED},
+    "invitation-decline": {"POST": OWNED},
     "schema": {"GET": PUBLIC},
     "docs": {"GET": PUBLIC},
 }
@@ -163,6 +171,7 @@ class World:
     archive: Callable[[], Any]
     round_id: int = 0
     entry_id: int = 0
+    invitation_id: int = 0
 
     def url(self, name: str) -> str:
         pattern = next(p for p in api_urls.urlpatterns if p.name == name)
@@ -173,6 +182,8 @@ class World:
             "token_id": self.token.pk,
             "round_id": self.round_id,
             "entry_id": self.entry_id,
+            "invitation_id": self.invitation_id,
+            "username": "carol",
         }
         kwargs = {key: values[key] for key in pattern.pattern.converters}
         return reverse(f"api:{name}", kwargs=kwargs)
@@ -197,6 +208,10 @@ class World:
             data = {"reason": "matrix", **data}
         if name == "contest-announcements" and method == "POST":
             data = {"title": "matrix", "body": "An announcement.", **data}
+        if name == "team" and method == "POST":
+            data = {"name": "probe", **data}
+        if name == "team-invitations":
+            data = {"username": "carol", **data}
         if name == "nominations" and method == "PUT":
             return client.put(url, {"submission_ids": [], **data}, format="json")
         if method == "GET":
@@ -284,6 +299,10 @@ def world(
         extra_runs=2,
         started_at=timezone.now(),
     )
+    # carol's team on the benchmark has invited alice.
+    carol = factories.UserFactory(username="carol")
+    team_create(user=carol, benchmark=benchmark, name="Carol's")
+    invitation = team_invite(user=carol, benchmark=benchmark, username="alice")
     return World(
         slug=benchmark.slug,
         environment=environment,
@@ -296,6 +315,7 @@ def world(
         archive=make_archive,
         round_id=round_.pk,
         entry_id=entry.pk,
+        invitation_id=invitation.pk,
     )
 
 
@@ -369,7 +389,15 @@ def test_caller_scoped_endpoints_show_bob_only_his_own(
         assert response.json()["code"] == "not_found"
         assert not Submission.objects.filter(entrant__username="bob").exists()
         return
+    if name in TEAM_ACTIONS and (name, method) != ("team", "POST"):
+        # bob is in no team on the benchmark: there is none of his to read or change.
+        assert response.status_code == 404, response.content
+        assert response.json()["code"] == "not_found"
+        return
     assert response.status_code in (200, 201), response.content
+    if (name, method) == ("team", "POST"):  # bob made his own team
+        assert response.json()["members"][0]["username"] == "bob"
+        return
     if response.status_code == 201:  # bob made his own environment
         assert Environment.objects.get(pk=response.json()["id"]).owner.username == "bob"
     if name in ("benchmark-environments", "benchmark-submissions", "tokens") and method == "GET":
@@ -378,6 +406,9 @@ def test_caller_scoped_endpoints_show_bob_only_his_own(
         assert rows == [] or all(row["id"] not in _alices_ids(world, name) for row in rows)
     if name == "quota":
         assert response.json()["used_today"] == 0  # alice's upload is not bob's
+
+
+TEAM_ACTIONS = ("team", "team-invitations", "team-leave", "team-member")
 
 
 def _alices_ids(world: World, name: str) -> set[int]:
@@ -423,16 +454,16 @@ def test_staff_do_not_change_entrants_objects_through_entrant_endpoints(
 
 
 def test_staff_read_a_source_only_with_a_reason_and_on_the_record(world: World) -> None:
+    forming = AuditEvent.objects.count()  # carol's team and her invitation
     without = world.call(world.staff, "GET", "submission-source")
     assert without.status_code == 400
-    assert not AuditEvent.objects.exists()
+    assert AuditEvent.objects.count() == forming
 
     response = world.call(world.staff, "GET", "submission-source", reason="plagiarism review")
 
     assert response.status_code == 200
     assert b"".join(response.streaming_content)
-    event = AuditEvent.objects.get()
-    assert event.action == "source.download"
+    event = AuditEvent.objects.get(action="source.download")
     assert event.reason == "plagiarism review"
 
 

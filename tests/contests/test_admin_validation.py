@@ -47,6 +47,7 @@ RULE_SETTINGS = {
     "verify_top",
     "verify_tolerance_pct",
     "retention_days",
+    "team_size_max",
 }
 # A retention of 0 days is allowed: the artifacts may go as soon as the benchmark closes;
 # verify_top 0 verifies none; an energy floor of 0 flags none, and no reference is none.

@@ -60,6 +60,9 @@ CONTEST_STAFF_PERMISSIONS = {
     "contests.view_announcement",
     "contests.add_announcement",
     "contests.change_announcement",
+    "teams.view_team",
+    "teams.view_teammember",
+    "teams.view_teaminvitation",
 }
 
 

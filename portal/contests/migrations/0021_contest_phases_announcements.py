@@ -52,7 +52,7 @@ def revoke(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("contests", "0019_cohort_final_kind"),
+        ("contests", "0020_benchmark_teams"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),

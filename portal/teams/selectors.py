@@ -1,0 +1,60 @@
+"""Reads of teams: an entrant's team on a benchmark, its members, their invitations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from portal.teams.models import Team, TeamInvitation, TeamMember
+
+
+def team_of(benchmark_id: int, user_id: int) -> Team | None:
+    """The user's team on the benchmark, or None for an entrant on their own. One query."""
+    member = (
+        TeamMember.objects.filter(benchmark_id=benchmark_id, user_id=user_id)
+        .select_related("team")
+        .first()
+    )
+    return None if member is None else member.team
+
+
+def member_ids(team: Team) -> list[int]:
+    """The team's members' user ids, in pk order (the order their rows are locked in)."""
+    return sorted(TeamMember.objects.filter(team=team).values_list("user_id", flat=True))
+
+
+def teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
+    """Everyone whose attempts, environments and feedback the user shares on the
+    benchmark: their team's members, or only themselves. One query."""
+    team_ids = TeamMember.objects.filter(benchmark_id=benchmark_id, user_id=user_id).values(
+        "team_id"
+    )
+    ids = set(TeamMember.objects.filter(team_id__in=team_ids).values_list("user_id", flat=True))
+    ids.add(user_id)
+    return sorted(ids)
+
+
+def teammates_any_benchmark(user_id: int) -> Any:
+    """A subquery of (benchmark, user) pairs the user shares through their teams."""
+    team_ids = TeamMember.objects.filter(user_id=user_id).values("team_id")
+    return TeamMember.objects.filter(team_id__in=team_ids)
+
+
+def team_members(team: Team) -> list[TeamMember]:
+    return list(TeamMember.objects.filter(team=team).select_related("user"))
+
+
+def pending_invitations(team: Team) -> list[TeamInvitation]:
+    return list(
+        TeamInvitation.objects.filter(team=team, state=TeamInvitation.PENDING).select_related(
+            "invitee", "invited_by"
+        )
+    )
+
+
+def invitations_for(user: Any) -> list[TeamInvitation]:
+    """The user's invitations still waiting for an answer, newest first."""
+    return list(
+        TeamInvitation.objects.filter(invitee=user, state=TeamInvitation.PENDING).select_related(
+            "team", "team__benchmark", "invited_by"
+        )
+    )

@@ -1,0 +1,318 @@
+"""Forming teams: creating one, inviting, answering an invitation, leaving and removing.
+
+Every change is audited and runs in one transaction holding row locks in one order: the
+entrant whose membership changes (their user row), then the team's row. Uploads and
+board refreshes take the same locks in the same order (``portal.submissions``), so a
+join or a departure never interleaves with a charge of the same team's allowance.
+
+Membership is fixed from the benchmark's team freeze (``Benchmark.teams_frozen_at``):
+every change is refused ``window_closed`` from then on, except declining an invitation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal import errors
+from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.contests.models import Benchmark
+from portal.teams import hooks
+from portal.teams.models import Team, TeamInvitation, TeamMember
+from portal.teams.selectors import member_ids
+
+NAME_MAX = Team._meta.get_field("name").max_length or 100
+KINDS = {"official": "attempts_per_day", "practice": "practice_per_day"}
+
+
+class NotCaptain(errors.PodiumError):
+    """A member who is not the captain removing another (403 ``permission_denied``)."""
+
+    code = "permission_denied"
+    http_status = 403
+
+
+def merge_fits(*, per_day: int, team_used: int, joiner_used: int) -> bool:
+    """The merge rule: a join is allowed when the attempts the team and the joiner have
+    used today (net of refunds, each never below zero) fit within one day's allowance."""
+    return max(0, team_used) + max(0, joiner_used) <= per_day
+
+
+def _lock_user(user_id: int) -> None:
+    list(get_user_model().objects.select_for_update().filter(pk=user_id).values_list("pk"))
+
+
+def _lock_team(team_id: int) -> Team:
+    team = Team.objects.select_for_update().filter(pk=team_id).first()
+    if team is None:
+        raise errors.NotFound("No such team.")
+    return team
+
+
+def _check_changeable(benchmark: Benchmark, now: dt.datetime) -> None:
+    if benchmark.team_size_max <= 1:
+        raise errors.InvalidParameter("This benchmark has no teams: every entrant competes alone.")
+    frozen_at = benchmark.teams_frozen_at()
+    if now >= frozen_at:
+        raise errors.WindowClosed(
+            f"Teams on this benchmark are fixed since {frozen_at.isoformat()}: no team is "
+            "created, joined, left or changed any more."
+        )
+
+
+def _target(team: Team) -> str:
+    return f"team:{team.pk}"
+
+
+def team_create(
+    *,
+    user: Any,
+    benchmark: Benchmark,
+    name: str,
+    origin: Origin = NOWHERE,
+    now: dt.datetime | None = None,
+) -> Team:
+    """Create a team with ``user`` as its captain and only member."""
+    now = now or timezone.now()
+    name = " ".join(name.split())
+    if not name or len(name) > NAME_MAX:
+        raise errors.InvalidParameter(f"A team's name has 1 to {NAME_MAX} characters.")
+    _check_changeable(benchmark, now)
+    try:
+        with transaction.atomic():
+            _lock_user(user.pk)
+            held = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
+            if held is not None:
+                raise errors.InvalidParameter(
+                    "You are already in a team on this benchmark; leave it first."
+                )
+            if Team.objects.filter(benchmark=benchmark, name__iexact=name).exists():
+                raise errors.InvalidParameter(f"A team named '{name}' exists on this benchmark.")
+            team = Team.objects.create(benchmark=benchmark, name=name, captain=user, created_at=now)
+            TeamMember.objects.create(team=team, benchmark=benchmark, user=user, joined_at=now)
+            audit_record(
+                actor=user,
+                action="team.create",
+                target=_target(team),
+                origin=origin,
+                details={"benchmark": benchmark.slug, "name": name},
+            )
+            hooks.membership_changed(benchmark, team, [user.pk])
+    except IntegrityError as exc:  # a concurrent create took the name
+        raise errors.InvalidParameter(f"A team named '{name}' exists on this benchmark.") from exc
+    return team
+
+
+def team_invite(
+    *,
+    user: Any,
+    benchmark: Benchmark,
+    username: str,
+    origin: Origin = NOWHERE,
+    now: dt.datetime | None = None,
+) -> TeamInvitation:
+    """Invite ``username`` to the inviting member's team."""
+    now = now or timezone.now()
+    _check_changeable(benchmark, now)
+    invitee = get_user_model().objects.filter(username=username, is_active=True).first()
+    if invitee is None:
+        raise errors.NotFound("No such user.")
+    with transaction.atomic():
+        _lock_user(user.pk)
+        member = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
+        if member is None:
+            raise errors.NotFound("You are in no team on this benchmark.")
+        team = _lock_team(member.team_id)
+        if invitee.pk == user.pk:
+            raise errors.InvalidParameter("You are already in this team.")
+        other = TeamMember.objects.filter(benchmark=benchmark, user=invitee).first()
+        if other is not None:
+            raise errors.InvalidParameter(
+                f"{invitee.get_username()} is already in a team on this benchmark."
+            )
+        if TeamInvitation.objects.filter(
+            team=team, invitee=invitee, state=TeamInvitation.PENDING
+        ).exists():
+            raise errors.InvalidParameter(
+                f"{invitee.get_username()} already has an invitation to this team."
+            )
+        if TeamMember.objects.filter(team=team).count() >= benchmark.team_size_max:
+            raise errors.InvalidParameter(
+                f"The team is full: at most {benchmark.team_size_max} members on this benchmark."
+            )
+        invitation = TeamInvitation.objects.create(
+            team=team, invitee=invitee, invited_by=user, created_at=now
+        )
+        audit_record(
+            actor=user,
+            action="team.invite",
+            target=_target(team),
+            origin=origin,
+            details={"benchmark": benchmark.slug, "invitee": invitee.get_username()},
+        )
+    return invitation
+
+
+def _pending_invitation(user: Any, invitation_id: int) -> TeamInvitation:
+    invitation = (
+        TeamInvitation.objects.select_related("team", "team__benchmark")
+        .filter(pk=invitation_id, invitee=user, state=TeamInvitation.PENDING)
+        .first()
+    )
+    if invitation is None:
+        raise errors.NotFound("No such invitation.")
+    return invitation
+
+
+def invitation_accept(
+    *, user: Any, invitation_id: int, origin: Origin = NOWHERE, now: dt.datetime | None = None
+) -> Team:
+    """Join the inviting team, if it has room, the user is in no team of its benchmark,
+    and the merge rule holds (:func:`merge_fits`, each kind of attempt)."""
+    now = now or timezone.now()
+    invitation = _pending_invitation(user, invitation_id)
+    benchmark = invitation.team.benchmark
+    _check_changeable(benchmark, now)
+    with transaction.atomic():
+        _lock_user(user.pk)
+        invitation = _pending_invitation(user, invitation_id)
+        team = _lock_team(invitation.team_id)
+        if TeamMember.objects.filter(benchmark=benchmark, user=user).exists():
+            raise errors.InvalidParameter(
+                "You are already in a team on this benchmark; leave it before joining another."
+            )
+        members = member_ids(team)
+        if len(members) >= benchmark.team_size_max:
+            raise errors.InvalidParameter(
+                f"The team is full: at most {benchmark.team_size_max} members on this benchmark."
+            )
+        team_used = hooks.attempts_used(benchmark, members, now)
+        own_used = hooks.attempts_used(benchmark, [user.pk], now)
+        for kind, field in KINDS.items():
+            per_day = int(getattr(benchmark, field))
+            if not merge_fits(
+                per_day=per_day, team_used=team_used.get(kind, 0), joiner_used=own_used.get(kind, 0)
+            ):
+                raise errors.InvalidParameter(
+                    f"Joining would put the team over today's {kind} allowance: the team has "
+                    f"used {team_used.get(kind, 0)} and you {own_used.get(kind, 0)} of "
+                    f"{per_day}. Join on a later attempt day ({benchmark.attempt_timezone})."
+                )
+        TeamMember.objects.create(team=team, benchmark=benchmark, user=user, joined_at=now)
+        invitation.state, invitation.decided_at = TeamInvitation.ACCEPTED, now
+        invitation.save(update_fields=["state", "decided_at"])
+        # Other invitations of this benchmark cannot be accepted any more.
+        TeamInvitation.objects.filter(
+            invitee=user, team__benchmark=benchmark, state=TeamInvitation.PENDING
+        ).update(state=TeamInvitation.WITHDRAWN, decided_at=now)
+        audit_record(
+            actor=user,
+            action="team.join",
+            target=_target(team),
+            origin=origin,
+            details={"benchmark": benchmark.slug, "invitation": invitation.pk},
+        )
+        hooks.membership_changed(benchmark, team, [user.pk])
+    return team
+
+
+def invitation_decline(
+    *, user: Any, invitation_id: int, origin: Origin = NOWHERE, now: dt.datetime | None = None
+) -> TeamInvitation:
+    """Decline an invitation (allowed after the freeze too: it changes no team)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        _lock_user(user.pk)
+        invitation = _pending_invitation(user, invitation_id)
+        invitation.state, invitation.decided_at = TeamInvitation.DECLINED, now
+        invitation.save(update_fields=["state", "decided_at"])
+        audit_record(
+            actor=user,
+            action="team.decline",
+            target=_target(invitation.team),
+            origin=origin,
+            details={"benchmark": invitation.team.benchmark.slug, "invitation": invitation.pk},
+        )
+    return invitation
+
+
+def _depart(team: Team, departing: Any, now: dt.datetime) -> Team | None:
+    """Remove ``departing`` from ``team`` (both locked). An emptied team is deleted with
+    its pending invitations; a team whose captain left gets its longest-standing member
+    as captain. Returns the team, or None once deleted."""
+    TeamMember.objects.filter(team=team, user=departing).delete()
+    rest = list(TeamMember.objects.filter(team=team).order_by("joined_at", "id"))
+    if not rest:
+        team.delete()
+        return None
+    if team.captain_id == departing.pk:
+        team.captain_id = rest[0].user_id
+        team.save(update_fields=["captain"])
+    return team
+
+
+def team_leave(
+    *, user: Any, benchmark: Benchmark, origin: Origin = NOWHERE, now: dt.datetime | None = None
+) -> Team | None:
+    """Leave one's team on the benchmark; returns the team, None if it was deleted."""
+    now = now or timezone.now()
+    _check_changeable(benchmark, now)
+    with transaction.atomic():
+        _lock_user(user.pk)
+        member = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
+        if member is None:
+            raise errors.NotFound("You are in no team on this benchmark.")
+        team = _lock_team(member.team_id)
+        target = _target(team)
+        left = _depart(team, user, now)
+        audit_record(
+            actor=user,
+            action="team.leave",
+            target=target,
+            origin=origin,
+            details={"benchmark": benchmark.slug, "deleted": left is None},
+        )
+        hooks.membership_changed(benchmark, left, [user.pk])
+    return left
+
+
+def team_remove(
+    *,
+    user: Any,
+    benchmark: Benchmark,
+    username: str,
+    origin: Origin = NOWHERE,
+    now: dt.datetime | None = None,
+) -> Team:
+    """The captain removes a member of their team."""
+    now = now or timezone.now()
+    _check_changeable(benchmark, now)
+    own = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
+    if own is None:
+        raise errors.NotFound("You are in no team on this benchmark.")
+    removed = get_user_model().objects.filter(username=username).first()
+    if removed is None:
+        raise errors.NotFound("No such member.")
+    if removed.pk == user.pk:
+        raise errors.InvalidParameter("To leave your own team, leave it.")
+    with transaction.atomic():
+        _lock_user(removed.pk)
+        team = _lock_team(own.team_id)
+        if not TeamMember.objects.filter(team=team, user=removed).exists():
+            raise errors.NotFound("No such member.")
+        if team.captain_id != user.pk:
+            raise NotCaptain("Only the team's captain removes members.")
+        _depart(team, removed, now)
+        audit_record(
+            actor=user,
+            action="team.remove",
+            target=_target(team),
+            origin=origin,
+            details={"benchmark": benchmark.slug, "member": removed.get_username()},
+        )
+        hooks.membership_changed(benchmark, team, [removed.pk])
+    return team
