@@ -167,8 +167,8 @@ def main() -> int:
     cold: list[Any] = []
     try:
         setup_django(folder / "data")
+        from portal.contests import sandbox
         from scoring import engine
-        from scoring.run import prewarm
 
         if not engine.available():
             raise Missing("no Docker Engine answers here")
@@ -206,8 +206,8 @@ def main() -> int:
 
     s_per_gib = statistics.median(r.prewarm.ms / 1e3 / (r.prewarm.bytes / GIB) for r in warm)
     ms_per_kfile = statistics.median(r.prewarm.ms / (r.prewarm.files / 1000) for r in files)
-    floor_s_per_gib = GIB / prewarm.FLOOR_BYTES_PER_S
-    floor_ms_per_kfile = 1000 * 1000 / prewarm.FLOOR_NAMES_PER_S
+    floor_s_per_gib = GIB / sandbox.PREWARM_FLOOR_BYTES_PER_S
+    floor_ms_per_kfile = 1000 * 1000 / sandbox.PREWARM_FLOOR_NAMES_PER_S
     warm_ratio = statistics.median(ratio(r) for r in warm)
     cold_ratio = statistics.median(ratio(r) for r in cold)
     ok = warm_ratio <= 2 and s_per_gib < floor_s_per_gib and ms_per_kfile < floor_ms_per_kfile

@@ -7,8 +7,9 @@ container's own mount: the image's runtime and checkpoint files and the staged c
 cold on the host would pay for the disk on the clock, and one whose files are warm would
 not. This module holds what the runner needs around it:
 
-- :func:`bounds`: the byte, name and time bounds it passes (``--prewarm-bytes``,
-  ``--prewarm-files``, ``--prewarm-ms``), the same for every run of a benchmark;
+- ``portal.contests.sandbox.prewarm_bounds``: the byte, name and time bounds it passes
+  (``--prewarm-bytes``, ``--prewarm-files``, ``--prewarm-ms``), the same for every run
+  of a benchmark;
 - the time bound is also what the host's outer timer adds to the score timeout
   (``runner.supervise``), since the walk happens before the supervisor's clock;
 - :func:`from_line`: its readings on the supervisor's result line.
@@ -18,20 +19,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
-
-from portal.contests import sandbox
-
-# The bounds have one home with the rest of the sandbox, ``portal.contests.sandbox``,
-# which the portal also publishes; the names are kept here.
-MIB = sandbox.MIB
-GIB = sandbox.GIB
-DEFAULT_BYTES = sandbox.PREWARM_DEFAULT_BYTES
-DEFAULT_NAMES = sandbox.PREWARM_DEFAULT_NAMES
-FLOOR_BYTES_PER_S = sandbox.PREWARM_FLOOR_BYTES_PER_S
-FLOOR_NAMES_PER_S = sandbox.PREWARM_FLOOR_NAMES_PER_S
-FIXED_MS = sandbox.PREWARM_FIXED_MS
-Bounds = sandbox.PrewarmBounds
-bounds = sandbox.prewarm_bounds
 
 
 @dataclass(frozen=True)

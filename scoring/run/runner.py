@@ -70,29 +70,6 @@ from scoring.run import gpumeter, meter, prewarm, verdict
 
 log = logging.getLogger(__name__)
 
-# The sandbox's paths, limits and flags have one home, ``portal.contests.sandbox``, which
-# the portal also publishes (``GET /api/v1/benchmarks/{slug}/sandbox/``); the names are
-# kept here for the worker side's modules and tests.
-SUPERVISOR_PATH = sandbox.SUPERVISOR_PATH
-INPUT_DIR = sandbox.INPUT_DIR
-MANIFEST_PATH = sandbox.MANIFEST_PATH
-IMAGE_ROOT = sandbox.IMAGE_ROOT
-SCRATCH_DIR = sandbox.SCRATCH_DIR
-OUTPUT_DIR = sandbox.OUTPUT_DIR
-OUTPUT_PATH = sandbox.OUTPUT_PATH
-LOG_DIR = sandbox.LOG_DIR
-SHM_DIR = sandbox.SHM_DIR
-LOG_TMPFS_BYTES = sandbox.LOG_TMPFS_BYTES
-SCRATCH_INODES = sandbox.SCRATCH_INODES
-SHM_INODES = sandbox.SHM_INODES
-OUTPUT_INODES = sandbox.OUTPUT_INODES
-LOG_INODES = sandbox.LOG_INODES
-TAIL_BYTES = sandbox.TAIL_BYTES
-LOG_MAX_SIZE = sandbox.LOG_MAX_SIZE
-MIN_MARGIN_MS = sandbox.MIN_MARGIN_MS
-MAX_MARGIN_MS = sandbox.MAX_MARGIN_MS
-SETTLE_MS = sandbox.SETTLE_MS
-NO_HEALTHCHECK = sandbox.NO_HEALTHCHECK
 # What the supervisor writes to its own stderr once its warm start is over, right before
 # its clock: a run the host's outer timer stops without it was stopped on our side of
 # the line (a platform fault), never on the entrant's.
@@ -143,10 +120,10 @@ def supervisor_deadline_ms(score_timeout_s: int) -> int:
     return sandbox.supervisor_deadline_ms(score_timeout_s)
 
 
-def prewarm_bounds(benchmark: Benchmark) -> prewarm.Bounds:
+def prewarm_bounds(benchmark: Benchmark) -> sandbox.PrewarmBounds:
     """The warm start's bounds for a run of ``benchmark`` on this host (the host's
-    ``PODIUM_PREWARM_BYTES``, or the default; see ``scoring.run.prewarm.bounds``)."""
-    return prewarm.bounds(
+    ``PODIUM_PREWARM_BYTES``, or the default; see ``portal.contests.sandbox.prewarm_bounds``)."""
+    return sandbox.prewarm_bounds(
         run_memory_bytes=benchmark.run_memory_bytes,
         budget_bytes=settings.PODIUM_PREWARM_BYTES,
     )
@@ -348,7 +325,8 @@ def _sha256_file(path: Path) -> str:
 
 
 def _write_run_log(root: Path, result: SupervisorResult | None, note: str = "") -> None:
-    """The entrant's stdout and stderr tails, for the web to show (bounded by TAIL_BYTES)."""
+    """The entrant's stdout and stderr tails, for the web to show (each bounded by
+    ``sandbox.TAIL_BYTES``)."""
     root.mkdir(parents=True, exist_ok=True)
     parts = [note.encode() + b"\n"] if note else []
     if result is not None:

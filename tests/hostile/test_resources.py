@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scoring.run import runner
+from portal.contests import sandbox
 from tests.hostile.conftest import SECOND, Hostile, Limits, script
 
 pytestmark = pytest.mark.docker
@@ -151,7 +151,7 @@ def test_a_log_flood_is_bounded_by_the_log_tmpfs(hostile: Hostile) -> None:
     assert outcome.wall_s < 10
     # Only the tails come back: what the web shows stays small.
     assert "flood on stdout" in outcome.log
-    assert runner.TAIL_BYTES <= len(outcome.log.encode()) <= 2 * runner.TAIL_BYTES + 100
+    assert sandbox.TAIL_BYTES <= len(outcome.log.encode()) <= 2 * sandbox.TAIL_BYTES + 100
 
 
 def test_shared_memory_is_the_size_the_benchmark_gives(hostile: Hostile) -> None:
@@ -192,7 +192,9 @@ def test_an_inode_flood_fails_fast_and_errs_promptly(hostile: Hostile) -> None:
     assert not outcome.run.killed
     assert outcome.wall_ns < 5 * SECOND
     # Each folder refused new files at its inode cap (the folder itself takes one).
-    outcome.saw(f"files: {runner.OUTPUT_INODES - 1} made")
-    outcome.saw(f"files: {runner.SCRATCH_INODES - 1} made", f"files: {runner.SHM_INODES - 1} made")
+    outcome.saw(f"files: {sandbox.OUTPUT_INODES - 1} made")
+    outcome.saw(
+        f"files: {sandbox.SCRATCH_INODES - 1} made", f"files: {sandbox.SHM_INODES - 1} made"
+    )
     assert outcome.log.count("files: No space left on device") == 3, outcome.log
     assert "predictions.i32: No space left on device" in outcome.log  # the answer, on stderr

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from portal import jobs
 from portal.audit.models import AuditEvent
-from portal.contests import rules
+from portal.contests import rules, sandbox
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import HardwareClass
 from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
@@ -29,7 +29,7 @@ from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine, worker
 from scoring.cohort.staging import StagedRun
 from scoring.host import hosts, machine
-from scoring.run import calibration, runner
+from scoring.run import calibration
 from tests import factories
 from tests.scoring.test_staging import make_cohort, make_submission
 
@@ -79,12 +79,12 @@ def test_the_workload_runs_in_a_scored_runs_sandbox_as_its_entrypoint(tmp_path, 
         supervisor=Path("/opt/supervise"),
     )
 
-    assert spec["entrypoint"][0] == runner.SUPERVISOR_PATH
+    assert spec["entrypoint"][0] == sandbox.SUPERVISOR_PATH
     assert spec["entrypoint"][-4:] == [
         rules.RUN_ENTRYPOINT,
-        runner.MANIFEST_PATH,
-        runner.IMAGE_ROOT,
-        runner.OUTPUT_PATH,
+        sandbox.MANIFEST_PATH,
+        sandbox.IMAGE_ROOT,
+        sandbox.OUTPUT_PATH,
     ]
     assert spec["image"] == settings.PODIUM_CALIBRATION_IMAGE
     # The scored run's sandbox, as runner.container_spec makes it.
@@ -92,8 +92,8 @@ def test_the_workload_runs_in_a_scored_runs_sandbox_as_its_entrypoint(tmp_path, 
     assert spec["cap_drop"] == ["ALL"] and spec["security_opt"] == ["no-new-privileges"]
     assert spec["environment"] == []
     assert {mount["Target"]: mount["ReadOnly"] for mount in spec["mounts"]} == {
-        runner.SUPERVISOR_PATH: True,
-        runner.INPUT_DIR: True,
+        sandbox.SUPERVISOR_PATH: True,
+        sandbox.INPUT_DIR: True,
         rules.RUN_ENTRYPOINT: True,
     }
     # A calibration of this host, never a run the reaper would settle.

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from portal.contests import sandbox
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
 from scoring.cohort.staging import StagedRun
@@ -33,10 +34,10 @@ GIB = 1 << 30
 
 
 def test_the_default_budget_is_2_gib_with_a_time_bound_from_the_floor_rates() -> None:
-    bounds = prewarm.bounds(run_memory_bytes=8 * GIB)
+    bounds = sandbox.prewarm_bounds(run_memory_bytes=8 * GIB)
 
-    assert bounds.budget_bytes == prewarm.DEFAULT_BYTES == 2 * GIB
-    assert bounds.names == prewarm.DEFAULT_NAMES
+    assert bounds.budget_bytes == sandbox.PREWARM_DEFAULT_BYTES == 2 * GIB
+    assert bounds.names == sandbox.PREWARM_DEFAULT_NAMES
     # 2 GiB at 64 MiB/s is 32 s; 65,536 names at 1,000/s are 65.536 s; plus 1 s.
     assert bounds.time_ms == 32_000 + 65_536 + 1_000
 
@@ -44,19 +45,19 @@ def test_the_default_budget_is_2_gib_with_a_time_bound_from_the_floor_rates() ->
 def test_the_budget_is_at_most_half_the_runs_memory() -> None:
     # The pages read are charged to the container: past what it keeps, the walk would
     # only evict what it read first.
-    assert prewarm.bounds(run_memory_bytes=GIB).budget_bytes == GIB // 2
-    assert prewarm.bounds(run_memory_bytes=GIB, budget_bytes=100).budget_bytes == 100
+    assert sandbox.prewarm_bounds(run_memory_bytes=GIB).budget_bytes == GIB // 2
+    assert sandbox.prewarm_bounds(run_memory_bytes=GIB, budget_bytes=100).budget_bytes == 100
 
 
 def test_a_budget_of_zero_turns_the_walk_off_and_allows_no_time() -> None:
-    bounds = prewarm.bounds(run_memory_bytes=8 * GIB, budget_bytes=0)
+    bounds = sandbox.prewarm_bounds(run_memory_bytes=8 * GIB, budget_bytes=0)
     assert (bounds.budget_bytes, bounds.names, bounds.time_ms) == (0, 0, 0)
 
 
 def test_a_bigger_budget_gets_a_proportionally_longer_time_bound() -> None:
-    small = prewarm.bounds(run_memory_bytes=64 * GIB, budget_bytes=GIB)
-    large = prewarm.bounds(run_memory_bytes=64 * GIB, budget_bytes=4 * GIB)
-    assert large.time_ms - small.time_ms == 3 * GIB * 1000 // prewarm.FLOOR_BYTES_PER_S
+    small = sandbox.prewarm_bounds(run_memory_bytes=64 * GIB, budget_bytes=GIB)
+    large = sandbox.prewarm_bounds(run_memory_bytes=64 * GIB, budget_bytes=4 * GIB)
+    assert large.time_ms - small.time_ms == 3 * GIB * 1000 // sandbox.PREWARM_FLOOR_BYTES_PER_S
 
 
 def test_the_host_setting_overrides_the_default(settings, staged: StagedRun) -> None:
@@ -66,7 +67,9 @@ def test_the_host_setting_overrides_the_default(settings, staged: StagedRun) -> 
     options = dict(
         zip(entry[1 : entry.index("--") : 2], entry[2 : entry.index("--") : 2], strict=True)
     )
-    expected = prewarm.bounds(run_memory_bytes=benchmark.run_memory_bytes, budget_bytes=256 << 20)
+    expected = sandbox.prewarm_bounds(
+        run_memory_bytes=benchmark.run_memory_bytes, budget_bytes=256 << 20
+    )
 
     assert options["--prewarm-bytes"] == str(256 << 20)
     assert options["--prewarm-files"] == str(expected.names)
@@ -88,7 +91,7 @@ def test_the_outer_timer_adds_the_walks_time_bound_to_the_score_timeout(settings
     settings.PODIUM_PREWARM_BYTES = None
     benchmark = Benchmark(score_timeout_s=960, run_memory_bytes=8 * GIB)
 
-    bound_ms = prewarm.bounds(run_memory_bytes=8 * GIB).time_ms
+    bound_ms = sandbox.prewarm_bounds(run_memory_bytes=8 * GIB).time_ms
     assert runner.outer_timeout_s(benchmark) == 960 + bound_ms / 1000
     # The supervisor's deadline, counted from a clock that starts at most the walk's
     # bound after the host's start, still ends before the outer timer.

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal import jobs, storage
+from portal.contests import sandbox
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.submissions import evidence
 from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
@@ -148,7 +149,7 @@ def test_the_supervisor_settles_off_the_clock_within_its_margin(staged):
     settle_ms = int(entry[entry.index("--settle-ms") + 1])
     margin_ms = benchmark.score_timeout_s * 1000 - int(entry[entry.index("--deadline-ms") + 1])
     # The supervisor waits for the engine before its clock; that must not eat its margin.
-    assert 0 < settle_ms <= runner.MIN_MARGIN_MS // 5 and settle_ms < margin_ms
+    assert 0 < settle_ms <= sandbox.MIN_MARGIN_MS // 5 and settle_ms < margin_ms
 
 
 def test_the_supervisors_oom_score_is_asked_for_only_where_configured(staged, settings):
@@ -192,8 +193,8 @@ def test_the_only_writable_places_are_sized_tmpfs_with_inode_caps(staged):
         assert any(option.startswith("size=") for option in options.split(","))
         # Empty files use no blocks: only an inode cap stops a flood of them.
         assert any(option.startswith("nr_inodes=") for option in options.split(","))
-    assert f"nr_inodes={runner.OUTPUT_INODES}" in tmpfs["/contest/output"].split(",")
-    assert runner.OUTPUT_INODES <= 100
+    assert f"nr_inodes={sandbox.OUTPUT_INODES}" in tmpfs["/contest/output"].split(",")
+    assert sandbox.OUTPUT_INODES <= 100
     assert f"size={123 << 20}" in tmpfs["/tmp"].split(",")
     assert "exec" in tmpfs["/tmp"].split(",")  # JIT and compiled caches may live here
     assert f"size={5 << 20}" in tmpfs["/contest/output"].split(",")
