@@ -24,6 +24,7 @@ from portal.standings.nominations import counted_for, final_settings_for, nomina
 from portal.submissions.final import final_runs_queue
 from portal.submissions.models import Run
 from portal.submissions.staff import staff_permission_check
+from portal.teams.selectors import teams_by_member
 
 PUBLISH = "standings.publish_standings"
 _OPEN = (Run.QUEUED, Run.STAGING, Run.RUNNING)
@@ -105,8 +106,11 @@ def final_rerun_start(
 
 
 def _scored(rerun: FinalRerun) -> list[rules.Scored]:
-    """Each entry of the rerun with its final runs so far (two queries)."""
+    """Each entry of the rerun with its final runs so far (three queries). A team
+    member's entry competes as the team (its name, one key per team), so the team ranks
+    with the best of its members' counted submissions, as on the board."""
     entries = list(FinalEntry.objects.filter(rerun=rerun).select_related("submission__entrant"))
+    teams = teams_by_member(rerun.benchmark_id)
     runs: dict[int, list[tuple[str, bool | None, int | None, str]]] = {}
     for row in (
         Run.objects.filter(
@@ -132,11 +136,13 @@ def _scored(rerun: FinalRerun) -> list[rules.Scored]:
         )
         if submission.disqualified_at is not None:
             failure = "disqualified"
+        team = teams.get(submission.entrant_id)
         scored.append(
             rules.Scored(
                 submission_id=int(submission.pk),
-                entrant_id=submission.entrant_id,
-                entrant=submission.entrant.get_username(),
+                # A team's key is its negated id: never a user's id.
+                entrant_id=-int(team.pk) if team else submission.entrant_id,
+                entrant=team.name if team else submission.entrant.get_username(),
                 submitted_at=submission.submitted_at,
                 walls_ns=tuple(
                     int(wall)

@@ -22,6 +22,14 @@ def member_ids(team: Team) -> list[int]:
     return sorted(TeamMember.objects.filter(team=team).values_list("user_id", flat=True))
 
 
+def teams_by_member(benchmark_id: int) -> dict[int, Team]:
+    """Every member of a team on the benchmark, by user id, with their team. One query."""
+    return {
+        member.user_id: member.team
+        for member in TeamMember.objects.filter(benchmark_id=benchmark_id).select_related("team")
+    }
+
+
 def teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
     """Everyone whose attempts, environments and feedback the user shares on the
     benchmark: their team's members, or only themselves. One query."""

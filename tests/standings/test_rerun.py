@@ -20,6 +20,7 @@ from portal.submissions import dispatch
 from portal.submissions.final import run_record_final
 from portal.submissions.models import Run, Submission
 from portal.submissions.runs import run_claim_next, run_record_infra_failure
+from tests import factories
 from tests.web.boards import official_run
 
 CLASS = settings.PODIUM_HARDWARE_CLASS
@@ -197,3 +198,26 @@ def test_it_is_refused_before_the_nomination_deadline_and_after_publishing(
         standings_publish(benchmark=closing, actor=staff, reason="from the board")
     with pytest.raises(errors.InvalidParameter, match="correct them instead"):
         start(closing, staff, later)
+
+
+def test_a_team_ranks_once_with_its_members_best_under_its_name(
+    closing, alice, bob, staff, after_close
+):
+    from portal.teams import services as teams
+
+    carol = factories.UserFactory(username="carol")
+    a = official_run(closing, alice, 100).submission
+    b = official_run(closing, bob, 150).submission
+    c = official_run(closing, carol, 120).submission
+    teams.team_create(user=alice, benchmark=closing, name="Night Owls")
+    invitation = teams.team_invite(user=alice, benchmark=closing, username="bob")
+    teams.invitation_accept(user=bob, invitation_id=invitation.pk)
+    start(closing, staff, after_close)
+    play({a.pk: [300], b.pk: [200], c.pk: [250]})  # bob's is the team's best here
+
+    decision = final_rerun_decision(closing)
+    assert decision is not None and decision.complete
+    assert [(row.rank, row.entrant, row.submission_id) for row in decision.rows] == [
+        (1, "Night Owls", b.pk),
+        (2, "carol", c.pk),
+    ]
