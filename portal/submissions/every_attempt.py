@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.core.cache import cache
-from django.db.models import Count, FilteredRelation, Max, Q, QuerySet, Sum
+from django.db.models import Count, F, FilteredRelation, Max, Q, QuerySet, Sum
 
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
@@ -114,7 +114,7 @@ def graded_attempts(
         "submission__submitted_at",
         "wall_time_ns",
         "passed",
-        "membership__team__name",
+        F("membership__team__name"),  # the FilteredRelation's alias, as an expression
     )
     attempts: list[Attempt] = []
     last_submission = None
