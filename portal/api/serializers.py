@@ -316,7 +316,11 @@ class LeaderboardSerializer(serializers.Serializer[dict[str, Any]]):
 
 class GradedAttemptSerializer(serializers.Serializer[dict[str, Any]]):
     submission_id = serializers.IntegerField()
-    entrant = serializers.CharField(help_text="The entrant's username.")
+    entrant = serializers.CharField(
+        help_text="Who the board ranks it under: the uploader's team's name when they are in "
+        "a team on the benchmark, else their username."
+    )
+    team = serializers.BooleanField(help_text="True when `entrant` is a team's name.")
     submitted_at = OffsetDateTimeField()
     wall_time_ns = serializers.IntegerField()
     passed = serializers.BooleanField(help_text="False: the run failed on accuracy.")

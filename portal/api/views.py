@@ -210,7 +210,8 @@ class AttemptsView(APIView):
             attempts = [
                 {
                     "submission_id": a.submission_id,
-                    "entrant": a.entrant,
+                    "entrant": a.label,
+                    "team": bool(a.team),
                     "submitted_at": s.iso(a.submitted_at),
                     "wall_time_ns": a.wall_time_ns,
                     "passed": a.passed,

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.core.cache import cache
-from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models import Count, F, FilteredRelation, Max, Q, QuerySet, Sum
 
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
@@ -30,10 +31,16 @@ FRESH_S = 30
 class Attempt:
     submission_id: int
     entrant_id: int
-    entrant: str
+    entrant: str  # the uploader's username
     submitted_at: dt.datetime
     wall_time_ns: int
     passed: bool
+    team: str = ""  # the uploader's team on the benchmark, "" when on their own
+
+    @property
+    def label(self) -> str:
+        """The name the board shows for the attempt's entrant: the team's, or theirs."""
+        return self.team or self.entrant
 
 
 def _graded_runs(benchmark: Benchmark) -> QuerySet[Run]:
@@ -46,16 +53,29 @@ def _graded_runs(benchmark: Benchmark) -> QuerySet[Run]:
         status=Run.FINISHED,
         passed__isnull=False,
         wall_time_ns__isnull=False,
+    ).annotate(
+        # The uploader's membership on this benchmark (at most one): a LEFT JOIN.
+        membership=FilteredRelation(
+            "submission__entrant__team_memberships",
+            condition=Q(submission__entrant__team_memberships__benchmark_id=benchmark.pk),
+        )
     )
 
 
 def attempts_fingerprint(benchmark: Benchmark) -> str:
     """A fingerprint of the graded attempts: moves with a new graded attempt, a new score
-    try, a disqualification or a change of status. One aggregate query over all of them."""
+    try, a disqualification or a change of status, and with a change of team of anyone
+    who has a graded attempt (joining, leaving, a team dissolved and formed again: the
+    names the attempts carry). One aggregate query over all of them."""
     seen = _graded_runs(benchmark).aggregate(
-        runs=Count("id"), last=Max("id"), ids=Sum("submission_id"), times=Sum("wall_time_ns")
+        runs=Count("id"),
+        last=Max("id"),
+        ids=Sum("submission_id"),
+        times=Sum("wall_time_ns"),
+        teamed=Count("membership__id"),
+        teams=Sum("membership__team_id"),
     )
-    return "{runs}-{last}-{ids}-{times}".format(**seen)
+    return "{runs}-{last}-{ids}-{times}-{teamed}-{teams}".format(**seen)
 
 
 def attempts_version(benchmark: Benchmark, board_key: str) -> str:
@@ -78,12 +98,15 @@ def attempts_version(benchmark: Benchmark, board_key: str) -> str:
     return f"{board_key}:{fingerprint}"
 
 
-def graded_attempts(benchmark: Benchmark, entrant_id: int | None = None) -> list[Attempt]:
-    """Every graded official attempt (optionally one entrant's), in upload order, one per
-    submission (its latest score try). One query, only the columns drawn."""
+def graded_attempts(
+    benchmark: Benchmark, entrant_ids: Sequence[int] | None = None
+) -> list[Attempt]:
+    """Every graded official attempt (optionally only those of ``entrant_ids``: one
+    entrant, or a team's members), in upload order, one per submission (its latest score
+    try), with the uploader's team. One query, only the columns drawn."""
     runs = _graded_runs(benchmark)
-    if entrant_id is not None:
-        runs = runs.filter(submission__entrant_id=entrant_id)
+    if entrant_ids is not None:
+        runs = runs.filter(submission__entrant_id__in=list(entrant_ids))
     rows = runs.order_by("submission__submitted_at", "submission_id", "-try_number").values_list(
         "submission_id",
         "submission__entrant_id",
@@ -91,10 +114,11 @@ def graded_attempts(benchmark: Benchmark, entrant_id: int | None = None) -> list
         "submission__submitted_at",
         "wall_time_ns",
         "passed",
+        F("membership__team__name"),  # the FilteredRelation's alias, as an expression
     )
     attempts: list[Attempt] = []
     last_submission = None
-    for submission_id, entrant_id, username, submitted_at, wall_time_ns, passed in rows:
+    for submission_id, entrant_id, username, submitted_at, wall_time_ns, passed, team in rows:
         if submission_id == last_submission:
             continue  # an earlier try of the same submission
         last_submission = submission_id
@@ -106,6 +130,7 @@ def graded_attempts(benchmark: Benchmark, entrant_id: int | None = None) -> list
                 submitted_at=submitted_at,
                 wall_time_ns=int(wall_time_ns or 0),
                 passed=bool(passed),
+                team=team or "",
             )
         )
     return attempts

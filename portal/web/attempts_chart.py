@@ -1,23 +1,25 @@
 """The every-attempt chart: each graded official attempt's wall time against its upload
-date, each entrant's best (the one the board ranks) ringed, and the signed-in entrant's
-own attempts highlighted; as inline SVG that needs no script.
+date, each board identity's best (an entrant's, or a team's: the row the board ranks)
+ringed, and the signed-in entrant's team's attempts highlighted (their own solid, their
+teammates' paler; only their own when on their own); as inline SVG that needs no script.
 
 Written directly rather than with pygal: tens of thousands of points, drawn as one
 ``<path>`` of round dots per kind (passed, failed) on whole pixels, so points that fall
 on the same pixel are drawn once. The shared drawing (axes, the cloud, the bests) is
-cached per benchmark and version of the attempts; the viewer's own points are a small
-layer added per request from one query of their attempts.
+cached per benchmark and version of the attempts (which moves with a change of team of
+anyone with an attempt, so the names shown follow the board's); the viewer's points are
+a small layer added per request from one query of their team's attempts.
 
 Text alternative: the chart's ``<desc>`` sums it up, each best and each of the viewer's
-own points has a ``<title>`` (the browser's tooltip), and the page lists the viewer's
-attempts and the bests in tables beside it.
+highlighted point has a ``<title>`` (the browser's tooltip), and the page lists the
+viewer's team's attempts (their own marked) in a table beside it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 from zoneinfo import ZoneInfo
@@ -41,6 +43,7 @@ PASSED_COLOUR = "#0072b2"
 FAILED_COLOUR = "#3d4247"
 BEST_COLOUR = "#1d2125"
 OWN_COLOUR = "#d55e00"
+TEAMMATE_OPACITY = ".45"  # a teammate's point: the viewer's colour, paler
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,11 @@ class Scale:
 @dataclass(frozen=True)
 class Best:
     rank: int
-    entrant: str
+    entrant: str  # the row's name: a team's, or the entrant's username
     submission_id: int
     wall_time_ns: int
     at: dt.datetime
+    team: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,11 +77,10 @@ class SharedDrawing:
     key: str
     head: str  # from <svg> through the cloud and the bests
     tail: str  # the legend and </svg>
-    own_legend: str  # the legend entry for the viewer's own points
     scale: Scale | None
     attempts: int
     failed: int
-    entrants: int
+    entrants: int  # board identities: a team counts once
     bests: list[Best]
     start: dt.datetime
     end: dt.datetime
@@ -90,8 +93,9 @@ class AttemptsChart:
     failed: int
     entrants: int
     bests: list[Best]
-    own_count: int  # the viewer's graded attempts (0 when signed out)
+    own_count: int  # the viewer's team's graded attempts (their own when alone; 0 signed out)
     own_rows: str  # their table's rows, safe to insert as is
+    team: bool = False  # the highlighted attempts are a team's (the table names who uploaded)
 
 
 def attempts_chart(
@@ -100,30 +104,41 @@ def attempts_chart(
     now: dt.datetime,
     board_key: str,
     viewer_id: int | None = None,
+    teammates: Sequence[int] = (),
 ) -> AttemptsChart:
     """The chart for ``?show=all``. Cached: the shared drawing per benchmark and version of
     the attempts (``board_key``: the board's version, see ``attempts_version``), and the
-    viewer's own layer and table per viewer and that version. Warm, no query; cold, three
-    for the shared drawing and one for the viewer's attempts."""
+    viewer's layer and table per viewer, team (``teammates``: the viewer's team's members,
+    as ``teams.selectors.teammate_ids`` reads them; empty or only the viewer when alone)
+    and that version. Warm, no query; cold, three for the shared drawing and one for the
+    viewer's team's attempts."""
     end = _chart_end(benchmark, now)
     version = attempts_version(benchmark, board_key)
     key = f"podium:attempts:{benchmark.pk}:{version}:{end.timestamp()}"
     shared: SharedDrawing | None = cache.get(key)
     if shared is None:
         shared = _draw_once(benchmark, key=key, end=end)
-    own: tuple[int, str, str] = (0, "", "")  # count, SVG layer, table rows
+    own: tuple[int, str, str, bool] = (0, "", "", False)  # count, SVG layer, rows, team
     if viewer_id is not None and shared.scale is not None:
-        own_key = f"{shared.key}:own:{viewer_id}"  # drawn on that drawing's scale
-        cached: tuple[int, str, str] | None = cache.get(own_key)
+        team = sorted({viewer_id, *teammates})
+        # Drawn on that drawing's scale; keyed by the team as read now, so a change of
+        # membership shows on the viewer's layer at once.
+        own_key = f"{shared.key}:own:{viewer_id}:{'-'.join(map(str, team))}"
+        cached: tuple[int, str, str, bool] | None = cache.get(own_key)
         if cached is None:
-            mine = graded_attempts(benchmark, viewer_id)
+            ours = graded_attempts(benchmark, team)
             zone = benchmark.attempt_timezone
-            cached = (len(mine), _own_layer(mine, shared.scale, zone), _own_rows(mine, zone))
+            cached = (
+                len(ours),
+                _own_layer(ours, viewer_id, shared.scale, zone),
+                _own_rows(ours, viewer_id, zone, team=len(team) > 1),
+                len(team) > 1,
+            )
             cache.set(own_key, cached, CACHE_S)
         own = cached
     svg = ""
     if shared.scale is not None:
-        svg = shared.head + own[1] + (shared.own_legend if own[0] else "") + shared.tail
+        svg = shared.head + own[1] + (_own_legend(team=own[3]) if own[0] else "") + shared.tail
     return AttemptsChart(
         svg=svg,
         attempts=shared.attempts,
@@ -132,6 +147,7 @@ def attempts_chart(
         bests=shared.bests,
         own_count=own[0],
         own_rows=own[2],
+        team=own[3],
     )
 
 
@@ -152,28 +168,42 @@ def _draw_once(benchmark: Benchmark, *, key: str, end: dt.datetime) -> SharedDra
     return shared
 
 
-def _own_rows(own: list[Attempt], zone: str) -> str:
-    """The viewer's attempts as table rows (written here: a template loop costs more than
-    the rest of the page)."""
+def _own_rows(ours: list[Attempt], viewer_id: int, zone: str, *, team: bool) -> str:
+    """The viewer's (team's) attempts as table rows, with who uploaded each when in a team
+    (written here: a template loop costs more than the rest of the page)."""
     link = reverse("submissions:detail", kwargs={"pk": 0}).removesuffix("0/")
-    return "".join(
-        f'<tr><th scope="row"><a href="{link}{a.submission_id}/">#{a.submission_id}</a></th>'
-        f"<td>{escape(zoned(a.submitted_at, zone))}</td>"
-        f"<td>{'passed' if a.passed else 'failed'}</td>"
-        f'<td class="num mono" title="{a.wall_time_ns} ns">{escape(ns(a.wall_time_ns))}</td></tr>'
-        for a in own
-    )
+    rows = []
+    for a in ours:
+        by = ""
+        if team:
+            by = (
+                "<td><strong>you</strong></td>"
+                if a.entrant_id == viewer_id
+                else f"<td>{escape(a.entrant)}</td>"
+            )
+        rows.append(
+            f'<tr><th scope="row"><a href="{link}{a.submission_id}/">#{a.submission_id}</a></th>'
+            f"{by}<td>{escape(zoned(a.submitted_at, zone))}</td>"
+            f"<td>{'passed' if a.passed else 'failed'}</td>"
+            f'<td class="num mono" title="{a.wall_time_ns} ns">{escape(ns(a.wall_time_ns))}'
+            "</td></tr>"
+        )
+    return "".join(rows)
 
 
 def _bests(benchmark: Benchmark) -> list[Best]:
+    """The board's rows (one per team, one per entrant on their own), named as it names
+    them."""
     rows = (
         LeaderboardEntry.objects.filter(benchmark=benchmark)
         .order_by(*RANK_ORDER)
-        .values_list("entrant__username", "submission_id", "wall_time_ns", "submitted_at")
+        .values_list(
+            "entrant__username", "team_name", "submission_id", "wall_time_ns", "submitted_at"
+        )
     )
     return [
-        Best(rank, entrant, submission_id, wall_time_ns, at)
-        for rank, (entrant, submission_id, wall_time_ns, at) in enumerate(rows, start=1)
+        Best(rank, team or entrant, submission_id, wall_time_ns, at, team=bool(team))
+        for rank, (entrant, team, submission_id, wall_time_ns, at) in enumerate(rows, start=1)
     ]
 
 
@@ -183,7 +213,7 @@ def draw_shared(
     zone = benchmark.attempt_timezone
     tz = ZoneInfo(zone)
     if not attempts:
-        return SharedDrawing(key, "", "", "", None, 0, 0, 0, [], benchmark.opens_at, end)
+        return SharedDrawing(key, "", "", None, 0, 0, 0, [], benchmark.opens_at, end)
     bests = _bests(benchmark)
     start = min(benchmark.opens_at, attempts[0].submitted_at)
     end = max(end, attempts[-1].submitted_at)
@@ -191,7 +221,8 @@ def draw_shared(
     y0, y1, step = _nice_range(min(times), max(times))
     scale = Scale(start.timestamp(), max(end.timestamp(), start.timestamp() + 1), y0, y1)
     failed = sum(1 for a in attempts if not a.passed)
-    entrants = len({a.entrant_id for a in attempts})
+    # Board identities: a team (by name, unique on the benchmark) or an entrant alone.
+    entrants = len({a.team.lower() if a.team else a.entrant_id for a in attempts})
 
     parts = [
         f'<svg role="img" aria-labelledby="{CHART_ID}-title" '
@@ -263,17 +294,13 @@ def draw_shared(
             LEFT + 220,
             legend_y,
             f'fill="none" stroke="{BEST_COLOUR}" stroke-width="1.5"',
-            "best of each entrant (ranked)",
+            "best of each entrant or team (ranked)",
         ),
     ]
-    own_legend = _legend(
-        LEFT + 470, legend_y, f'fill="{OWN_COLOUR}" stroke="#1d2125"', "your attempts"
-    )
     return SharedDrawing(
         key=key,
         head="".join(parts),
         tail='<g class="attempts-legend">' + "".join(legend) + "</g></svg>",
-        own_legend=f'<g class="attempts-legend-own">{own_legend}</g>',
         scale=scale,
         attempts=len(attempts),
         failed=failed,
@@ -284,10 +311,36 @@ def draw_shared(
     )
 
 
-def _own_layer(own: list[Attempt], scale: Scale, zone: str) -> str:
-    if not own:
+def _own_legend(*, team: bool) -> str:
+    x, y = LEFT + 490, HEIGHT - 22
+    if not team:
+        entry = _legend(x, y, f'fill="{OWN_COLOUR}" stroke="#1d2125"', "your attempts")
+    else:
+        entry = _legend(x, y, f'fill="{OWN_COLOUR}" stroke="#1d2125"', "yours") + _legend(
+            x + 70,
+            y,
+            f'fill="{OWN_COLOUR}" fill-opacity="{TEAMMATE_OPACITY}" stroke="#1d2125"',
+            "your teammates'",
+        )
+    return f'<g class="attempts-legend-own">{entry}</g>'
+
+
+def _own_layer(ours: list[Attempt], viewer_id: int, scale: Scale, zone: str) -> str:
+    """The viewer's points over the cloud (their own on top of their teammates')."""
+    if not ours:
         return ""
+    theirs = [a for a in ours if a.entrant_id != viewer_id]
+    own = [a for a in ours if a.entrant_id == viewer_id]
     marks = [
+        f'<circle cx="{scale.x(a.submitted_at.timestamp()):.1f}" '
+        f'cy="{scale.y(a.wall_time_ns / 1e6):.1f}" r="4" fill="{OWN_COLOUR}" '
+        f'fill-opacity="{TEAMMATE_OPACITY}" stroke="#1d2125" stroke-width=".75">'
+        f"<title>Your team's submission {a.submission_id} by {escape(a.entrant)} "
+        f"({'passed' if a.passed else 'failed'}): {ns(a.wall_time_ns)}, uploaded "
+        f"{escape(zoned(a.submitted_at, zone))}</title></circle>"
+        for a in theirs
+    ]
+    marks += [
         f'<circle cx="{scale.x(a.submitted_at.timestamp()):.1f}" '
         f'cy="{scale.y(a.wall_time_ns / 1e6):.1f}" r="4" fill="{OWN_COLOUR}" stroke="#1d2125" '
         f'stroke-width=".75"><title>Your submission {a.submission_id} '

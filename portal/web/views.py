@@ -54,6 +54,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     version = leaderboard_version(benchmark)
     quotas = []
     standing = None
+    members: list[int] = []
     if request.user.is_authenticated:
         members = teammate_ids(benchmark.pk, request.user.pk)
         quotas = [
@@ -79,6 +80,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
                 now=now,
                 board_key=version.key,
                 viewer_id=request.user.pk if request.user.is_authenticated else None,
+                teammates=members,
             )
             if show_all
             else None

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from portal.submissions.every_attempt import FRESH_S
 from portal.submissions.models import Submission
+from portal.teams import services as teams
 from tests import factories
 from tests.web.boards import official_run
 
@@ -153,15 +154,19 @@ def test_nothing_graded_draws_nothing(client, benchmark):
     assert "The chart appears with the first graded official attempt." in html
 
 
-@pytest.mark.parametrize("viewer", ["anonymous", "signed_in"])
+@pytest.mark.parametrize("viewer", ["anonymous", "signed_in", "in_a_team"])
 def test_the_chart_reads_a_fixed_number_of_queries(client, benchmark, alice, viewer):
-    if viewer == "signed_in":
+    if viewer != "anonymous":
         client.force_login(alice)
+    if viewer == "in_a_team":
+        _team(benchmark, "Fast Cats", alice, factories.UserFactory())
     counts = []
     for entrants in (3, 30):
         for index in range(entrants):
             user = factories.UserFactory()
             official_run(benchmark, user, (500 + index) * MS, passed=index % 4 != 0)
+            if index % 3 == 0:  # every third of them in a team of two
+                _team(benchmark, f"Team {user.pk}", user, factories.UserFactory())
         official_run(benchmark, alice, 450 * MS)
         with time_machine.travel(timezone.now(), tick=False):
             cache.clear()
@@ -179,13 +184,15 @@ def test_the_api_lists_every_graded_attempt(client, benchmark, contest):
     body = client.get(f"/api/v1/benchmarks/{benchmark.slug}/attempts/").json()
 
     assert body["count"] == 5
-    listed = [(a["entrant"], a["wall_time_ns"] // MS, a["passed"]) for a in body["attempts"]]
+    listed = [
+        (a["entrant"], a["team"], a["wall_time_ns"] // MS, a["passed"]) for a in body["attempts"]
+    ]
     assert listed == [
-        ("alice", 900, True),
-        ("bob", 1_200, True),
-        ("alice", 400, False),
-        ("alice", 700, True),
-        ("bob", 600, True),
+        ("alice", False, 900, True),
+        ("bob", False, 1_200, True),
+        ("alice", False, 400, False),
+        ("alice", False, 700, True),
+        ("bob", False, 600, True),
     ]
     assert body["attempts"][0]["submission_id"] == contest["alice"][0].submission_id
     assert body["attempts"][0]["submitted_at"].endswith("+00:00")
@@ -195,3 +202,124 @@ def test_the_api_answers_404_for_an_unknown_benchmark(client, db):
     response = client.get("/api/v1/benchmarks/nope/attempts/")
 
     assert response.status_code == 404 and response.json()["code"] == "not_found"
+
+
+# Teams: a team is one identity on the board, and on the chart.
+
+
+def _team(benchmark, name, captain, *members):
+    team = teams.team_create(user=captain, benchmark=benchmark, name=name)
+    for member in members:
+        invitation = teams.team_invite(
+            user=captain, benchmark=benchmark, username=member.get_username()
+        )
+        teams.invitation_accept(user=member, invitation_id=invitation.pk)
+    return team
+
+
+@pytest.fixture
+def carol(db):
+    return factories.UserFactory(username="carol")
+
+
+@pytest.fixture
+def team_contest(benchmark, contest, alice, carol):
+    """Alice and Carol are the team "Fast Cats"; Carol's 650 ms beats Alice's 700 ms."""
+    start = benchmark.opens_at + dt.timedelta(minutes=30)
+    carols = official_run(benchmark, carol, 650 * MS, at=start + 9 * dt.timedelta(hours=1))
+    _team(benchmark, "Fast Cats", alice, carol)
+    return {**contest, "carol": [carols]}
+
+
+def test_a_teams_attempts_carry_its_name_and_its_best_is_ringed_once(
+    client, benchmark, team_contest
+):
+    svg = _svg(client.get(f"/b/{benchmark.slug}/?show=all").content.decode())
+    board = client.get(f"/api/v1/benchmarks/{benchmark.slug}/leaderboard/").json()["rows"]
+
+    bests = [t.text or "" for t in svg.iterfind(".//g[@class='attempts-bests']/circle/title")]
+    assert [b.split(",")[0] for b in bests] == [
+        "1. bob: best 600.000 ms",
+        "2. Fast Cats: best 650.000 ms",
+    ]
+    # The rings are the board's rows, name for name.
+    assert [(row["rank"], row["entrant"]) for row in board] == [(1, "bob"), (2, "Fast Cats")]
+    assert "6 graded official attempts by 2 entrants" in (svg.findtext("desc") or "")
+    assert "best of each entrant or team" in ET.tostring(svg, encoding="unicode")
+
+
+def test_the_api_names_a_members_attempts_by_their_team(client, benchmark, team_contest):
+    body = client.get(f"/api/v1/benchmarks/{benchmark.slug}/attempts/").json()
+
+    listed = [(a["entrant"], a["team"], a["wall_time_ns"] // MS) for a in body["attempts"]]
+    assert listed == [
+        ("Fast Cats", True, 900),
+        ("bob", False, 1_200),
+        ("Fast Cats", True, 400),
+        ("Fast Cats", True, 700),
+        ("Fast Cats", True, 650),
+        ("bob", False, 600),
+    ]
+    assert not any(a["entrant"] in ("alice", "carol") for a in body["attempts"])
+
+
+def test_a_member_sees_their_teams_points_highlighted_and_their_own_marked(
+    client, benchmark, team_contest, alice
+):
+    client.force_login(alice)
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+
+    titles = _own_titles(_svg(html))
+    carols = team_contest["carol"][0].submission_id
+    assert [t.split(" (")[0] for t in titles] == [
+        f"Your team's submission {carols} by carol",
+        *(f"Your submission {run.submission_id}" for run in team_contest["alice"]),
+    ]
+    assert "your teammates&#x27;" in html or "your teammates'" in html
+    # The table lists the team's four attempts in upload order, saying whose each is.
+    assert "Your team&#x27;s attempts on the chart (4)" in html or (
+        "Your team's attempts on the chart (4)" in html
+    )
+    uploaders = re.findall(r'<tr><th scope="row"><a [^>]*>#(\d+)</a></th><td>(.*?)</td>', html)
+    assert [(int(pk), who) for pk, who in uploaders] == [
+        (team_contest["alice"][0].submission_id, "<strong>you</strong>"),
+        (team_contest["alice"][1].submission_id, "<strong>you</strong>"),
+        (team_contest["alice"][2].submission_id, "<strong>you</strong>"),
+        (carols, "carol"),
+    ]
+
+
+def test_someone_outside_the_team_sees_only_their_own(client, benchmark, team_contest, bob):
+    client.force_login(bob)
+    html = client.get(f"/b/{benchmark.slug}/?show=all").content.decode()
+
+    titles = _own_titles(_svg(html))
+    assert [t.split(" (")[0] for t in titles] == [
+        f"Your submission {run.submission_id}" for run in team_contest["bob"]
+    ]
+    assert "your teammates" not in html and "Your attempts on the chart (2)" in html
+
+
+def test_a_join_that_changes_no_board_row_renames_the_attempts_within_the_refresh(
+    client, benchmark, team_contest, alice
+):
+    """Dave's only attempt failed: his joining changes no row of the board, yet his
+    attempt is the team's within the refresh, on the chart's viewer layer at once."""
+    dave = factories.UserFactory(username="dave")
+    failed = official_run(benchmark, dave, 300 * MS, passed=False)
+    api = f"/api/v1/benchmarks/{benchmark.slug}/attempts/"
+    now = timezone.now()
+    with time_machine.travel(now, tick=False):
+        before = {a["submission_id"]: a["entrant"] for a in client.get(api).json()["attempts"]}
+        board = client.get(f"/api/v1/benchmarks/{benchmark.slug}/leaderboard/").json()
+        invitation = teams.team_invite(user=alice, benchmark=benchmark, username="dave")
+        teams.invitation_accept(user=dave, invitation_id=invitation.pk)
+        assert client.get(f"/api/v1/benchmarks/{benchmark.slug}/leaderboard/").json() == board
+        client.force_login(alice)
+        titles = _own_titles(_svg(client.get(f"/b/{benchmark.slug}/?show=all").content.decode()))
+    with time_machine.travel(now + dt.timedelta(seconds=FRESH_S + 1), tick=False):
+        after = {a["submission_id"]: a["entrant"] for a in client.get(api).json()["attempts"]}
+
+    assert before[failed.submission_id] == "dave"
+    assert after[failed.submission_id] == "Fast Cats"
+    assert f"Your team's submission {failed.submission_id} by dave" in " ".join(titles)
