@@ -459,7 +459,7 @@ def test_each_host_shows_its_latest_calibration_in_the_api(
     _record(alpha, [SECOND] * 3)
     latest = _record(alpha, [SECOND, SECOND + 20_000_000, SECOND - 20_000_000])
 
-    with django_assert_max_num_queries(4):  # the token, its user, the hosts, the queues
+    with django_assert_max_num_queries(5):  # the token, its user, the hosts, the two queues
         rows = {row["name"]: row for row in alice_client.get("/api/v1/hosts/").json()}
 
     assert rows["alpha"]["calibration"] == {
