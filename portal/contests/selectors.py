@@ -95,10 +95,12 @@ def leaderboard_version(benchmark: Benchmark) -> BoardVersion:
         last=Max("id"),
         reviews=Count("submission__provenance_review"),
         decided=Count("submission__provenance_review__decided_at"),
+        # A row that became a team's (or stopped being one) changes its name, not its run.
+        teams=Count("id", filter=~Q(team_name="")),
     )
     return BoardVersion(
         entrants=board["rows"],
-        key="{rows}-{runs}-{times}-{last}-{reviews}-{decided}".format(**board),
+        key="{rows}-{runs}-{times}-{last}-{reviews}-{decided}-{teams}".format(**board),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from portal.contests.models import Benchmark, LeaderboardEntry
-from portal.contests.selectors import leaderboard_rows, leaderboard_standing
+from portal.contests.selectors import leaderboard_rows, leaderboard_standing, leaderboard_version
 from portal.submissions import staff
 from portal.submissions.models import Run, Submission
 from portal.submissions.verification import verification_due
@@ -119,3 +119,13 @@ def test_a_run_slower_than_its_teams_best_is_not_verified(contest):
     assert not verification_due(run)
     run.wall_time_ns = 500  # faster than the team's best: a new best, at the top
     assert verification_due(run)
+
+
+def test_a_team_formed_by_someone_on_the_board_changes_the_boards_version(contest):
+    passes(contest, "alice", 2_000, 0)
+    before = leaderboard_version(contest.benchmark).key
+    services.team_create(
+        user=contest.users["alice"], benchmark=contest.benchmark, name="Solo Act", now=BASE
+    )
+    assert board(contest) == [("Solo Act", 2_000, True)]  # same run, new name
+    assert leaderboard_version(contest.benchmark).key != before  # no cached page keeps "alice"
