@@ -6,6 +6,8 @@ sentence telling the entrant what to fix.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PodiumError(Exception):
     code = "invalid_parameter"
@@ -69,6 +71,26 @@ class ArchiveTooLarge(PodiumError):
 class InvalidParameter(PodiumError):
     code = "invalid_parameter"
     http_status = 400
+
+
+class PermissionDenied(PodiumError):
+    """A signed-in user without the permission an action needs: a staff member without
+    the model permission, or a team member doing what only the captain does."""
+
+    code = "permission_denied"
+    http_status = 403
+
+
+def staff_permission_check(user: Any, permission: str) -> None:
+    """Refuse ``user`` unless they hold ``permission`` (``app_label.codename``).
+
+    Raises :class:`PermissionDenied`; call it before anything is read or written.
+    """
+    if not user.has_perm(permission):
+        raise PermissionDenied(
+            f"Your staff account lacks the {permission} permission; "
+            "ask an administrator to add you to the contest staff group."
+        )
 
 
 class EmailNotVerified(PodiumError):

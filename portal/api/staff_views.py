@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal import errors
 from portal.api import serializers as s
 from portal.api.common import (
     IsStaff,
@@ -34,7 +35,7 @@ class HasStaffPermission(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         permission: str = getattr(view, "staff_permission", "")  # set on each view class
-        staff.staff_permission_check(request.user, permission)
+        errors.staff_permission_check(request.user, permission)
         return True
 
 

@@ -197,7 +197,7 @@ class SubmissionSourceView(RawAPIView):
         if submission.entrant_id == caller_id(request):
             handle = staff.source_open(submission)
         elif request.user.is_staff:
-            staff.staff_permission_check(request.user, staff.DOWNLOAD_SOURCE)
+            errors.staff_permission_check(request.user, staff.DOWNLOAD_SOURCE)
             handle = staff.submission_source_review(
                 submission=submission,
                 actor=request.user,

@@ -64,18 +64,11 @@ class AuditFilter:
         return values
 
 
-class ExportPermissionDenied(errors.PodiumError):
-    """A staff member without :data:`EXPORT_PERMISSION` (403 ``permission_denied``)."""
-
-    code = "permission_denied"
-    http_status = 403
-
-
 def audit_export_check(user: Any) -> None:
     """Refuse ``user`` unless they hold :data:`EXPORT_PERMISSION`; call it before anything
-    is read or recorded. Raises :class:`ExportPermissionDenied`."""
+    is read or recorded. Raises ``errors.PermissionDenied``."""
     if not user.has_perm(EXPORT_PERMISSION):
-        raise ExportPermissionDenied(
+        raise errors.PermissionDenied(
             f"Your staff account lacks the {EXPORT_PERMISSION} permission "
             "(Can export the audit trail); ask an administrator to grant it."
         )

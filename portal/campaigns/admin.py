@@ -18,12 +18,12 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from portal import errors
 from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
 from portal.campaigns import controls
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
-from portal.submissions.staff import StaffPermissionDenied, staff_permission_check
 
 MANAGE_CAMPAIGN = "campaigns.manage_campaign"
 # Fixed once the campaign exists (each round relies on them); the baseline is recorded
@@ -41,8 +41,8 @@ PINNED = [
 
 def _require(request: HttpRequest) -> None:
     try:
-        staff_permission_check(request.user, MANAGE_CAMPAIGN)
-    except StaffPermissionDenied as exc:
+        errors.staff_permission_check(request.user, MANAGE_CAMPAIGN)
+    except errors.PermissionDenied as exc:
         raise PermissionDenied(exc.detail) from exc
 
 

@@ -26,22 +26,6 @@ BODY_MAX = 20_000
 FACTS = ("title", "summary", "prizes", "timeline", "final_ranking")
 
 
-class StaffPermissionDenied(errors.PodiumError):
-    """A staff member without the permission an action needs (403 ``permission_denied``)."""
-
-    code = "permission_denied"
-    http_status = 403
-
-
-def staff_permission_check(user: Any, permission: str) -> None:
-    """Refuse ``user`` unless they hold ``permission``; call before anything is written."""
-    if not user.has_perm(permission):
-        raise StaffPermissionDenied(
-            f"Your staff account lacks the {permission} permission; "
-            "ask an administrator to add you to the contest staff group."
-        )
-
-
 def _checked(title: str, body: str) -> tuple[str, str]:
     title, body = title.strip(), body.strip()
     if not title or len(title) > TITLE_MAX:
@@ -74,7 +58,7 @@ def announcement_post(
     a blank or oversized title or body is ``invalid_parameter``. Audited
     (``announcement.post``).
     """
-    staff_permission_check(actor, POST_PERMISSION)
+    errors.staff_permission_check(actor, POST_PERMISSION)
     title, body = _checked(title, body)
     with transaction.atomic():
         announcement = Announcement.objects.create(
@@ -102,7 +86,7 @@ def announcement_change(
 
     Needs ``contests.change_announcement``; audited (``announcement.change``) with the old
     and new text when anything changed."""
-    staff_permission_check(actor, CHANGE_PERMISSION)
+    errors.staff_permission_check(actor, CHANGE_PERMISSION)
     title, body = _checked(title, body)
     with transaction.atomic():
         stored = Announcement.objects.select_for_update().get(pk=announcement.pk)

@@ -18,12 +18,13 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from portal import errors
 from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.hosts import calibrations, services
 from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text
-from portal.submissions.staff import RESCORE, StaffPermissionDenied, staff_permission_check
+from portal.submissions.staff import RESCORE
 
 HostService = Callable[..., ScoringHost]
 
@@ -166,8 +167,8 @@ class ScoringHostAdmin(ReadOnlyMixin, admin.ModelAdmin[ScoringHost]):
     ) -> TemplateResponse | None:
         """Ask for a reason on an intermediate page, then call the service per host."""
         try:
-            staff_permission_check(request.user, services.MANAGE_HOST)
-        except StaffPermissionDenied as exc:
+            errors.staff_permission_check(request.user, services.MANAGE_HOST)
+        except errors.PermissionDenied as exc:
             raise PermissionDenied(exc.detail) from exc
         return reasoned_action(
             request,
@@ -304,8 +305,8 @@ class CalibrationFlagAdmin(ReadOnlyMixin, admin.ModelAdmin[CalibrationFlag]):
     ) -> TemplateResponse | None:
         """Ask for a reason on an intermediate page, then call the service per flag."""
         try:
-            staff_permission_check(request.user, RESCORE)
-        except StaffPermissionDenied as exc:
+            errors.staff_permission_check(request.user, RESCORE)
+        except errors.PermissionDenied as exc:
             raise PermissionDenied(exc.detail) from exc
         return reasoned_action(
             request,

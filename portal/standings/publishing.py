@@ -22,7 +22,6 @@ from portal.contests.selectors import leaderboard_rows
 from portal.standings import rules
 from portal.standings.models import Correction, FinalRerun, StandingRow, Standings
 from portal.standings.rerun import PUBLISH, final_rerun_decision
-from portal.submissions.staff import staff_permission_check
 
 
 def standings_source(benchmark: Benchmark) -> tuple[str, list[rules.Row]]:
@@ -51,7 +50,7 @@ def standings_source(benchmark: Benchmark) -> tuple[str, list[rules.Row]]:
 
 
 def _check(actor: Any, benchmark: Benchmark, reason: str, now: dt.datetime) -> None:
-    staff_permission_check(actor, PUBLISH)
+    errors.staff_permission_check(actor, PUBLISH)
     if now < benchmark.closes_at:
         raise errors.InvalidParameter("Final standings are published after the benchmark closes.")
     if not reason.strip():

@@ -23,7 +23,6 @@ from portal.standings.models import FinalEntry, FinalRerun, Standings
 from portal.standings.nominations import counted_for, final_settings_for, nomination_deadline
 from portal.submissions.final import final_runs_queue
 from portal.submissions.models import Run
-from portal.submissions.staff import staff_permission_check
 from portal.teams.selectors import teams_by_member
 
 PUBLISH = "standings.publish_standings"
@@ -54,7 +53,7 @@ def final_rerun_start(
     started, and once standings are published; ``no_cohort`` without a cohort. Queues
     ``final_runs`` runs of each counted submission in this transaction.
     """
-    staff_permission_check(actor, PUBLISH)
+    errors.staff_permission_check(actor, PUBLISH)
     now = now or timezone.now()
     if now < benchmark.closes_at:
         raise errors.InvalidParameter("The final rerun starts after the benchmark closes.")

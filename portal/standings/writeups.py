@@ -27,7 +27,6 @@ from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.standings.models import WriteUp
 from portal.submissions.models import Submission
-from portal.submissions.staff import staff_permission_check
 
 PDF_MAGIC = b"%PDF-"
 VIEW_WRITEUP = "standings.view_writeup"
@@ -205,7 +204,7 @@ def writeup_for_reader(
         return writeup
     if not (signed_in and reader.is_staff):
         raise errors.NotFound("No such write-up.")
-    staff_permission_check(reader, VIEW_WRITEUP)
+    errors.staff_permission_check(reader, VIEW_WRITEUP)
     if reading:
         reason = reason.strip()
         if not reason:

@@ -25,7 +25,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from portal import storage
+from portal import errors, storage
 from portal.admin_helpers import (
     ReadOnlyMixin,
     log_tail_html,
@@ -502,8 +502,8 @@ class AnomalyAdmin(ReadOnlyMixin, admin.ModelAdmin[Anomaly]):
     ) -> TemplateResponse | None:
         """Ask for the note on an intermediate page, then review each anomaly (audited)."""
         try:
-            staff.staff_permission_check(request.user, anomalies.REVIEW_ANOMALY)
-        except staff.StaffPermissionDenied as exc:
+            errors.staff_permission_check(request.user, anomalies.REVIEW_ANOMALY)
+        except errors.PermissionDenied as exc:
             raise PermissionDenied(exc.detail) from exc
         return reasoned_action(
             request,

@@ -44,7 +44,7 @@ Who may call: :func:`anomaly_scan` is called by the submission services after a
 verdict commits (through :func:`anomaly_scan_after_commit`, which never lets a failure
 reach the verdict); staff tools may rerun it. :func:`anomaly_review` needs the
 :data:`REVIEW_ANOMALY` permission, which its caller checks first with
-``staff.staff_permission_check`` (the admin does), as for the other staff actions.
+``errors.staff_permission_check`` (the admin does), as for the other staff actions.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Who may call: being staff (``is_staff``) opens the admin and the staff endpoints
 lets staff read entrants' records for review; each action below, and each download
 that hands out an entrant's source or a run's evidence, needs its own permission
 (:data:`STAFF_PERMISSIONS`, held by the "contest staff" group; superusers hold them
-all). The admin and the API check it with :func:`staff_permission_check` before
+all). The admin and the API check it with :func:`portal.errors.staff_permission_check` before
 calling the service, so a refused request changes nothing and records nothing.
 """
 
@@ -55,25 +55,6 @@ STAFF_PERMISSIONS = (
     DISQUALIFY,
     DECIDE_REVIEW,
 )
-
-
-class StaffPermissionDenied(errors.PodiumError):
-    """A staff member without the permission an action needs (403 ``permission_denied``)."""
-
-    code = "permission_denied"
-    http_status = 403
-
-
-def staff_permission_check(user: Any, permission: str) -> None:
-    """Refuse ``user`` unless they hold ``permission`` (``app_label.codename``).
-
-    Raises :class:`StaffPermissionDenied`; call it before anything is read or written.
-    """
-    if not user.has_perm(permission):
-        raise StaffPermissionDenied(
-            f"Your staff account lacks the {permission} permission; "
-            "ask an administrator to add you to the contest staff group."
-        )
 
 
 def _target(submission: Submission) -> str:

@@ -29,13 +29,6 @@ NAME_MAX = Team._meta.get_field("name").max_length or 100
 KINDS = {"official": "attempts_per_day", "practice": "practice_per_day"}
 
 
-class NotCaptain(errors.PodiumError):
-    """A member who is not the captain removing another (403 ``permission_denied``)."""
-
-    code = "permission_denied"
-    http_status = 403
-
-
 def merge_fits(*, per_day: int, team_used: int, joiner_used: int) -> bool:
     """The merge rule: a join is allowed when the attempts the team and the joiner have
     used today (net of refunds, each never below zero) fit within one day's allowance."""
@@ -305,7 +298,7 @@ def team_remove(
         if not TeamMember.objects.filter(team=team, user=removed).exists():
             raise errors.NotFound("No such member.")
         if team.captain_id != user.pk:
-            raise NotCaptain("Only the team's captain removes members.")
+            raise errors.PermissionDenied("Only the team's captain removes members.")
         _depart(team, removed, now)
         audit_record(
             actor=user,

@@ -10,10 +10,9 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal import jobs
+from portal import errors, jobs
 from portal.audit.models import AuditEvent
 from portal.contests.announcements import (
-    StaffPermissionDenied,
     announcement_change,
     announcement_post,
     contest_save,
@@ -144,7 +143,7 @@ def test_staff_without_the_permission_post_nothing(contest, django_capture_on_co
 
     with (
         django_capture_on_commit_callbacks() as callbacks,
-        pytest.raises(StaffPermissionDenied, match=r"contests\.add_announcement"),
+        pytest.raises(errors.PermissionDenied, match=r"contests\.add_announcement"),
     ):
         announcement_post(contest=contest, actor=plain, title="Hi", body="there")
 

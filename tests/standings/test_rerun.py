@@ -56,9 +56,7 @@ def test_it_is_refused_before_the_close(closing, staff):
 
 
 def test_it_is_refused_without_the_permission(closing, alice, after_close):
-    from portal.submissions.staff import StaffPermissionDenied
-
-    with pytest.raises(StaffPermissionDenied):
+    with pytest.raises(errors.PermissionDenied):
         start(closing, alice, after_close)
 
 
