@@ -42,10 +42,9 @@ from portal.contests.selectors import leaderboard_rows, leaderboard_version
 from portal.environments.selectors import build_network_state
 from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
 from portal.standings.selectors import board_state
-from portal.submissions.attempts import quota_for
+from portal.submissions.attempts import quotas_for
 from portal.submissions.every_attempt import attempts_version, graded_attempts
 from portal.submissions.leaderboard import verifying_rows
-from portal.submissions.models import Submission
 from portal.throttles import PostRateThrottle
 
 # Tokens -----------------------------------------------------------------------------
@@ -236,8 +235,7 @@ class QuotaView(APIView):
     def get(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
         now = timezone.now()
-        official = quota_for(request.user, benchmark, Submission.OFFICIAL, now)
-        practice = quota_for(request.user, benchmark, Submission.PRACTICE, now)
+        official, practice = quotas_for(request.user, benchmark, now)
         data = {
             **asdict(official),
             "official": official,

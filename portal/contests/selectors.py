@@ -5,12 +5,15 @@ the benchmarks' schedules. What is read from submissions and runs is in
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, Sum
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, F, Q
 from django.db.models.fields.json import KeyTransform
 
 from portal.contests import rules
@@ -69,6 +72,9 @@ def leaderboard_rows(benchmark: Benchmark) -> list[LeaderboardRow]:
 # Pages of the board ----------------------------------------------------------------
 
 RANK_ORDER = ("wall_time_ns", "submitted_at", "submission_id")
+# How long an entrant's standing stays cached for one version of the board (a new version
+# is a new key; this only bounds what an idle key keeps).
+STANDING_CACHE_S = 600
 
 
 @dataclass(frozen=True)
@@ -86,22 +92,36 @@ class BoardVersion:
     key: str
 
 
+# The board's rows with their provenance reviews (of their submissions), counted and
+# summed; a row that became a team's (or stopped being one) changes its name, not its run.
+VERSION_SQL = """
+    SELECT COUNT(e.id), SUM(e.run_id), SUM(e.wall_time_ns), MAX(e.id),
+           COUNT(r.id), COUNT(r.decided_at), COUNT(CASE WHEN e.team_name <> '' THEN 1 END)
+    FROM contests_leaderboardentry e
+    LEFT JOIN submissions_provenancereview r ON r.submission_id = e.submission_id
+    WHERE e.benchmark_id = %s
+"""
+
+
 def leaderboard_version(benchmark: Benchmark) -> BoardVersion:
-    """The board's size and fingerprint. One query (an aggregate over the board's rows)."""
-    board = LeaderboardEntry.objects.filter(benchmark=benchmark).aggregate(
-        rows=Count("id"),
-        runs=Sum("run_id"),
-        times=Sum("wall_time_ns"),
-        last=Max("id"),
-        reviews=Count("submission__provenance_review"),
-        decided=Count("submission__provenance_review__decided_at"),
-        # A row that became a team's (or stopped being one) changes its name, not its run.
-        teams=Count("id", filter=~Q(team_name="")),
-    )
+    """The board's size and fingerprint. One query (an aggregate over the board's rows).
+
+    Every board page reads it, so it is written as SQL: the ORM's compiling of this
+    aggregate cost four times the query itself.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(VERSION_SQL, [benchmark.pk])
+        rows, runs, times, last, reviews, decided, teams = cursor.fetchone()
     return BoardVersion(
-        entrants=board["rows"],
-        key="{rows}-{runs}-{times}-{last}-{reviews}-{decided}-{teams}".format(**board),
+        entrants=rows, key=f"{rows}-{runs}-{times}-{last}-{reviews}-{decided}-{teams}"
     )
+
+
+def benchmark_stamp(benchmark: Benchmark) -> str:
+    """A fingerprint of the benchmark's row as read: any edit of any of its fields (its
+    rules, window, limits) gives another, so what the pages cache of it keys on this."""
+    values = repr([getattr(benchmark, field.attname) for field in Benchmark._meta.concrete_fields])
+    return hashlib.blake2b(values.encode(), digest_size=12).hexdigest()
 
 
 class LeaderboardPage:
@@ -188,14 +208,32 @@ def leaderboard_page(
 
 
 def leaderboard_standing(
-    benchmark: Benchmark, entrant: Any, *, teammates: Sequence[int] = ()
+    benchmark: Benchmark,
+    entrant: Any,
+    *,
+    teammates: Sequence[int] = (),
+    version: BoardVersion | None = None,
 ) -> LeaderboardRow | None:
     """The entrant's own row (their team's: the row of any of ``teammates``) with its
     rank, or None when they have no passing official run.
 
     Two queries whatever the size of the board: the row, then how many rank ahead of it.
+    Given the board's ``version``, the answer is cached for that version (a row and its
+    rank change only with the board), so a page read again costs none.
     """
-    entry = _entries(benchmark).filter(entrant_id__in=[entrant.pk, *teammates]).first()
+    if version is None:
+        return _standing(benchmark, [entrant.pk, *teammates])
+    ids = sorted({entrant.pk, *teammates})
+    key = f"podium:standing:{benchmark.pk}:{version.key}:{','.join(map(str, ids))}"
+    cached: tuple[LeaderboardRow | None] | None = cache.get(key)
+    if cached is None:
+        cached = (_standing(benchmark, ids),)
+        cache.set(key, cached, STANDING_CACHE_S)
+    return cached[0]
+
+
+def _standing(benchmark: Benchmark, entrant_ids: Sequence[int]) -> LeaderboardRow | None:
+    entry = _entries(benchmark).filter(entrant_id__in=list(entrant_ids)).first()
     if entry is None:
         return None
     ahead = (

@@ -17,7 +17,7 @@ from portal.contests.selectors import schedule_at
 from portal.environments.selectors import usable_environments
 from portal.errors import PodiumError
 from portal.submissions import intake, review
-from portal.submissions.attempts import quota_for
+from portal.submissions.attempts import quotas_for
 from portal.submissions.forms import SubmissionForm
 from portal.submissions.models import ProvenanceReview, Submission
 from portal.submissions.selectors import submission_state, submissions_with_latest_run
@@ -89,10 +89,7 @@ def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, now),
-        "quotas": [
-            quota_for(request.user, benchmark, kind, now)
-            for kind in (Submission.OFFICIAL, Submission.PRACTICE)
-        ],
+        "quotas": quotas_for(request.user, benchmark, now),
         "submissions": submissions_with_latest_run(request.user, benchmark),
         "form": form,
         "has_ready_environment": ready.exists(),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -13,6 +15,7 @@ from portal.contests.models import Benchmark
 from portal.contests.phases import HUB_ANNOUNCEMENTS, announcements_of, hub_entries
 from portal.contests.selectors import (
     LeaderboardRow,
+    benchmark_stamp,
     leaderboard_page,
     leaderboard_standing,
     leaderboard_version,
@@ -22,15 +25,18 @@ from portal.contests.selectors import (
 from portal.environments.selectors import build_network_state
 from portal.standings.selectors import board_state
 from portal.standings.writeups import public_writeups
-from portal.submissions.attempts import quota_for
+from portal.submissions.attempts import quotas_for
 from portal.submissions.leaderboard import verifying_rows
-from portal.submissions.models import Submission
 from portal.teams.selectors import teammate_ids
 from portal.web.attempts_chart import attempts_chart
 from portal.web.chart import progress_chart
 
 BOARD_PREVIEW_ROWS = 20
 BOARD_PAGE_ROWS = 100
+# The rules are cached per version of the benchmark's row (an edit shows at once); what
+# they say of the hosts (hardware, pins, noise band, CPUs) and of the build network's last
+# check may be this much older than the page.
+RULES_CACHE_S = 60
 
 
 def benchmark_list(request: HttpRequest) -> HttpResponse:
@@ -46,8 +52,11 @@ def benchmark_list(request: HttpRequest) -> HttpResponse:
 def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """Rules, the top of the board, the progress chart, and the viewer's own standing.
 
-    A fixed number of queries whatever the size of the board (tests hold it to that);
-    the board's rendering and the chart are cached per version of the board.
+    A fixed number of queries whatever the size of the board (tests hold it to that).
+    What every viewer sees is cached: the board's rendering and the chart per version of
+    the board, the rules per version of the benchmark's row for ``RULES_CACHE_S`` (what
+    they read of the hosts and the build network is passed in as callables, called only
+    when the cached fragment is drawn again).
     """
     benchmark = get_object_or_404(Benchmark.objects.select_related("contest"), slug=slug)
     now = timezone.now()
@@ -57,15 +66,14 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     members: list[int] = []
     if request.user.is_authenticated:
         members = teammate_ids(benchmark.pk, request.user.pk)
-        quotas = [
-            quota_for(request.user, benchmark, kind, now, members=members)
-            for kind in (Submission.OFFICIAL, Submission.PRACTICE)
-        ]
-        standing = leaderboard_standing(benchmark, request.user, teammates=members)
+        quotas = quotas_for(request.user, benchmark, now, members=members)
+        standing = leaderboard_standing(benchmark, request.user, teammates=members, version=version)
     practice = practice_cohort(benchmark)
     show_all = request.GET.get("show") == "all"
     context = {
         "benchmark": benchmark,
+        "rules_key": benchmark_stamp(benchmark),
+        "rules_cache_s": RULES_CACHE_S,
         "schedule": schedule_at(benchmark, now),
         "board_state": board_state(benchmark, now),
         "board": leaderboard_page(benchmark, page=1, per_page=BOARD_PREVIEW_ROWS, version=version),
@@ -90,8 +98,8 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "practice_seed": practice[1] if practice else "",
         "next_reset": rules.next_reset(now, benchmark.attempt_timezone),
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
-        "build_network": build_network_state(now=now),
-        "hardware": class_hardware(benchmark.hardware_class_id),
+        "build_network": functools.cache(lambda: build_network_state(now=now)),
+        "hardware": functools.cache(lambda: class_hardware(benchmark.hardware_class_id)),
         "verify_max_runs": settings.PODIUM_VERIFY_MAX_RUNS,
         "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
         "verify_slack_ms": settings.PODIUM_VERIFY_SLACK_MS,
@@ -107,9 +115,13 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
         page = int(request.GET.get("page", "1"))
     except ValueError:
         page = 1
+    version = leaderboard_version(benchmark)
     standing = (
         leaderboard_standing(
-            benchmark, request.user, teammates=teammate_ids(benchmark.pk, request.user.pk)
+            benchmark,
+            request.user,
+            teammates=teammate_ids(benchmark.pk, request.user.pk),
+            version=version,
         )
         if request.user.is_authenticated
         else None
@@ -118,7 +130,7 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
         "benchmark": benchmark,
         "schedule": schedule_at(benchmark, timezone.now()),
         "board_state": board_state(benchmark),
-        "board": leaderboard_page(benchmark, page=page, per_page=BOARD_PAGE_ROWS),
+        "board": leaderboard_page(benchmark, page=page, per_page=BOARD_PAGE_ROWS, version=version),
         "writeups": public_writeups(benchmark),
         "verifying": verifying_rows(benchmark),
         "standing": standing,

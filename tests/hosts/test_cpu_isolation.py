@@ -3,9 +3,11 @@ registers it and as the hosts API and the benchmark page show it."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 
 from portal import cpus
 from portal.hosts.models import ScoringHost
@@ -69,6 +71,7 @@ def test_the_schema_documents_cpu_isolation(anon, db):
 @pytest.fixture
 def page(client, benchmark):
     def read() -> str:
+        cache.clear()  # the rules are cached (RULES_CACHE_S): read as once it has passed
         text = client.get(f"/b/{benchmark.slug}/").content.decode()
         start = text.index('id="cpu-isolation"')
         return " ".join(text[start : text.index("</li>", start)].split())
@@ -111,3 +114,28 @@ def test_the_benchmark_page_says_when_runs_have_cpus_of_their_own(page, benchmar
 
     assert "CPUs of scored runs on this hardware class: their own (CPU 4-7)" in line
     assert "shared" not in line
+
+
+def test_an_edit_of_the_rules_shows_at_once_and_the_hosts_facts_within_the_cache_time(
+    client, benchmark, make_host, monkeypatch
+):
+    from portal.web import views
+
+    monkeypatch.setattr(views, "RULES_CACHE_S", 1)
+    url = f"/b/{benchmark.slug}/"
+    assert "not reported yet" in client.get(url).content.decode()
+
+    make_host(
+        "bravo",
+        hardware_class=benchmark.hardware_class_id,
+        cpu_isolation=cpus.decide("auto", {0, 1}).as_fact(),
+    )
+    assert "not reported yet" in client.get(url).content.decode()  # the cached rules
+    time.sleep(1.1)  # once the rules' cache time has passed
+    html = " ".join(client.get(url).content.decode().split())
+    assert "shared with the web server, the workers and the engine on 1 of 1 host" in html
+
+    benchmark.attempts_per_day = 3
+    benchmark.save(update_fields=["attempts_per_day"])
+    html = " ".join(client.get(url).content.decode().split())
+    assert "3 official attempts" in html  # an edit of the benchmark's own row: at once
