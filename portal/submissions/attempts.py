@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -21,6 +22,9 @@ from portal.submissions.models import AttemptLedger, Submission
 from portal.teams.selectors import teammate_ids
 
 KINDS = (Submission.OFFICIAL, Submission.PRACTICE)
+# How long the pages may keep an entrant's attempt day: every write of their ledger drops
+# it, so this bounds only a read that raced a write.
+DAY_CACHE_S = 60
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,45 @@ def quota_for(
 def quotas_for(
     entrant: Any, benchmark: Benchmark, now: dt.datetime, *, members: Sequence[int] | None = None
 ) -> list[Quota]:
-    """``quota_for`` of both kinds, official then practice, from one read of the ledger."""
+    """``quota_for`` of both kinds, official then practice, for what the pages and the API
+    show: each member's day is read from the cache (every write of their ledger, here,
+    drops it), the others in one read of the ledger. Charging reads the ledger itself
+    (``quota_for``, under the entrants' row locks)."""
     day = rules.attempt_day(now, benchmark.attempt_timezone)
     if members is None:
         members = teammate_ids(benchmark.pk, entrant.pk)
-    used = _net_charged_by_kind(members, benchmark, day)
-    return [_quota(benchmark, kind, used.get(kind, 0), now) for kind in KINDS]
+    keys = {user_id: _day_key(benchmark.pk, day, user_id) for user_id in members}
+    found: dict[str, dict[str, int]] = cache.get_many(list(keys.values()))
+    missing = [user_id for user_id, key in keys.items() if key not in found]
+    if missing:
+        read: dict[int, dict[str, int]] = {user_id: {} for user_id in missing}
+        rows = (
+            AttemptLedger.objects.filter(
+                entrant_id__in=missing, benchmark=benchmark, attempt_day=day
+            )
+            .values("entrant_id", "kind")
+            .annotate(net=Sum("delta"))
+            .order_by()
+        )
+        for row in rows:
+            read[row["entrant_id"]][row["kind"]] = int(row["net"] or 0)
+        fresh = {keys[user_id]: nets for user_id, nets in read.items()}
+        cache.set_many(fresh, DAY_CACHE_S)
+        found.update(fresh)
+    used = {kind: sum(nets.get(kind, 0) for nets in found.values()) for kind in KINDS}
+    return [_quota(benchmark, kind, used[kind], now) for kind in KINDS]
+
+
+def _day_key(benchmark_id: int, day: dt.date, entrant_id: int) -> str:
+    return f"podium:attempt-day:{benchmark_id}:{day.isoformat()}:{entrant_id}"
+
+
+def _day_changed(benchmark_id: int, day: dt.date, entrant_id: int) -> None:
+    """Drop the entrant's cached day now and once the write is committed (a read between
+    the two would cache it as it was)."""
+    key = _day_key(benchmark_id, day, entrant_id)
+    cache.delete(key)
+    transaction.on_commit(lambda: cache.delete(key))
 
 
 def _quota(benchmark: Benchmark, kind: str, used: int, now: dt.datetime) -> Quota:
@@ -138,16 +175,18 @@ def attempt_charge(*, submission: Submission, now: dt.datetime) -> None:
     ``intake.submission_accept``). The row is the uploader's; their team's count sums
     its members' rows."""
     benchmark = submission.benchmark
+    day = rules.attempt_day(now, benchmark.attempt_timezone)
     AttemptLedger.objects.create(
         entrant_id=submission.entrant_id,
         benchmark=benchmark,
         submission=submission,
         kind=submission.kind,
-        attempt_day=rules.attempt_day(now, benchmark.attempt_timezone),
+        attempt_day=day,
         delta=AttemptLedger.CHARGE,
         reason="upload accepted",
         at=now,
     )
+    _day_changed(benchmark.pk, day, submission.entrant_id)
 
 
 def attempt_refund(*, submission: Submission, reason: str) -> bool:
@@ -163,6 +202,7 @@ def attempt_refund(*, submission: Submission, reason: str) -> bool:
         return False
     now = timezone.now()
     today = rules.attempt_day(now, submission.benchmark.attempt_timezone)
+    day = max(charge.attempt_day, today)
     try:
         with transaction.atomic():
             AttemptLedger.objects.create(
@@ -170,11 +210,12 @@ def attempt_refund(*, submission: Submission, reason: str) -> bool:
                 benchmark_id=submission.benchmark_id,
                 submission=submission,
                 kind=submission.kind,
-                attempt_day=max(charge.attempt_day, today),
+                attempt_day=day,
                 delta=AttemptLedger.REFUND,
                 reason=reason,
                 at=now,
             )
+            _day_changed(submission.benchmark_id, day, submission.entrant_id)
     except IntegrityError:
         return False  # already refunded
     return True

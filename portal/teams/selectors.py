@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from django.core.cache import cache
+from django.db import transaction
+
 from portal.teams.models import Team, TeamInvitation, TeamMember
+
+# How long the pages may keep an entrant's teammates: every change of a team drops them
+# (``teammates_forget``), so this bounds only a read that raced a change.
+TEAMMATES_CACHE_S = 60
 
 
 def team_of(benchmark_id: int, user_id: int) -> Team | None:
@@ -39,6 +47,30 @@ def teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
     ids = set(TeamMember.objects.filter(team_id__in=team_ids).values_list("user_id", flat=True))
     ids.add(user_id)
     return sorted(ids)
+
+
+def shown_teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
+    """``teammate_ids`` for what the pages show (the quota, the standing, the chart's own
+    points), from the cache until the team changes. Charging and permissions read the
+    rows (``teammate_ids``)."""
+    key = _teammates_key(benchmark_id, user_id)
+    ids: list[int] | None = cache.get(key)
+    if ids is None:
+        ids = teammate_ids(benchmark_id, user_id)
+        cache.set(key, ids, TEAMMATES_CACHE_S)
+    return ids
+
+
+def teammates_forget(benchmark_id: int, user_ids: Iterable[int]) -> None:
+    """Drop the cached teammates of ``user_ids`` now and once the change is committed (a
+    page read between the two would cache them as they were)."""
+    keys = [_teammates_key(benchmark_id, user_id) for user_id in user_ids]
+    cache.delete_many(keys)
+    transaction.on_commit(lambda: cache.delete_many(keys))
+
+
+def _teammates_key(benchmark_id: int, user_id: int) -> str:
+    return f"podium:teammates:{benchmark_id}:{user_id}"
 
 
 def teammates_any_benchmark(user_id: int) -> Any:

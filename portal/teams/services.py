@@ -23,7 +23,7 @@ from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.teams import hooks
 from portal.teams.models import Team, TeamInvitation, TeamMember
-from portal.teams.selectors import member_ids
+from portal.teams.selectors import member_ids, teammates_forget
 
 NAME_MAX = Team._meta.get_field("name").max_length or 100
 KINDS = {"official": "attempts_per_day", "practice": "practice_per_day"}
@@ -55,6 +55,13 @@ def _check_changeable(benchmark: Benchmark, now: dt.datetime) -> None:
             f"Teams on this benchmark are fixed since {frozen_at.isoformat()}: no team is "
             "created, joined, left or changed any more."
         )
+
+
+def _membership_changed(benchmark: Benchmark, team: Team | None, user_ids: list[int]) -> None:
+    """After a change of ``team`` (None once deleted) that ``user_ids`` joined or left:
+    the pages' cached teammates of everyone concerned go, then the apps above are told."""
+    teammates_forget(benchmark.pk, [*user_ids, *(member_ids(team) if team is not None else [])])
+    hooks.membership_changed(benchmark, team, user_ids)
 
 
 def _target(team: Team) -> str:
@@ -94,7 +101,7 @@ def team_create(
                 origin=origin,
                 details={"benchmark": benchmark.slug, "name": name},
             )
-            hooks.membership_changed(benchmark, team, [user.pk])
+            _membership_changed(benchmark, team, [user.pk])
     except IntegrityError as exc:  # a concurrent create took the name
         raise errors.InvalidParameter(f"A team named '{name}' exists on this benchmark.") from exc
     return team
@@ -209,7 +216,7 @@ def invitation_accept(
             origin=origin,
             details={"benchmark": benchmark.slug, "invitation": invitation.pk},
         )
-        hooks.membership_changed(benchmark, team, [user.pk])
+        _membership_changed(benchmark, team, [user.pk])
     return team
 
 
@@ -269,7 +276,7 @@ def team_leave(
             origin=origin,
             details={"benchmark": benchmark.slug, "deleted": left is None},
         )
-        hooks.membership_changed(benchmark, left, [user.pk])
+        _membership_changed(benchmark, left, [user.pk])
     return left
 
 
@@ -307,5 +314,5 @@ def team_remove(
             origin=origin,
             details={"benchmark": benchmark.slug, "member": removed.get_username()},
         )
-        hooks.membership_changed(benchmark, team, [removed.pk])
+        _membership_changed(benchmark, team, [removed.pk])
     return team

@@ -27,7 +27,7 @@ from portal.standings.selectors import board_state
 from portal.standings.writeups import public_writeups
 from portal.submissions.attempts import quotas_for
 from portal.submissions.leaderboard import verifying_rows
-from portal.teams.selectors import teammate_ids
+from portal.teams.selectors import shown_teammate_ids
 from portal.web.attempts_chart import attempts_chart
 from portal.web.chart import progress_chart
 
@@ -65,7 +65,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     standing = None
     members: list[int] = []
     if request.user.is_authenticated:
-        members = teammate_ids(benchmark.pk, request.user.pk)
+        members = shown_teammate_ids(benchmark.pk, request.user.pk)
         quotas = quotas_for(request.user, benchmark, now, members=members)
         standing = leaderboard_standing(benchmark, request.user, teammates=members, version=version)
     practice = practice_cohort(benchmark)
@@ -120,7 +120,7 @@ def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
         leaderboard_standing(
             benchmark,
             request.user,
-            teammates=teammate_ids(benchmark.pk, request.user.pk),
+            teammates=shown_teammate_ids(benchmark.pk, request.user.pk),
             version=version,
         )
         if request.user.is_authenticated

@@ -247,6 +247,39 @@ def test_the_daily_allowance_is_the_teams(alice, bob, benchmark, tmp_path):
         uploads.upload(alice)
 
 
+def test_the_pages_show_the_days_attempts_at_once_across_uploads_joins_leaves_and_refunds(
+    client, alice, bob, benchmark, tmp_path
+):
+    """The quota the pages show is cached per entrant and day: each upload, refund and
+    change of team must show on the next page, never the count before it."""
+    from django.core.cache import cache
+
+    from portal.submissions.attempts import attempt_refund
+
+    uploads = Uploads(benchmark, tmp_path)  # 2 official attempts a day
+    client.force_login(alice)
+
+    def left() -> str:
+        text = " ".join(client.get(f"/b/{benchmark.slug}/").content.decode().split())
+        start = text.index("official attempts left today") - 12
+        return text[start : text.index(" official attempts left today")].rsplit(">", 1)[-1]
+
+    cache.clear()
+    assert left() == "2 of 2"
+    uploads.upload(alice)
+    assert left() == "1 of 2"
+    team = services.team_create(user=bob, benchmark=benchmark, name="T")
+    uploads.upload(bob)
+    assert left() == "1 of 2"  # bob's attempt is not alice's while she is on her own
+    join(team, alice, inviter=bob)
+    assert left() == "0 of 2"  # the team's: alice's and bob's
+    refunded = Submission.objects.filter(entrant=bob).get()
+    assert attempt_refund(submission=refunded, reason="platform failure")
+    assert left() == "1 of 2"
+    services.team_leave(user=alice, benchmark=benchmark)
+    assert left() == "1 of 2"  # her own again
+
+
 def test_joining_is_refused_when_the_days_attempts_would_exceed_the_allowance(
     alice, bob, benchmark, tmp_path
 ):
