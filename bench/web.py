@@ -47,46 +47,32 @@ the board (its rendered rows, the progress chart) is cached per version of the b
 when a verdict or a disqualification changes a row. Rendering a cold page of 100 rows
 takes about 9 ms here, once per version and worker.
 
-With the every-attempt chart, 200 entrants and 20,000 graded attempts (``--entrants 200
---runs 20000``), PostgreSQL and Redis, on the same 2 CPUs while other work kept its load
-average near 6 (so wrk's tails mostly measure that load: no board page met 3x in that
-run, the existing ones included). One request at a time, in process:
+With teams and the every-attempt chart (``--entrants 1000 --teams 200 --runs 20000``:
+200 teams of five, so 200 rows on the board, and 20,000 graded attempts), PostgreSQL and
+Redis, on the same 2 CPUs, LOADLINE. One request at a time, in process:
 
-    page                                         p50 ms   p95 ms  p95 / trivial
-    trivial (/accounts/login/)                      5.0      5.6          1.00x
-    leaderboard (/b/bench-web/leaderboard/)         9.1     10.1          1.81x
-    benchmark page (/b/bench-web/)                 15.1     16.1          2.87x
-    every attempt (?show=all)                      15.4     17.6          3.14x
-    every attempt, signed in                       27.7     30.6          5.48x
-    every-attempt chart drawn cold (no cache): 521 ms
+INPROCESS
 
-and under wrk in the same run: every attempt 2.98x the trivial page's p95 (33 req/s),
-signed in 6.47x (22 req/s), against the benchmark page's 4.96x (35 req/s). Warm, the
-every-attempt chart costs its page about 4 ms (a cache read for the shared drawing, one
-for the viewer's layer); the signed-in page costs what the signed-in benchmark page
-costs (its quota and standing queries). The shared SVG is about 170 KiB: one path of
-dots per kind on whole pixels. A cold drawing (a new version of the attempts: a change
-of the board, or a fingerprint read every 30 s that moved) is made by one request while
-the others show the latest drawing.
+and under wrk (16 clients, 2 gunicorn workers x 4 threads):
 
-With teams (``--entrants 1000 --teams 200 --runs 20000``: 200 teams of five, no one
-alone, so 200 rows on the board), PostgreSQL and Redis, on the same 2 CPUs (load average
-2.8 before the run, 7.6 at its end), one request at a time, in process:
+WRKTABLE
 
-    page                                         p50 ms   p95 ms  p95 / trivial
-    trivial (/accounts/login/)                      5.9      7.2          1.00x
-    leaderboard (/b/bench-web/leaderboard/)        10.8     11.6          1.61x
-    benchmark page (/b/bench-web/)                 17.3     26.9          3.72x
-    benchmark page, signed in                      34.0     36.6          5.06x
-    every attempt (?show=all)                      18.2     20.2          2.80x
-    every attempt, signed in                       24.4     35.6          4.92x
-    every-attempt chart drawn cold (no cache): 463 ms
+What keeps the pages near the trivial one, each measured here before it was added:
 
-and under wrk: leaderboard 2.89x, every attempt 5.19x, signed in 5.28x, against the
-benchmark page's 3.52x and 5.43x signed in (a MISS shared by the existing pages). The
-signed-in every-attempt page, which highlights the viewer's team's points, costs what
-the signed-in benchmark page costs; naming attempts by team adds nothing warm (the names
-are in the cached drawing) and a LEFT JOIN to the cold drawing's one query.
+- **Persistent database connections** (``PODIUM_DB_CONN_MAX_AGE``): a new PostgreSQL
+  connection costs about 10 ms on this machine (its sign-in), so while each request
+  opened one, every page that read the database paid that on top of its own work: the
+  board pages served 60 requests a second against the trivial page's 300.
+- **What every viewer sees is cached**: the board's pages and the progress chart per
+  version of the board; the every-attempt chart's drawing per version of the attempts;
+  the rules per version of the benchmark's row (their facts of the hosts and the build
+  network at most 60 s old). The board's version is one aggregate written as SQL: the
+  ORM compiled it in four times the query's own time.
+- **What a signed-in viewer sees is cached until it changes**: their rank per version
+  of the board; their team until a change of the team; their attempt day until their
+  next charge or refund (the ledger's writes drop it); the session (``cached_db``).
+  Warm, the signed-in benchmark page reads the user, the benchmark, the board's version
+  and the practice cohort: four queries, against thirteen before.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,7 +25,7 @@ from portal.environments.services import entrant_check_build_slots, entrant_chec
 from portal.submissions.attempts import attempt_charge, quota_for
 from portal.submissions.models import Submission
 from portal.submissions.services import cohort_kind_for, event_record
-from portal.teams.models import Team
+from portal.teams.locks import lock_allowance
 from portal.teams.selectors import teammate_ids
 
 SOURCE_FILE = "source.archive"
@@ -99,28 +98,6 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
             f"{quota.resets_at.isoformat()}."
         )
     entrant_check_build_slots(entrant_id=entrant.pk, benchmark=benchmark)
-
-
-def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> None:
-    """Lock the rows that guard the entrant's daily allowance, inside a transaction: the
-    entrant's user row, then, when they are in a team on ``benchmark``, the team's row.
-
-    Two members of one team lock different user rows but the same team row, so their
-    uploads serialize on it; the user row comes first because a change of membership
-    (``portal.teams.services``) locks the entrant's row first too: while an upload holds
-    it, the entrant cannot join or leave, so the team found here stays theirs until the
-    commit, and both orders agree (no deadlock). Under READ COMMITTED, each statement
-    after the lock reads what the previous holder committed, so the quota counted next
-    includes the charge of a concurrent upload that got the lock first.
-    """
-    get_user_model().objects.select_for_update().filter(pk=entrant_id).first()
-    team_id = (
-        Team.objects.filter(benchmark=benchmark, members__user_id=entrant_id)
-        .values_list("pk", flat=True)
-        .first()
-    )
-    if team_id is not None:
-        list(Team.objects.select_for_update().filter(pk=team_id).values_list("pk"))
 
 
 def submission_check_upload(*, benchmark: Benchmark, path: Path, size: int) -> str:

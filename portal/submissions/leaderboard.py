@@ -74,7 +74,7 @@ def leaderboard_refresh_entrant(*, benchmark: Benchmark, entrant_id: int) -> Non
     put a disqualified run back on the board. ``FOR NO KEY UPDATE``: rows that merely
     reference the entrant (a ledger row written earlier in the same transaction) take
     key-share locks, which it does not wait for. The order (user, then team) is the one
-    uploads and changes of membership take (``intake.lock_allowance``).
+    uploads and changes of membership take (``teams.locks``).
     """
     with transaction.atomic():
         list(

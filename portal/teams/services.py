@@ -22,6 +22,7 @@ from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.teams import hooks
+from portal.teams.locks import lock_team, lock_user
 from portal.teams.models import Team, TeamInvitation, TeamMember
 from portal.teams.selectors import member_ids, teammates_forget
 
@@ -33,17 +34,6 @@ def merge_fits(*, per_day: int, team_used: int, joiner_used: int) -> bool:
     """The merge rule: a join is allowed when the attempts the team and the joiner have
     used today (net of refunds, each never below zero) fit within one day's allowance."""
     return max(0, team_used) + max(0, joiner_used) <= per_day
-
-
-def _lock_user(user_id: int) -> None:
-    list(get_user_model().objects.select_for_update().filter(pk=user_id).values_list("pk"))
-
-
-def _lock_team(team_id: int) -> Team:
-    team = Team.objects.select_for_update().filter(pk=team_id).first()
-    if team is None:
-        raise errors.NotFound("No such team.")
-    return team
 
 
 def _check_changeable(benchmark: Benchmark, now: dt.datetime) -> None:
@@ -84,7 +74,7 @@ def team_create(
     _check_changeable(benchmark, now)
     try:
         with transaction.atomic():
-            _lock_user(user.pk)
+            lock_user(user.pk)
             held = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
             if held is not None:
                 raise errors.InvalidParameter(
@@ -122,11 +112,11 @@ def team_invite(
     if invitee is None:
         raise errors.NotFound("No such user.")
     with transaction.atomic():
-        _lock_user(user.pk)
+        lock_user(user.pk)
         member = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
         if member is None:
             raise errors.NotFound("You are in no team on this benchmark.")
-        team = _lock_team(member.team_id)
+        team = lock_team(member.team_id)
         if invitee.pk == user.pk:
             raise errors.InvalidParameter("You are already in this team.")
         other = TeamMember.objects.filter(benchmark=benchmark, user=invitee).first()
@@ -178,9 +168,9 @@ def invitation_accept(
     benchmark = invitation.team.benchmark
     _check_changeable(benchmark, now)
     with transaction.atomic():
-        _lock_user(user.pk)
+        lock_user(user.pk)
         invitation = _pending_invitation(user, invitation_id)
-        team = _lock_team(invitation.team_id)
+        team = lock_team(invitation.team_id)
         if TeamMember.objects.filter(benchmark=benchmark, user=user).exists():
             raise errors.InvalidParameter(
                 "You are already in a team on this benchmark; leave it before joining another."
@@ -226,7 +216,7 @@ def invitation_decline(
     """Decline an invitation (allowed after the freeze too: it changes no team)."""
     now = now or timezone.now()
     with transaction.atomic():
-        _lock_user(user.pk)
+        lock_user(user.pk)
         invitation = _pending_invitation(user, invitation_id)
         invitation.state, invitation.decided_at = TeamInvitation.DECLINED, now
         invitation.save(update_fields=["state", "decided_at"])
@@ -262,11 +252,11 @@ def team_leave(
     now = now or timezone.now()
     _check_changeable(benchmark, now)
     with transaction.atomic():
-        _lock_user(user.pk)
+        lock_user(user.pk)
         member = TeamMember.objects.filter(benchmark=benchmark, user=user).first()
         if member is None:
             raise errors.NotFound("You are in no team on this benchmark.")
-        team = _lock_team(member.team_id)
+        team = lock_team(member.team_id)
         target = _target(team)
         left = _depart(team, user, now)
         audit_record(
@@ -300,8 +290,8 @@ def team_remove(
     if removed.pk == user.pk:
         raise errors.InvalidParameter("To leave your own team, leave it.")
     with transaction.atomic():
-        _lock_user(removed.pk)
-        team = _lock_team(own.team_id)
+        lock_user(removed.pk)
+        team = lock_team(own.team_id)
         if not TeamMember.objects.filter(team=team, user=removed).exists():
             raise errors.NotFound("No such member.")
         if team.captain_id != user.pk:
