@@ -49,15 +49,38 @@ takes about 9 ms here, once per version and worker.
 
 With teams and the every-attempt chart (``--entrants 1000 --teams 200 --runs 20000``:
 200 teams of five, so 200 rows on the board, and 20,000 graded attempts), PostgreSQL and
-Redis, on the same 2 CPUs, LOADLINE. One request at a time, in process:
+Redis, on the same 2 CPUs with nothing else running (load average 5.2 at the end: the
+bench's own gunicorn and wrk). One request at a time, in process:
 
-INPROCESS
+    page                                         p50 ms   p95 ms  p95 / trivial
+    trivial (/accounts/login/)                      3.3      4.1          1.00x
+    leaderboard (/b/bench-web/leaderboard/)         6.4      7.8          1.88x
+    benchmark page (/b/bench-web/)                  9.4     12.4          3.00x
+    benchmark page, signed in                      12.2     17.8          4.30x
+    every attempt (?show=all)                       9.5     13.7          3.31x
+    every attempt, signed in                       13.6     20.6          4.98x
+    attempts API (JSON)                             8.4     11.0          2.66x
+    every-attempt chart drawn cold (no cache): 242 ms (best of 3)
 
 and under wrk (16 clients, 2 gunicorn workers x 4 threads):
 
-WRKTABLE
+    page                                          req/s   p50 ms   p95 ms  p95 / trivial
+    trivial (/accounts/login/)                      464     36.3     81.3          1.00x
+    leaderboard (/b/bench-web/leaderboard/)         159     98.5    131.6          1.62x
+    benchmark page (/b/bench-web/)                  232     79.3    140.8          1.73x
+    benchmark page, signed in                       100    156.8    190.5          2.34x
+    every attempt (?show=all)                       222     68.6    107.0          1.32x
+    every attempt, signed in                         87    177.2    242.7          2.99x
+    attempts API (JSON)                             134    117.5    181.7          2.23x
 
-What keeps the pages near the trivial one, each measured here before it was added:
+The same machine varies much from run to run: in four other runs of the same code the
+in-process ratios were at most 1.9x (anonymous) and 2.8x to 3.0x (signed in), and under
+wrk the signed-in every-attempt page was 1.92x, 3.64x, 3.70x and 3.86x, the anonymous
+pages at most 2.4x. The signed-in pages are the ones near the target: a gunicorn thread's
+first signed-in request takes about 0.3 s, and served one at a time (one thread) the
+signed-in benchmark page's p50 is 8.9 ms and p95 11.3 ms.
+
+What keeps the pages near the trivial one (each measured here):
 
 - **Persistent database connections** (``PODIUM_DB_CONN_MAX_AGE``): a new PostgreSQL
   connection costs about 10 ms on this machine (its sign-in), so while each request
@@ -303,6 +326,18 @@ def fill(entrants: int, runs: int, teams: int = 0, seed: int = 20260810) -> dict
     }
 
 
+def settle_database() -> None:
+    """Vacuum and analyze what the fill wrote, and write it out, so the database's own
+    upkeep of the new rows (autovacuum, a checkpoint) does not land on one page's turn."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+        cursor.execute("CHECKPOINT")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -428,6 +463,7 @@ def main() -> int:
 
         call_command("migrate", verbosity=0)
         filled = fill(args.entrants, args.runs, args.teams)
+        settle_database()
         print(
             f"filled {filled['entrants']:,} entrants ({filled['teams']:,} teams of "
             f"{TEAM_SIZE}), {filled['runs']:,} runs, "
