@@ -195,7 +195,7 @@ class Command(BaseCommand):
             and existing.items.count() == count
             and storage.cohort_dir(existing.pk).is_dir()
         ):
-            self.stdout.write(f"The demo's {kind} cohort of {count} images is in place.")
+            self.stdout.write(f"The {demo.slug} {kind} cohort of {count} images is in place.")
             return
         if existing is not None and (
             Run.objects.filter(cohort=existing).exists()
@@ -210,7 +210,7 @@ class Command(BaseCommand):
             images_dir = Path(folder)
             answers = democohort.generate(images_dir, count, seed)
             cohort_import(benchmark=demo, kind=kind, images_dir=images_dir, answers=answers)
-        self.stdout.write(f"Imported the demo's {kind} cohort: {count} generated images.")
+        self.stdout.write(f"Imported the {demo.slug} {kind} cohort: {count} generated images.")
 
     def _seed_demo_campaign(
         self, demo: Benchmark, campaign_count: int, practice_count: int
