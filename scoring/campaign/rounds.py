@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -418,7 +419,8 @@ def _keep(path: Path, data: bytes) -> None:
 
 def stage_slices(plan: Plan, root: Path) -> list[StagedRun]:
     """The round's requests, staged once: one input folder per slice under ``root``, with
-    the mapping (position, request id, staged name, member) kept for staff."""
+    the mapping (position, request id, staged name, member) kept for staff, and written
+    back to disk (``os.sync``) before any pass starts."""
     if not plan.items:
         raise staging.StagingError("The round has no requests.")
     staged: list[StagedRun] = []
@@ -437,6 +439,11 @@ def stage_slices(plan: Plan, root: Path) -> list[StagedRun]:
             staging.unstage(one)
         raise
     _keep(root / "private" / storage.RUN_MAPPING, "".join(mapping).encode())
+    # Written back now, off the clock: the kernel writes dirty pages back some 30 s after
+    # they were dirtied, which for a round of thousands of staged files lands in the
+    # middle of the opening baseline's pass (and only there), slowing it against the
+    # closing one.
+    os.sync()
     return staged
 
 
