@@ -15,7 +15,8 @@ round's hardware class. In order:
    order, cut into the round's contiguous slices (``rules.slice_bounds``). Each slice is
    its own input folder with its own manifest (``staging.stage_items``: fresh copies
    checked against the frozen hashes, fresh names and request ids), so a slice's
-   container sees that slice only.
+   container sees that slice only. The staged files are written back to disk before the
+   first pass, so the kernel's writeback of them never lands on a timed slice.
 4. Run, in this order: a warm-up pass of the baseline (thrown away; kept as evidence),
    the opening baseline, each entry in entry order, the closing baseline. A pass is one
    supervised container per slice through the very sandbox of a scored run
