@@ -15,7 +15,8 @@ round's hardware class. In order:
    order, cut into the round's contiguous slices (``rules.slice_bounds``). Each slice is
    its own input folder with its own manifest (``staging.stage_items``: fresh copies
    checked against the frozen hashes, fresh names and request ids), so a slice's
-   container sees that slice only.
+   container sees that slice only. The staged files are written back to disk before the
+   first pass, so the kernel's writeback of them never lands on a timed slice.
 4. Run, in this order: a warm-up pass of the baseline (thrown away; kept as evidence),
    the opening baseline, each entry in entry order, the closing baseline. A pass is one
    supervised container per slice through the very sandbox of a scored run
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -418,7 +420,8 @@ def _keep(path: Path, data: bytes) -> None:
 
 def stage_slices(plan: Plan, root: Path) -> list[StagedRun]:
     """The round's requests, staged once: one input folder per slice under ``root``, with
-    the mapping (position, request id, staged name, member) kept for staff."""
+    the mapping (position, request id, staged name, member) kept for staff, and written
+    back to disk (``os.sync``) before any pass starts."""
     if not plan.items:
         raise staging.StagingError("The round has no requests.")
     staged: list[StagedRun] = []
@@ -437,6 +440,11 @@ def stage_slices(plan: Plan, root: Path) -> list[StagedRun]:
             staging.unstage(one)
         raise
     _keep(root / "private" / storage.RUN_MAPPING, "".join(mapping).encode())
+    # Written back now, off the clock: the kernel writes dirty pages back some 30 s after
+    # they were dirtied, which for a round of thousands of staged files lands in the
+    # middle of the opening baseline's pass (and only there), slowing it against the
+    # closing one.
+    os.sync()
     return staged
 
 

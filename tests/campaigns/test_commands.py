@@ -77,16 +77,68 @@ def test_campaign_baseline_pins_a_given_image_once(campaign_benchmark: Benchmark
 
 
 def test_seed_demo_creates_the_demo_campaign(db: Any) -> None:
-    run("seed_demo", "--official-count=30", "--practice-count=5")
-    run("seed_demo", "--official-count=30", "--practice-count=5")  # idempotent
+    seed = ("seed_demo", "--official-count=30", "--practice-count=5", "--campaign-count=40")
+    run(*seed)
+    run(*seed)  # idempotent
     benchmark = Benchmark.objects.get(slug="demo-campaign")
     assert benchmark.kind == Benchmark.CAMPAIGN
     assert Benchmark.objects.get(slug="demo").kind == Benchmark.LEADERBOARD
-    assert benchmark.cohorts.get(kind=Cohort.OFFICIAL).items.count() == 30
+    # Its own pool, not the demo's 30 images.
+    assert benchmark.cohorts.get(kind=Cohort.OFFICIAL).items.count() == 40
+    assert (benchmark.cohort_size, benchmark.pass_min_matches) == (40, 40)
     campaign = Campaign.objects.get(benchmark=benchmark)
-    assert (campaign.round_size, campaign.slice_count, campaign.slice_repeats) == (20, 4, 1)
     assert campaign.hardware_class_id == benchmark.hardware_class_id
     assert not campaign.has_baseline  # campaign_baseline builds and pins it
+
+
+def test_the_demo_campaign_runs_rounds_of_20000_images_in_slices_of_5000(db: Any) -> None:
+    # 20 images in 4 slices timed little but the kit's start: most rounds were void.
+    out = run("seed_demo", "--official-count=3", "--practice-count=2", "--campaign-count=8")
+    campaign = Campaign.objects.get(benchmark__slug="demo-campaign")
+    assert (campaign.round_size, campaign.slice_count, campaign.slice_repeats) == (20_000, 4, 1)
+    # The seeds' ceilings are kept.
+    assert (campaign.reproducibility_ceiling, campaign.drift_ceiling, campaign.moat) == (
+        0.335,
+        0.05,
+        0.01,
+    )
+    assert "20,000 images, in 4 slices of 5,000" in campaign.benchmark.description
+    assert "Created campaign demo-campaign" in out
+
+
+def test_seed_demo_brings_an_older_demo_campaign_to_size_and_keeps_its_rounds(db: Any) -> None:
+    seed = ("seed_demo", "--official-count=3", "--practice-count=2", "--campaign-count=8")
+    run(*seed)
+    campaign = Campaign.objects.get(benchmark__slug="demo-campaign")
+    Campaign.objects.filter(pk=campaign.pk).update(round_size=20, slice_count=4)
+    pool = campaign.benchmark.cohorts.get(kind=Cohort.OFFICIAL)
+    old_round = Round.objects.create(
+        campaign=campaign,
+        ordinal=1,
+        cohort=pool,
+        status=Round.SCORED,
+        material="0" * 64,
+        request_positions=list(range(8)),
+        request_digest="0" * 64,
+        slice_count=4,
+        created_at=timezone.now(),
+    )
+    err = StringIO()
+    call_command(
+        "seed_demo",
+        "--official-count=3",
+        "--practice-count=2",
+        "--campaign-count=12",
+        stdout=StringIO(),
+        stderr=err,
+    )
+    campaign.refresh_from_db()
+    assert (campaign.round_size, campaign.slice_count) == (20_000, 4)
+    # The pool a round drew from stays (a round's request set names its positions).
+    assert campaign.benchmark.cohorts.get(kind=Cohort.OFFICIAL) == pool
+    assert "used by a run or a round" in err.getvalue()
+    old_round.refresh_from_db()
+    assert (old_round.slice_count, len(old_round.request_positions)) == (4, 8)
 
 
 def test_the_admin_lists_rounds_and_voids_one_with_a_reason(

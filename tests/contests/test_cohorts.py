@@ -279,7 +279,13 @@ def test_import_cohort_command_reports_errors(bench, images, tmp_path) -> None:
 
 
 def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> None:
-    call_command("seed_demo", "--official-count=40", "--practice-count=12", stdout=StringIO())
+    call_command(
+        "seed_demo",
+        "--official-count=40",
+        "--practice-count=12",
+        "--campaign-count=6",
+        stdout=StringIO(),
+    )
 
     demo = Benchmark.objects.get(slug="demo")
     assert demo.title == "Demo: read the digits"
@@ -307,7 +313,9 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
     assert not flagship.cohorts.exists()
 
     out = StringIO()
-    call_command("seed_demo", "--official-count=40", "--practice-count=12", stdout=out)
+    call_command(
+        "seed_demo", "--official-count=40", "--practice-count=12", "--campaign-count=6", stdout=out
+    )
 
     assert set(demo.cohorts.all()) == {official, practice}
     assert Benchmark.objects.count() == 3  # demo, demo-campaign, the flagship
@@ -315,11 +323,23 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
 
 
 def test_seed_demo_leaves_the_flagship_alone_and_resizes_the_demo(db) -> None:
-    call_command("seed_demo", "--official-count=10", "--practice-count=5", stdout=StringIO())
+    call_command(
+        "seed_demo",
+        "--official-count=10",
+        "--practice-count=5",
+        "--campaign-count=6",
+        stdout=StringIO(),
+    )
     Benchmark.objects.filter(slug="eva02-imagenet1k-v3").update(attempts_per_day=3)
     official = Cohort.objects.get(benchmark__slug="demo", kind="official")
 
-    call_command("seed_demo", "--official-count=20", "--practice-count=5", stdout=StringIO())
+    call_command(
+        "seed_demo",
+        "--official-count=20",
+        "--practice-count=5",
+        "--campaign-count=6",
+        stdout=StringIO(),
+    )
 
     assert Benchmark.objects.get(slug="eva02-imagenet1k-v3").attempts_per_day == 3
     demo = Benchmark.objects.get(slug="demo")

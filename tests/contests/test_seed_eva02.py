@@ -110,7 +110,13 @@ def test_running_it_again_changes_nothing(db) -> None:
 
 
 def test_it_brings_the_demo_seeded_flagship_to_the_rules(db) -> None:
-    call_command("seed_demo", "--official-count=3", "--practice-count=2", stdout=StringIO())
+    call_command(
+        "seed_demo",
+        "--official-count=3",
+        "--practice-count=2",
+        "--campaign-count=6",
+        stdout=StringIO(),
+    )
     Benchmark.objects.filter(slug=SLUG).update(attempts_per_day=5)
     HardwareClass.objects.create(
         name="gpu-h200", platform=HardwareClass.AMD64, gpus=2, pin_cuda="12.4"

@@ -486,6 +486,25 @@ def test_each_slice_is_its_own_input_folder_in_the_rounds_order(benchmark, tmp_p
     assert [int(line.split("\t")[1]) for line in mapping] == [8, 2, 5, 0, 9, 4, 7]
 
 
+def test_the_staged_requests_are_written_back_before_any_pass(benchmark, tmp_path, monkeypatch):
+    # Left to the kernel, thousands of staged files are written back some 30 s later:
+    # during the opening baseline's pass, which then drifts from the closing one.
+    on_disk_at_sync: list[set[str]] = []
+
+    def sync() -> None:
+        found = (tmp_path / "round").rglob("*")
+        on_disk_at_sync.append({path.name for path in found if path.is_file()})
+
+    monkeypatch.setattr(rounds.os, "sync", sync)
+    plan = staged_plan(benchmark, [8, 2, 5, 0, 9, 4, 7])
+
+    staged = rounds.stage_slices(plan, tmp_path / "round")
+
+    assert len(on_disk_at_sync) == 1
+    names = {name for one in staged for name in one.staged_names}
+    assert names | {"mapping.tsv"} <= on_disk_at_sync[0]
+
+
 def test_a_tampered_request_stages_nothing(benchmark, tmp_path):
     from portal import storage
 

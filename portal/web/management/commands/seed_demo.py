@@ -6,10 +6,13 @@ Idempotent, and fast when there is nothing to do (``make run`` calls it every ti
   from a minute ago for 30 days" only when it is not open now. Each cohort is
   generated (fixed seeds) and imported only when it is missing or has another size;
   an existing cohort that a run has used is never replaced (a warning says so).
-- ``demo-campaign`` is the same game scored in rounds (a campaign benchmark, its own
-  copy of the demo cohorts, rounds of 20 images in 4 slices); its baseline image is
-  pinned by ``manage.py campaign_baseline demo-campaign``, which builds the starter kit
-  (Docker), so ``make run`` calls it after this command.
+- ``demo-campaign`` is the same game scored in rounds (a campaign benchmark with its own
+  generated cohorts: an official pool of ``--campaign-count`` images, 20,000 by default,
+  and a copy of the demo's practice cohort; rounds of :data:`CAMPAIGN_ROUND_SIZE` images
+  in :data:`CAMPAIGN_SLICES` slices). An existing campaign is brought to these sizes
+  (rounds already created keep theirs). Its baseline image is pinned by ``manage.py
+  campaign_baseline demo-campaign``, which builds the starter kit (Docker), so ``make
+  run`` calls it after this command.
 - ``eva02-imagenet1k-v3`` is created with the rules' defaults when missing and
   otherwise left alone (staff edit it in the admin, and import its real cohort with
   ``import_cohort``).
@@ -31,7 +34,7 @@ from django.utils import timezone
 
 from portal import storage
 from portal.campaigns.creation import campaign_create
-from portal.campaigns.models import Campaign
+from portal.campaigns.models import Campaign, Round
 from portal.contests import democohort
 from portal.contests.cohorts import cohort_import
 from portal.contests.hardware import hardware_class_row
@@ -52,16 +55,29 @@ a real benchmark, so this is also the place to learn the rules before they count
 """
 
 CAMPAIGN_SLUG = "demo-campaign"
-CAMPAIGN_ROUND_SIZE = 20
+# The demo campaign's size, chosen so that a quiet 2-CPU machine scores its rounds instead
+# of voiding them (bench/round.py measures it; its defaults are these). A slice's trusted
+# time is the image's start (interpreter and imports, about 0.13 s in the sandbox, and
+# the part that varies most from one container to the next) plus its images (about
+# 0.15 ms of CPU each for the starter kit). At 5 images a slice the start was nearly all
+# of it, and its variation put the baseline over the seeds' reproducibility (0.335) and
+# drift (5%) ceilings in most rounds; at 5,000 the images are most of a slice. The
+# ceilings themselves stay the seeds' (Campaign's defaults).
+CAMPAIGN_POOL_SIZE = 20_000  # the campaign's official cohort: every round draws from it
+CAMPAIGN_ROUND_SIZE = 20_000  # requests per round: the whole pool, in each round's order
 CAMPAIGN_SLICES = 4
-CAMPAIGN_DESCRIPTION = """\
+CAMPAIGN_DESCRIPTION = f"""\
 The demo's images, scored in rounds instead of a leaderboard.
 
 Each built submission waits in a queue; a round starts when 5 are queued or the oldest
 has waited 6 hours. A round runs the starter kit (the baseline), the current leader and
-up to 5 challengers on the same 20 images, in 4 slices, and scores each by its median
-speedup over the baseline. Pass 99% agreement and beat the leader by 1% to take the crown.
+up to 5 challengers on the same {CAMPAIGN_ROUND_SIZE:,} images, in {CAMPAIGN_SLICES} slices \
+of {CAMPAIGN_ROUND_SIZE // CAMPAIGN_SLICES:,}
+images each timed by itself, and scores each by its median speedup over the baseline.
+Pass 99% agreement and beat the leader by 1% to take the crown.
 """
+# A campaign's sizes that seed_demo keeps at the values above.
+CAMPAIGN_SIZES = {"round_size": CAMPAIGN_ROUND_SIZE, "slice_count": CAMPAIGN_SLICES}
 
 FLAGSHIP_SLUG = "eva02-imagenet1k-v3"
 SEOUL = ZoneInfo("Asia/Seoul")
@@ -113,11 +129,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--official-count", type=int, default=1000, metavar="N")
         parser.add_argument("--practice-count", type=int, default=100, metavar="N")
+        parser.add_argument(
+            "--campaign-count",
+            type=int,
+            default=CAMPAIGN_POOL_SIZE,
+            metavar="N",
+            help=f"the demo campaign's official pool (default {CAMPAIGN_POOL_SIZE:,})",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         official_count: int = options["official_count"]
         practice_count: int = options["practice_count"]
-        if official_count < 1 or practice_count < 1:
+        campaign_count: int = options["campaign_count"]
+        if min(official_count, practice_count, campaign_count) < 1:
             raise CommandError("cohort counts must be at least 1")
 
         demo = self._seed_demo_benchmark(official_count)
@@ -126,7 +150,7 @@ class Command(BaseCommand):
             self._seed_demo_cohort(demo, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
         except ValueError as error:
             raise CommandError(str(error)) from error
-        self._seed_demo_campaign(demo, official_count, practice_count)
+        self._seed_demo_campaign(demo, campaign_count, practice_count)
         self._seed_flagship()
 
     def _seed_demo_benchmark(self, official_count: int) -> Benchmark:
@@ -171,39 +195,38 @@ class Command(BaseCommand):
             and existing.items.count() == count
             and storage.cohort_dir(existing.pk).is_dir()
         ):
-            self.stdout.write(f"The demo's {kind} cohort of {count} images is in place.")
+            self.stdout.write(f"The {demo.slug} {kind} cohort of {count} images is in place.")
             return
-        if existing is not None and Run.objects.filter(cohort=existing).exists():
+        if existing is not None and (
+            Run.objects.filter(cohort=existing).exists()
+            or Round.objects.filter(cohort=existing).exists()
+        ):
             self.stderr.write(
-                f"The demo's {kind} cohort has been used by a run; it stays as it is "
-                f"({existing.items.count()} images, not {count})."
+                f"The {demo.slug} {kind} cohort has been used by a run or a round; it stays "
+                f"as it is ({existing.items.count()} images, not {count})."
             )
             return
         with tempfile.TemporaryDirectory(prefix="podium-demo-") as folder:
             images_dir = Path(folder)
             answers = democohort.generate(images_dir, count, seed)
             cohort_import(benchmark=demo, kind=kind, images_dir=images_dir, answers=answers)
-        self.stdout.write(f"Imported the demo's {kind} cohort: {count} generated images.")
+        self.stdout.write(f"Imported the {demo.slug} {kind} cohort: {count} generated images.")
 
     def _seed_demo_campaign(
-        self, demo: Benchmark, official_count: int, practice_count: int
+        self, demo: Benchmark, campaign_count: int, practice_count: int
     ) -> None:
-        """The campaign benchmark (the demo's rules, its window and cohorts) and its campaign."""
+        """The campaign benchmark (the demo's rules and window, its own official pool of
+        ``campaign_count`` images, the demo's practice cohort) and its campaign, at the
+        sizes of :data:`CAMPAIGN_SIZES`."""
         settings = {
             "kind": Benchmark.CAMPAIGN,
             "title": "Demo campaign: read the digits, in rounds",
             "description": CAMPAIGN_DESCRIPTION,
             "opens_at": demo.opens_at,
             "closes_at": demo.closes_at,
-            **{
-                name: getattr(demo, name)
-                for name in (
-                    "cohort_size",
-                    "pass_min_matches",
-                    "allowed_registries",
-                    "hardware_class",
-                )
-            },
+            "cohort_size": campaign_count,
+            "pass_min_matches": math.ceil(campaign_count * DEMO_PASS_RATIO),
+            **{name: getattr(demo, name) for name in ("allowed_registries", "hardware_class")},
         }
         benchmark, created = Benchmark.objects.get_or_create(slug=CAMPAIGN_SLUG, defaults=settings)
         changed = [name for name, value in settings.items() if getattr(benchmark, name) != value]
@@ -212,20 +235,28 @@ class Command(BaseCommand):
                 setattr(benchmark, name, settings[name])
             benchmark.save(update_fields=changed)
         try:
-            self._seed_demo_cohort(benchmark, Cohort.OFFICIAL, official_count, DEMO_OFFICIAL_SEED)
+            self._seed_demo_cohort(benchmark, Cohort.OFFICIAL, campaign_count, DEMO_OFFICIAL_SEED)
             self._seed_demo_cohort(benchmark, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
         except ValueError as error:
             raise CommandError(str(error)) from error
-        if not Campaign.objects.filter(benchmark=benchmark).exists():
-            campaign_create(
-                benchmark=benchmark,
-                round_size=CAMPAIGN_ROUND_SIZE,
-                slice_count=CAMPAIGN_SLICES,
-            )
+        campaign = Campaign.objects.filter(benchmark=benchmark).first()
+        if campaign is None:
+            campaign_create(benchmark=benchmark, **CAMPAIGN_SIZES)
             self.stdout.write(
                 f"Created campaign {CAMPAIGN_SLUG} (pin its baseline: manage.py "
                 f"campaign_baseline {CAMPAIGN_SLUG})."
             )
+            return
+        # Each round keeps the request set and slices it was created with; a new size
+        # applies from the next round on.
+        resized = [
+            name for name, value in CAMPAIGN_SIZES.items() if getattr(campaign, name) != value
+        ]
+        if resized:
+            for name in resized:
+                setattr(campaign, name, CAMPAIGN_SIZES[name])
+            campaign.save(update_fields=resized)
+            self.stdout.write(f"Updated campaign {CAMPAIGN_SLUG}: {', '.join(resized)}.")
 
     def _seed_flagship(self) -> None:
         _, created = Benchmark.objects.get_or_create(
