@@ -3,11 +3,11 @@
 a contest's facts and post and edit its announcements (the permission rows are created
 here, since post_migrate comes too late for the group, as in standings 0002)."""
 
-from typing import Any
-
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
+
+from portal.migration_grants import group_permissions
 
 GROUP = "contest staff"
 PERMISSIONS = {
@@ -21,33 +21,6 @@ PERMISSIONS = {
         ("change_announcement", "Can change announcement"),
     ],
 }
-
-
-def _permissions(apps: Any, alias: str) -> list[Any]:
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
-    found = []
-    for (app_label, model), entries in PERMISSIONS.items():
-        content_type, _ = content_types.get_or_create(app_label=app_label, model=model)
-        for codename, name in entries:
-            permission, _ = permissions.get_or_create(
-                content_type=content_type, codename=codename, defaults={"name": name}
-            )
-            found.append(permission)
-    return found
-
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group, _ = apps.get_model("auth", "Group").objects.db_manager(alias).get_or_create(name=GROUP)
-    group.permissions.add(*_permissions(apps, alias))
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group = apps.get_model("auth", "Group").objects.db_manager(alias).filter(name=GROUP).first()
-    if group is not None:
-        group.permissions.remove(*_permissions(apps, alias))
 
 
 class Migration(migrations.Migration):
@@ -172,5 +145,5 @@ class Migration(migrations.Migration):
                 fields=("contest", "phase_order"), name="one_phase_per_place"
             ),
         ),
-        migrations.RunPython(grant, revoke),
+        group_permissions(GROUP, PERMISSIONS),
     ]

@@ -8,9 +8,9 @@ the later pass finds them). The group (made by submissions 0004) gains the drain
 and retire permission and the admin list's view permission; nothing else of it changes.
 """
 
-from typing import Any
-
 from django.db import migrations, models
+
+from portal.migration_grants import group_permissions
 
 GROUP = "contest staff"
 
@@ -21,34 +21,6 @@ PERMISSIONS = {
         ("view_scoringhost", "Can view scoring host"),
     ],
 }
-
-
-def _permissions(apps: Any, alias: str) -> list[Any]:
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
-    found = []
-    for (app_label, model), entries in PERMISSIONS.items():
-        content_type, _ = content_types.get_or_create(app_label=app_label, model=model)
-        for codename, name in entries:
-            permission, _ = permissions.get_or_create(
-                content_type=content_type, codename=codename, defaults={"name": name}
-            )
-            found.append(permission)
-    return found
-
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    groups = apps.get_model("auth", "Group").objects.db_manager(alias)
-    group, _ = groups.get_or_create(name=GROUP)
-    group.permissions.add(*_permissions(apps, alias))
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group = apps.get_model("auth", "Group").objects.db_manager(alias).filter(name=GROUP).first()
-    if group is not None:
-        group.permissions.remove(*_permissions(apps, alias))
 
 
 class Migration(migrations.Migration):
@@ -85,5 +57,5 @@ class Migration(migrations.Migration):
                 'permissions': [('manage_host', 'Can drain, resume and retire scoring hosts')],
             },
         ),
-        migrations.RunPython(grant, revoke),
+        group_permissions(GROUP, PERMISSIONS),
     ]

@@ -6,11 +6,11 @@ comes too late for the group). Rescoring or dismissing a flag needs the group's 
 ``submissions.rescore_submission``.
 """
 
-from typing import Any
-
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
+
+from portal.migration_grants import group_permissions
 
 GROUP = "contest staff"
 
@@ -19,34 +19,6 @@ PERMISSIONS = {
     ("hosts", "hostcalibration"): [("view_hostcalibration", "Can view host calibration")],
     ("hosts", "calibrationflag"): [("view_calibrationflag", "Can view calibration flag")],
 }
-
-
-def _permissions(apps: Any, alias: str) -> list[Any]:
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
-    found = []
-    for (app_label, model), entries in PERMISSIONS.items():
-        content_type, _ = content_types.get_or_create(app_label=app_label, model=model)
-        for codename, name in entries:
-            permission, _ = permissions.get_or_create(
-                content_type=content_type, codename=codename, defaults={"name": name}
-            )
-            found.append(permission)
-    return found
-
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    groups = apps.get_model("auth", "Group").objects.db_manager(alias)
-    group, _ = groups.get_or_create(name=GROUP)
-    group.permissions.add(*_permissions(apps, alias))
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group = apps.get_model("auth", "Group").objects.db_manager(alias).filter(name=GROUP).first()
-    if group is not None:
-        group.permissions.remove(*_permissions(apps, alias))
 
 
 class Migration(migrations.Migration):
@@ -196,5 +168,5 @@ class Migration(migrations.Migration):
                 fields=("run", "calibration"), name="hosts_calib_flag_once"
             ),
         ),
-        migrations.RunPython(grant, revoke),
+        group_permissions(GROUP, PERMISSIONS),
     ]

@@ -2,40 +2,14 @@
 the "contest staff" group may read them (``view_writeup``; a private one is read with a
 reason, audited), granted here as 0002 grants the standings' permissions."""
 
-from typing import Any
-
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from portal.migration_grants import group_permissions
 
 GROUP = "contest staff"
-PERMISSIONS = [("view_writeup", "Can view write up")]
-
-
-def _permissions(apps: Any, alias: str) -> list[Any]:
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
-    content_type, _ = content_types.get_or_create(app_label="standings", model="writeup")
-    return [
-        permissions.get_or_create(
-            content_type=content_type, codename=codename, defaults={"name": name}
-        )[0]
-        for codename, name in PERMISSIONS
-    ]
-
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group, _ = apps.get_model("auth", "Group").objects.db_manager(alias).get_or_create(name=GROUP)
-    group.permissions.add(*_permissions(apps, alias))
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group = apps.get_model("auth", "Group").objects.db_manager(alias).filter(name=GROUP).first()
-    if group is not None:
-        group.permissions.remove(*_permissions(apps, alias))
+PERMISSIONS = {("standings", "writeup"): [("view_writeup", "Can view write up")]}
 
 
 class Migration(migrations.Migration):
@@ -97,5 +71,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(grant, revoke),
+        group_permissions(GROUP, PERMISSIONS),
     ]

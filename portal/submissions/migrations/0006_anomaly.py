@@ -7,12 +7,11 @@ finds them). The group gains the review action's permission and the admin list's
 permission; nothing else of the group changes.
 """
 
-from typing import Any
-
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from portal.migration_grants import group_permissions
 
 GROUP = "contest staff"
 # (app label, model): [(codename, name)]
@@ -22,34 +21,6 @@ PERMISSIONS = {
         ("view_anomaly", "Can view anomaly"),
     ],
 }
-
-
-def _permissions(apps: Any, alias: str) -> list[Any]:
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
-    found = []
-    for (app_label, model), entries in PERMISSIONS.items():
-        content_type, _ = content_types.get_or_create(app_label=app_label, model=model)
-        for codename, name in entries:
-            permission, _ = permissions.get_or_create(
-                content_type=content_type, codename=codename, defaults={"name": name}
-            )
-            found.append(permission)
-    return found
-
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    groups = apps.get_model("auth", "Group").objects.db_manager(alias)
-    group, _ = groups.get_or_create(name=GROUP)
-    group.permissions.add(*_permissions(apps, alias))
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group = apps.get_model("auth", "Group").objects.db_manager(alias).filter(name=GROUP).first()
-    if group is not None:
-        group.permissions.remove(*_permissions(apps, alias))
 
 
 class Migration(migrations.Migration):
@@ -82,5 +53,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('run', 'kind'), name='one_anomaly_per_run_and_kind')],
             },
         ),
-        migrations.RunPython(grant, revoke),
+        group_permissions(GROUP, PERMISSIONS),
     ]

@@ -1,42 +1,17 @@
 """The "contest staff" group may decide provenance reviews and view them in the admin, as
 0014 let it view verification sets; nothing else of the group changes."""
 
-from typing import Any
-
 from django.db import migrations
 
+from portal.migration_grants import group_permissions
+
 GROUP = "contest staff"
-CODENAMES = {
-    "decide_review": "Can clear or disqualify a submission under review",
-    "view_provenancereview": "Can view provenance review",
+PERMISSIONS = {
+    ("submissions", "provenancereview"): [
+        ("decide_review", "Can clear or disqualify a submission under review"),
+        ("view_provenancereview", "Can view provenance review"),
+    ],
 }
-
-
-def _permissions(apps: Any, alias: str) -> list[Any]:
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
-    content_type, _ = content_types.get_or_create(
-        app_label="submissions", model="provenancereview"
-    )
-    return [
-        permissions.get_or_create(
-            content_type=content_type, codename=codename, defaults={"name": name}
-        )[0]
-        for codename, name in CODENAMES.items()
-    ]
-
-
-def grant(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group, _ = apps.get_model("auth", "Group").objects.db_manager(alias).get_or_create(name=GROUP)
-    group.permissions.add(*_permissions(apps, alias))
-
-
-def revoke(apps: Any, schema_editor: Any) -> None:
-    alias = schema_editor.connection.alias
-    group = apps.get_model("auth", "Group").objects.db_manager(alias).filter(name=GROUP).first()
-    if group is not None:
-        group.permissions.remove(*_permissions(apps, alias))
 
 
 class Migration(migrations.Migration):
@@ -46,4 +21,4 @@ class Migration(migrations.Migration):
         ("submissions", "0016_provenance_review"),
     ]
 
-    operations = [migrations.RunPython(grant, revoke)]
+    operations = [group_permissions(GROUP, PERMISSIONS)]
