@@ -212,17 +212,14 @@ def leaderboard_standing(
     entrant: Any,
     *,
     teammates: Sequence[int] = (),
-    version: BoardVersion | None = None,
+    version: BoardVersion,
 ) -> LeaderboardRow | None:
     """The entrant's own row (their team's: the row of any of ``teammates``) with its
     rank, or None when they have no passing official run.
 
-    Two queries whatever the size of the board: the row, then how many rank ahead of it.
-    Given the board's ``version``, the answer is cached for that version (a row and its
-    rank change only with the board), so a page read again costs none.
+    Cached for the board's ``version`` (a row and its rank change only with the board);
+    read, two queries whatever the size of the board: the row, then how many rank ahead.
     """
-    if version is None:
-        return _standing(benchmark, [entrant.pk, *teammates])
     ids = sorted({entrant.pk, *teammates})
     key = f"podium:standing:{benchmark.pk}:{version.key}:{','.join(map(str, ids))}"
     cached: tuple[LeaderboardRow | None] | None = cache.get(key)

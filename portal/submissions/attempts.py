@@ -57,23 +57,27 @@ def attempts_used_today(
     """Each kind's net charges of the attempt day of ``now`` over ``user_ids`` (never
     below zero): what the teams' merge rule counts (``portal.teams.hooks``)."""
     day = rules.attempt_day(now, benchmark.attempt_timezone)
-    used = _net_charged_by_kind(user_ids, benchmark, day)
-    return {kind: max(0, used.get(kind, 0)) for kind in KINDS}
+    nets = _day_nets(user_ids, benchmark, day).values()
+    return {kind: max(0, sum(net.get(kind, 0) for net in nets)) for kind in KINDS}
 
 
-def _net_charged_by_kind(
+def _day_nets(
     user_ids: Sequence[int], benchmark: Benchmark, day: dt.date
-) -> dict[str, int]:
-    """``net_charged_of`` for every kind at once (a kind with no row is absent). One query."""
+) -> dict[int, dict[str, int]]:
+    """Each entrant's charges minus refunds of one attempt day, by kind (a kind with no row
+    is absent; an entrant with none maps to {}). One query."""
+    nets: dict[int, dict[str, int]] = {user_id: {} for user_id in user_ids}
     rows = (
         AttemptLedger.objects.filter(
             entrant_id__in=list(user_ids), benchmark=benchmark, attempt_day=day
         )
-        .values("kind")
+        .values("entrant_id", "kind")
         .annotate(net=Sum("delta"))
         .order_by()
     )
-    return {row["kind"]: int(row["net"] or 0) for row in rows}
+    for row in rows:
+        nets[row["entrant_id"]][row["kind"]] = int(row["net"] or 0)
+    return nets
 
 
 def quota_for(
@@ -118,17 +122,7 @@ def quotas_for(
     found: dict[str, dict[str, int]] = cache.get_many(list(keys.values()))
     missing = [user_id for user_id, key in keys.items() if key not in found]
     if missing:
-        read: dict[int, dict[str, int]] = {user_id: {} for user_id in missing}
-        rows = (
-            AttemptLedger.objects.filter(
-                entrant_id__in=missing, benchmark=benchmark, attempt_day=day
-            )
-            .values("entrant_id", "kind")
-            .annotate(net=Sum("delta"))
-            .order_by()
-        )
-        for row in rows:
-            read[row["entrant_id"]][row["kind"]] = int(row["net"] or 0)
+        read = _day_nets(missing, benchmark, day)
         fresh = {keys[user_id]: nets for user_id, nets in read.items()}
         cache.set_many(fresh, DAY_CACHE_S)
         found.update(fresh)

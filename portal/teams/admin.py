@@ -3,26 +3,13 @@ membership changes only through the entrants' own actions (audited)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
+from portal.admin_helpers import ReadOnlyMixin
 from portal.teams.models import Team, TeamInvitation, TeamMember
 
 
-class ReadOnly:
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class MemberInline(ReadOnly, admin.TabularInline[TeamMember, Team]):
+class MemberInline(ReadOnlyMixin, admin.TabularInline[TeamMember, Team]):
     model = TeamMember
     fields = ["user", "joined_at"]
     readonly_fields = ["user", "joined_at"]
@@ -30,7 +17,7 @@ class MemberInline(ReadOnly, admin.TabularInline[TeamMember, Team]):
 
 
 @admin.register(Team)
-class TeamAdmin(ReadOnly, admin.ModelAdmin[Team]):
+class TeamAdmin(ReadOnlyMixin, admin.ModelAdmin[Team]):
     list_display = ["name", "benchmark", "captain", "created_at"]
     list_filter = ["benchmark"]
     search_fields = ["name", "members__user__username"]
@@ -38,7 +25,7 @@ class TeamAdmin(ReadOnly, admin.ModelAdmin[Team]):
 
 
 @admin.register(TeamInvitation)
-class TeamInvitationAdmin(ReadOnly, admin.ModelAdmin[TeamInvitation]):
+class TeamInvitationAdmin(ReadOnlyMixin, admin.ModelAdmin[TeamInvitation]):
     list_display = ["team", "invitee", "invited_by", "state", "created_at", "decided_at"]
     list_filter = ["state"]
     search_fields = ["team__name", "invitee__username"]

@@ -67,6 +67,7 @@ def test_a_team_has_one_row_its_fastest_members_run_under_its_name(contest):
         contest.benchmark,
         contest.users["alice"],
         teammates=teammate_ids(contest.benchmark.pk, contest.users["alice"].pk),
+        version=leaderboard_version(contest.benchmark),
     )
     assert standing is not None
     assert (standing.rank, standing.entrant) == (1, "Fast Cats")
