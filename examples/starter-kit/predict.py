@@ -65,8 +65,9 @@ def predict_one(path: str) -> int:
     return min(CLASS_COUNT - 1, max(0, class_id))
 
 
-def read_manifest(manifest: str, image_root: str) -> list[str]:
-    """The image paths of the manifest, in its order (request ids are not needed here)."""
+def read_manifest(manifest: str) -> list[str]:
+    """The manifest's image paths, relative to the image root, in its order (request ids
+    are not needed here)."""
     paths = []
     with open(manifest, encoding="utf-8") as handle:
         for line in handle:
@@ -74,7 +75,7 @@ def read_manifest(manifest: str, image_root: str) -> list[str]:
             if not line:
                 continue
             _request_id, _tab, relative_path = line.partition("\t")
-            paths.append(os.path.join(image_root, relative_path))
+            paths.append(relative_path)
     return paths
 
 
@@ -125,7 +126,13 @@ def main(argv: list[str]) -> int:
         return 2
 
     started = time.monotonic()
-    paths = read_manifest(manifest, image_root)
+    paths = read_manifest(manifest)
+    output = os.path.abspath(output)
+    # Open the images relative to their root: on some hosts (Docker on fuse-overlayfs)
+    # every absolute path is resolved from the image's own root filesystem at a cost of
+    # tens of microseconds per file for a non-root user, and the workers (forked here)
+    # keep this working directory.
+    os.chdir(image_root)
     classes, workers = predict_all(paths)
     write_output(output, classes)
     elapsed = time.monotonic() - started
