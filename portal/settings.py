@@ -276,7 +276,7 @@ if not PODIUM_CACHE_URL and CELERY_BROKER_URL.startswith(("redis://", "rediss://
 if PODIUM_CACHE_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "portal.redis_cache.RedisCache",
             "LOCATION": PODIUM_CACHE_URL,
         }
     }

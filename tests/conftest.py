@@ -199,7 +199,11 @@ def shared_cache_of_this_process() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def empty_shared_cache() -> None:
     """Throttle and failed sign-in counts live in the shared cache (files under the test data
-    folder, or Redis), which outlives each test: no test inherits another's counts."""
+    folder, or Redis), which outlives each test: no test inherits another's counts, nor
+    the drawings a page kept in this process."""
     from django.core.cache import cache
 
+    from portal.web.attempts_chart import forget_local
+
     cache.clear()
+    forget_local()

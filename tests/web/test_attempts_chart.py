@@ -16,6 +16,7 @@ from django.utils import timezone
 from portal.submissions.every_attempt import FRESH_S
 from portal.submissions.models import Submission
 from portal.teams import services as teams
+from portal.web import attempts_chart
 from tests import factories
 from tests.web.boards import official_run
 
@@ -323,3 +324,32 @@ def test_a_join_that_changes_no_board_row_renames_the_attempts_within_the_refres
     assert before[failed.submission_id] == "dave"
     assert after[failed.submission_id] == "Fast Cats"
     assert f"Your team's submission {failed.submission_id} by dave" in " ".join(titles)
+
+
+def test_a_stand_in_drawing_is_not_kept_in_place_of_the_new_one(
+    client, benchmark, contest, bob, monkeypatch
+):
+    """While another request draws a new version, a page shows the benchmark's latest
+    drawing; once drawn, the next page shows the new one, not the stand-in it kept."""
+    url = f"/b/{benchmark.slug}/?show=all"
+    later = benchmark.opens_at + dt.timedelta(hours=14)
+
+    class SomeoneElseDraws:
+        """The shared cache, with every drawing lock already held by another request."""
+
+        def add(self, *args: object, **kwargs: object) -> bool:
+            return False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(cache, name)
+
+    with time_machine.travel(timezone.now(), tick=False):
+        first = _svg(client.get(url).content.decode())
+        official_run(benchmark, bob, 500 * MS, at=later)  # the board changes: a new version
+        with monkeypatch.context() as patch:
+            patch.setattr(attempts_chart, "cache", SomeoneElseDraws())
+            stand_in = _svg(client.get(url).content.decode())
+        new = _svg(client.get(url).content.decode())
+        again = _svg(client.get(url).content.decode())
+
+    assert [_dot_count(svg, "passed") for svg in (first, stand_in, new, again)] == [4, 4, 5, 5]
