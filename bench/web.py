@@ -96,6 +96,29 @@ What keeps the pages near the trivial one (each measured here):
   next charge or refund (the ledger's writes drop it); the session (``cached_db``).
   Warm, the signed-in benchmark page reads the user, the benchmark, the board's version
   and the practice cohort: four queries, against thirteen before.
+- **One Redis client object per server** (``portal/redis_cache.py``): Django's backend
+  built a ``redis.Redis`` for every cache operation, filling a table of about 170
+  response callbacks each time; profiled, that was 2.2 ms of a signed-in every-attempt
+  page's 20 ms (ten operations). **Each process keeps its last every-attempt drawings**
+  (about 200 KB at 20,000 attempts), so a page no longer fetches and unpickles one.
+
+After those two (the same command, two runs on a quiet machine), under wrk:
+
+    page                                          req/s   p50 ms   p95 ms  p95 / trivial
+    trivial (/accounts/login/)                  635/511  27.9/32.9 56.4/69.7   1.00x
+    leaderboard (/b/bench-web/leaderboard/)     388/192  48.0/81.8 79.0/106.8  1.40x/1.53x
+    benchmark page (/b/bench-web/)              302/233  50.6/79.9 78.8/144.8  1.40x/2.08x
+    benchmark page, signed in                   224/195  68.8/98.1 95.6/170.8  1.69x/2.45x
+    every attempt (?show=all)                   331/292  56.5/52.8 92.4/88.7   1.64x/1.27x
+    every attempt, signed in                    122/108 127.8/146.0 163.6/181.6 2.90x/2.61x
+    attempts API (JSON)                          84/80  187.0/194.8 224.3/246.9 3.97x/3.54x
+
+In process the signed-in pages were at 2.24x to 2.64x. The signed-in every-attempt page
+still serves about a third of the anonymous one's requests under load against two
+thirds one request at a time. The likely cause, not yet measured: each of its dozen
+waits on Redis and PostgreSQL gives up Python's lock, and under 16 clients each wait
+queues to get it back; reading the viewer's cached items in one round trip would be the
+next step.
 """
 
 from __future__ import annotations
