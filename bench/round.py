@@ -59,6 +59,16 @@ benchmark's own containers included, and another developer's tests ran at times)
   for the void one, then 96.6 to 105.9 s: with one vCPU kept busy, the warm start through
   fuse-overlayfs took about 1.65 s a container instead of 3.7 s.
 
+- after the starter kit opened its images relative to the image root (on fuse-overlayfs
+  a non-root process paid about 85 us for each absolute path it opened): slices of 0.52 s
+  on average instead of 0.94 s, their spread between containers 6.9% instead of 11.5%;
+  ``--rounds 4`` scored 4 of 4, then ``--rounds 6`` voided 4 of 6 and an earlier
+  ``--rounds 2`` 2 of 2, all for drift (0.055 to 0.207; in most, every closing pass was
+  slower than its opening one), none for reproducibility; about 155 s a round.
+- also tried, with the old kit: ``PODIUM_SCORING_CPUS=1`` (the slices on a CPU of their
+  own, this process on the other): 1 of 2 void, spread 10.7%; ``--repeats 2``: 1 of 2
+  void, spread 8.6%, 335 s a round.
+
 Exit status: 0 when every round was scored, 1 when one was void or not run, 2 when a
 prerequisite (Docker, the base image, the starter kit) is missing.
 """

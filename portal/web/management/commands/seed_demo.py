@@ -55,8 +55,9 @@ a real benchmark, so this is also the place to learn the rules before they count
 """
 
 CAMPAIGN_SLUG = "demo-campaign"
-# The demo campaign's size, chosen so that a quiet 2-CPU machine scores its rounds instead
-# of voiding them (bench/round.py measures it; its defaults are these). A slice's trusted
+# The demo campaign's size, chosen so that a slice times the images more than the image's
+# start (bench/round.py measures the void rate; its defaults are these; on a quiet 2-CPU
+# VM about half the rounds still void for drift, docs/rules.md). A slice's trusted
 # time is the image's start (interpreter and imports, about 0.13 s in the sandbox, and
 # the part that varies most from one container to the next) plus its images (about
 # 0.15 ms of CPU each for the starter kit). At 5 images a slice the start was nearly all
