@@ -64,7 +64,9 @@ benchmark's own containers included, and another developer's tests ran at times)
   on average instead of 0.94 s, their spread between containers 6.9% instead of 11.5%;
   ``--rounds 4`` scored 4 of 4, then ``--rounds 6`` voided 4 of 6 and an earlier
   ``--rounds 2`` 2 of 2, all for drift (0.055 to 0.207; in most, every closing pass was
-  slower than its opening one), none for reproducibility; about 155 s a round.
+  slower than its opening one), none for the baseline's reproducibility, but 8 of 63
+  challenger entries (each the kit itself) infra_failed for their relative range (0.343
+  to 0.442; 4 of 22 with the old kit); about 155 s a round.
 - also tried, with the old kit: ``PODIUM_SCORING_CPUS=1`` (the slices on a CPU of their
   own, this process on the other): 1 of 2 void, spread 10.7%; ``--repeats 2``: 1 of 2
   void, spread 8.6%, 335 s a round.
