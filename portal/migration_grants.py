@@ -26,19 +26,20 @@ def group_permissions(group: str, permissions: Permissions) -> migrations.RunPyt
         found, _ = (
             apps.get_model("auth", "Group").objects.db_manager(alias).get_or_create(name=group)
         )
-        found.permissions.add(*_rows(apps, alias, permissions))
+        found.permissions.add(*permission_rows(apps, alias, permissions))
 
     def revoke(apps: Any, schema_editor: Any) -> None:
         alias = schema_editor.connection.alias
         groups = apps.get_model("auth", "Group").objects.db_manager(alias)
         found = groups.filter(name=group).first()
         if found is not None:
-            found.permissions.remove(*_rows(apps, alias, permissions))
+            found.permissions.remove(*permission_rows(apps, alias, permissions))
 
     return migrations.RunPython(grant, revoke)
 
 
-def _rows(apps: Any, alias: str, permissions: Permissions) -> list[Any]:
+def permission_rows(apps: Any, alias: str, permissions: Permissions) -> list[Any]:
+    """The rows of ``permissions`` in database ``alias``, created where missing."""
     content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
     rows = apps.get_model("auth", "Permission").objects.db_manager(alias)
     found = []

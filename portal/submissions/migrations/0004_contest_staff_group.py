@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db import migrations
 
+from portal.migration_grants import permission_rows
+
 GROUP = "contest staff"
 
 # (app label, model): [(codename, name)]
@@ -40,19 +42,9 @@ PERMISSIONS = {
 
 def create_group(apps: Any, schema_editor: Any) -> None:
     alias = schema_editor.connection.alias
-    content_types = apps.get_model("contenttypes", "ContentType").objects.db_manager(alias)
-    permissions = apps.get_model("auth", "Permission").objects.db_manager(alias)
     groups = apps.get_model("auth", "Group").objects.db_manager(alias)
-    held = []
-    for (app_label, model), entries in PERMISSIONS.items():
-        content_type, _ = content_types.get_or_create(app_label=app_label, model=model)
-        for codename, name in entries:
-            permission, _ = permissions.get_or_create(
-                content_type=content_type, codename=codename, defaults={"name": name}
-            )
-            held.append(permission)
     group, _ = groups.get_or_create(name=GROUP)
-    group.permissions.set(held)
+    group.permissions.set(permission_rows(apps, alias, PERMISSIONS))
 
 
 def remove_group(apps: Any, schema_editor: Any) -> None:
