@@ -114,11 +114,26 @@ After those two (the same command, two runs on a quiet machine), under wrk:
     attempts API (JSON)                          84/80  187.0/194.8 224.3/246.9 3.97x/3.54x
 
 In process the signed-in pages were at 2.24x to 2.64x. The signed-in every-attempt page
-still serves about a third of the anonymous one's requests under load against two
-thirds one request at a time. The likely cause, not yet measured: each of its dozen
-waits on Redis and PostgreSQL gives up Python's lock, and under 16 clients each wait
-queues to get it back; reading the viewer's cached items in one round trip would be the
-next step.
+still served about a third of the anonymous one's requests under load.
+
+**The cause was where wrk's connections landed, not the page.** With keep-alive, a
+connection stays with the worker process that accepted it. Counted during wrk runs (``ss``
+by process): when the 16 connections were spread over the two workers, the signed-in
+every-attempt page served 180 to 205 requests a second; when all 16 had landed on one, 107,
+since one process runs one thread of Python at a time, on one core. Which happened was
+chance, run to run, and so was the page's ratio. ``gunicorn.conf.py`` now closes each
+connection after its response (``keepalive = 0``), so each request goes to whichever
+process accepts it first; six runs of 8 s then served 176 to 199 requests a second. Two
+runs of the whole bench after it, under wrk:
+
+    page                                          req/s   p50 ms   p95 ms  p95 / trivial
+    trivial (/accounts/login/)                  457/473  34.0/32.9 67.4/63.7   1.00x
+    leaderboard (/b/bench-web/leaderboard/)     281/317  57.2/49.5 101.0/85.9  1.50x/1.35x
+    benchmark page (/b/bench-web/)              233/250  69.5/61.9 121.5/112.0 1.80x/1.76x
+    benchmark page, signed in                   175/180  89.1/87.8 161.8/160.7 2.40x/2.52x
+    every attempt (?show=all)                   278/269  57.8/59.3 96.4/104.9  1.43x/1.65x
+    every attempt, signed in                    188/188  84.4/86.3 142.7/142.8 2.12x/2.24x
+    attempts API (JSON)                         143/138 110.0/114.5 187.5/200.2 2.78x/3.14x
 """
 
 from __future__ import annotations

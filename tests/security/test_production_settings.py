@@ -6,6 +6,8 @@ run's own PYTEST_VERSION marks a process local, so inheriting it would hide the 
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -16,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -168,32 +171,64 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_make_runs_environment_still_serves_on_the_development_key(clean_env):
-    """`make run` exports PODIUM_LOCAL=1 and nothing else of this: the Procfile's gunicorn
-    starts and answers."""
+@contextlib.contextmanager
+def local_server(env: dict[str, str], *options: str) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """``gunicorn portal.wsgi`` started from the repository (so with its
+    ``gunicorn.conf.py``) as ``make run`` starts it, on a free port; stopped afterwards."""
     port = free_port()
     server = subprocess.Popen(
-        [str(BIN / "gunicorn"), "portal.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        [str(BIN / "gunicorn"), "portal.wsgi", "--bind", f"127.0.0.1:{port}", *options],
         cwd=REPO,
-        env={**clean_env, "PODIUM_LOCAL": "1"},
+        env={**env, "PODIUM_LOCAL": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        status = None
-        deadline = time.monotonic() + 60
-        while status is None and server.poll() is None and time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/static/podium.css") as page:
-                    status = page.status
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.2)
-        assert status == 200, server.stderr.read() if server.poll() is not None else status
+        yield port, server
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.communicate(timeout=30)
+
+
+def wait_for(port: int, server: subprocess.Popen[str], path: str) -> int | None:
+    """The status of ``path`` once the server answers (None: it never did, in 60 s)."""
+    deadline = time.monotonic() + 60
+    while server.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as page:
+                return int(page.status)
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.2)
+    return None
+
+
+def test_make_runs_environment_still_serves_on_the_development_key(clean_env):
+    """`make run` exports PODIUM_LOCAL=1 and nothing else of this: the Procfile's gunicorn
+    starts and answers."""
+    with local_server(clean_env, "--workers", "1") as (port, server):
+        status = wait_for(port, server, "/static/podium.css")
+        assert status == 200, server.stderr.read() if server.poll() is not None else status
+
+
+def test_the_web_server_closes_each_connection_after_its_response(clean_env):
+    """A client that asks to keep its connection open is answered and let go, so its next
+    request goes to whichever worker process accepts it first (gunicorn.conf.py says why).
+    """
+    with local_server(clean_env, "--workers", "2", "--threads", "4") as (port, server):
+        assert wait_for(port, server, "/static/podium.css") == 200
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            connection.request("GET", "/accounts/login/", headers={"Connection": "keep-alive"})
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+
+    assert response.status == 200
+    assert response.getheader("Connection", "").lower() == "close"
+    assert response.will_close
 
 
 def test_debug_or_a_local_machine_refuses_nothing():
