@@ -20,7 +20,12 @@ Figures printed:
   trusted time (create, start, the supervisor's set-up and report, wait, remove), taking
   every try that did not stand as fast as the one that did (it is never faster);
 - **from a full queue to a finished round**: from the queue of ``--challengers`` to the
-  round recorded (its creation, the draw, the host time), for the try that ran it.
+  round recorded (its creation, the draw, the host time), for the try that ran it;
+- **the host's own speed**: before each pass and after the last, off the clock, a fixed
+  loop of Python timed ``PROBE_SAMPLES`` times on each CPU (``host_speed``, about 0.25 s),
+  and the **host drift**, how much that speed changed from the opening baseline to the
+  closing one; with ``--rounds``, each round's baseline drift beside its host drift, and
+  the void rate over the rounds whose host held its speed within ``HOST_STEADY`` (2.5%).
 
 What it does, all on this machine: a throw-away ``PODIUM_DATA_DIR`` and SQLite database
 (migrated), a generated demo cohort, the starter kit built as an environment image on
@@ -67,6 +72,15 @@ benchmark's own containers included, and another developer's tests ran at times)
   slower than its opening one), none for the baseline's reproducibility, but 8 of 63
   challenger entries (each the kit itself) infra_failed for their relative range (0.343
   to 0.442; 4 of 22 with the old kit); about 155 s a round.
+- with the host's speed measured (``host_speed``), ``--rounds 10``: 5 void, all for drift,
+  each with a host drift of 0.11 or more (0.112 to 0.376); 5 scored, with host drifts of
+  0.017 to 0.302 (the probe reads 0.25 s either side of a 20 s pass). Only 1 round of 10
+  had a steady host, and it scored. With nothing else running, the same loop's median was
+  82 ms for minutes, then 111 to 115 ms for three. 181.6 s a round at the median, about
+  4.5 s a container off the clock. ``--rounds 10 --busy``: 5 void, 2 for drift (host
+  drift 0.054 and 0.085), 3 for a baseline's relative range (0.349 to 0.567); 1 of the 4
+  rounds on a steady host void (a closing baseline's range, 0.361); 80.2 s a round at the
+  median, 1.2 s a container off the clock.
 - also tried, with the old kit: ``PODIUM_SCORING_CPUS=1`` (the slices on a CPU of their
   own, this process on the other): 1 of 2 void, spread 10.7%; ``--repeats 2``: 1 of 2
   void, spread 8.6%, 335 s a round.
@@ -98,6 +112,13 @@ REPO = Path(__file__).resolve().parents[1]
 # long before it is tried again, at most MAX_WAITS times in all.
 WAIT_S = 20.0
 MAX_WAITS = 90
+# The host's speed (``host_speed``): a loop of this many steps (about 30 ms of one core on
+# the development VM), timed this many times on each CPU.
+PROBE_LOOP = 400_000
+PROBE_SAMPLES = 5
+# A round whose host changed its own speed by more than this between the opening and the
+# closing baseline did not run on a quiet host (half the demo's drift ceiling).
+HOST_STEADY = 0.025
 
 
 def parse_args() -> argparse.Namespace:
@@ -233,15 +254,43 @@ def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> i
     return int(round_.pk)
 
 
-def timed_round(round_id: int) -> dict[str, float]:
-    """Run the round in this process; the host time of each step (seconds)."""
+def host_speed() -> float:
+    """How fast this machine's CPUs run Python now, in loop iterations per microsecond: the
+    median of ``PROBE_SAMPLES`` timed loops on each CPU in turn, averaged over the CPUs
+    (about 0.25 s on a 2-CPU VM). Taken between passes, off every clock."""
+    cpus = sorted(os.sched_getaffinity(0))
+    per_cpu = []
+    try:
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            samples = []
+            for _ in range(PROBE_SAMPLES):
+                started = time.perf_counter_ns()
+                total = 0
+                for step in range(PROBE_LOOP):
+                    total += step
+                samples.append(PROBE_LOOP * 1000 / (time.perf_counter_ns() - started))
+            per_cpu.append(statistics.median(samples))
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+    return statistics.fmean(per_cpu)
+
+
+def timed_round(round_id: int) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Run the round in this process; the host time of each step (seconds), and the host's
+    speed (``host_speed``) before each pass and after the last, by the pass that followed
+    (``"end"`` after the last)."""
     from scoring.campaign import rounds
 
     marks: dict[str, float] = {}
-    real = {name: getattr(rounds, name) for name in ("run_claimed", "stage_slices", "round_record")}
+    speeds: list[tuple[str, float]] = []
+    names = ("run_claimed", "stage_slices", "round_record", "run_pass")
+    real = {name: getattr(rounds, name) for name in names}
 
     def timing(name: str) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if name == "run_pass":
+                speeds.append((str(kwargs.get("role")), host_speed()))
             started = time.perf_counter()
             try:
                 return real[name](*args, **kwargs)
@@ -254,7 +303,26 @@ def timed_round(round_id: int) -> dict[str, float]:
     with mock.patch.multiple(rounds, **{name: timing(name) for name in real}):
         rounds.run_round(round_id)
     marks["total"] = time.perf_counter() - started
-    return marks
+    if speeds:
+        speeds.append(("end", host_speed()))
+    return marks, speeds
+
+
+def host_drift(speeds: list[tuple[str, float]]) -> float | None:
+    """How much the host's own speed changed from the opening baseline to the closing one:
+    ``|opening / closing - 1|``, each the mean of the probes either side of that pass
+    (None when the round did not run both)."""
+    from portal.campaigns.outcomes import BASELINE_CLOSE, BASELINE_OPEN
+
+    roles = [role for role, _ in speeds]
+    if BASELINE_OPEN not in roles or BASELINE_CLOSE not in roles:
+        return None
+    opening = roles.index(BASELINE_OPEN)
+    closing = roles.index(BASELINE_CLOSE)
+    before_after = [
+        statistics.fmean(speed for _, speed in speeds[at : at + 2]) for at in (opening, closing)
+    ]
+    return abs(before_after[0] / before_after[1] - 1)
 
 
 def passes(evidence: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -269,9 +337,17 @@ def passes(evidence: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     return [(label, list(run.get("slices", []))) for label, run in found if run]
 
 
-def void_rate(round_ids: list[int], finished_s: list[float], *, busy: bool) -> None:
-    """The void rate over the rounds run, with each void's cause and reason, and the time
-    from a full queue to a finished round (``finished_s``: each round's, in seconds)."""
+def void_rate(
+    round_ids: list[int],
+    finished_s: list[float],
+    host_drifts: dict[int, float | None],
+    *,
+    busy: bool,
+) -> None:
+    """The void rate over the rounds run, with each void's cause and reason; each round's
+    baseline drift beside the host's own (``host_drift``), and the void rate over the
+    rounds whose host held its speed within ``HOST_STEADY``; the time from a full queue to
+    a finished round (``finished_s``: each round's, in seconds)."""
     from portal.campaigns.models import Round
 
     rounds_run = list(Round.objects.filter(pk__in=round_ids).order_by("ordinal"))
@@ -280,6 +356,20 @@ def void_rate(round_ids: list[int], finished_s: list[float], *, busy: bool) -> N
     print(f"\nvoid rate over {len(rounds_run)} rounds ({load}): {len(void)}/{len(rounds_run)}")
     for round_ in void:
         print(f"  round {round_.ordinal}: void ({round_.void_cause}): {round_.void_reason}")
+    print(f"\n{'round':>5}  {'status':<8}{'baseline drift':>15}{'host drift':>12}")
+    steady = []
+    for round_ in rounds_run:
+        drift = (round_.evidence.get("baseline") or {}).get("drift")
+        host = host_drifts.get(round_.pk)
+        if host is not None and host <= HOST_STEADY:
+            steady.append(round_)
+        shown = [f"{value:.4f}" if value is not None else "-" for value in (drift, host)]
+        print(f"{round_.ordinal:>5}  {round_.status:<8}{shown[0]:>15}{shown[1]:>12}")
+    steady_void = sum(round_.status == Round.VOID for round_ in steady)
+    print(
+        f"void rate over the {len(steady)} rounds whose host held its own speed within "
+        f"{HOST_STEADY:.1%} from the opening to the closing baseline: {steady_void}/{len(steady)}"
+    )
     if finished_s:
         print(
             "from a full queue to a finished round: median "
@@ -289,12 +379,22 @@ def void_rate(round_ids: list[int], finished_s: list[float], *, busy: bool) -> N
     print("load average after: " + " ".join(f"{value:.2f}" for value in os.getloadavg()))
 
 
-def report(round_id: int, marks: dict[str, float], repeats: int) -> bool:
+def report(
+    round_id: int, marks: dict[str, float], speeds: list[tuple[str, float]], repeats: int
+) -> bool:
     from portal.campaigns.models import Round, RoundEntry
 
     round_ = Round.objects.get(pk=round_id)
     ran = passes(round_.evidence)
     containers = sum(len(slices) for _label, slices in ran) * max(1, repeats)
+    if speeds:
+        print(
+            "host speed before each pass and after the last (loop steps per us): "
+            + " ".join(f"{speed:.1f}" for _, speed in speeds)
+        )
+        drift = host_drift(speeds)
+        if drift is not None:
+            print(f"host drift, opening to closing baseline: {drift:.4f}")
     print(f"{'pass':<20}{'slices':>7}{'trusted_s':>11}   per-slice trusted s")
     on_clock = 0.0
     for label, slices in ran:
@@ -358,6 +458,7 @@ def main() -> int:
         scored = 0
         round_ids: list[int] = []
         finished_s: list[float] = []
+        host_drifts: dict[int, float | None] = {}
         waits = 0
         try:
             # Nothing may reach a broker from here (the round's message, a wait for capacity).
@@ -373,7 +474,7 @@ def main() -> int:
                             f"challengers over {args.images} images in {args.slices} slices, "
                             f"each tried {args.repeats} times...\n"
                         )
-                    marks = timed_round(round_id)
+                    marks, speeds = timed_round(round_id)
                     finished = time.perf_counter() - queued
                     if Round.objects.get(pk=round_id).status in Round.OPEN:
                         # The host was not ready (a health gate: the log says which); a
@@ -385,13 +486,14 @@ def main() -> int:
                         print(f"the host is not ready: trying again in {WAIT_S:.0f} s")
                         time.sleep(WAIT_S)
                         continue
-                    scored += report(round_id, marks, args.repeats)
+                    scored += report(round_id, marks, speeds, args.repeats)
+                    host_drifts[round_id] = host_drift(speeds)
                     finished_s.append(finished)
                     print(f"from a full queue to a finished round: {finished:8.2f} s\n")
         finally:
             if spinner is not None:
                 spinner.kill()
-        void_rate(round_ids, finished_s, busy=args.busy)
+        void_rate(round_ids, finished_s, host_drifts, busy=args.busy)
         return 0 if scored == args.rounds else 1
 
 
