@@ -7,7 +7,6 @@ from typing import Any
 from rest_framework import serializers
 
 from portal.api.serializers import OffsetDateTimeField, UploadField
-from portal.standings import rules
 from portal.standings.models import Correction
 from portal.standings.nominations import NominationState
 
@@ -37,7 +36,7 @@ class NominationsUpdateSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class StandingRowSerializer(serializers.Serializer[rules.Row]):
+class StandingRowSerializer(serializers.Serializer[dict[str, Any]]):
     rank = serializers.IntegerField()
     entrant = serializers.CharField()
     wall_time_ns = serializers.IntegerField(
@@ -47,6 +46,11 @@ class StandingRowSerializer(serializers.Serializer[rules.Row]):
     submission_id = serializers.IntegerField()
     tied = serializers.BooleanField(
         help_text="Within the class's noise band of a neighbour after extra runs: same rank."
+    )
+    review = serializers.CharField(
+        allow_null=True,
+        help_text="The submission's provenance review: ``cleared``, ``under_review``, or "
+        "null when it was never reviewed (a prize position is published only once cleared).",
     )
 
 

@@ -26,7 +26,8 @@ from portal.contests.models import Benchmark
 from portal.standings import publishing, rerun
 from portal.standings.models import FinalRerun
 from portal.standings.nominations import nominations_of, nominations_set
-from portal.standings.selectors import FINAL, Published, published
+from portal.standings.prizes import review_states
+from portal.standings.selectors import FINAL, Published, marked_rows, published
 
 TAGS = ["standings"]
 STAFF_ERRORS = s.error_responses(400, 401, 403, 404, 409, 415)
@@ -77,7 +78,7 @@ def standings_data(benchmark: Benchmark, found: Published) -> dict[str, object]:
         "published_at": found.standings.published_at,
         "digest": found.standings.digest,
         "previous_digests": [c.previous_digest for c in found.corrections],
-        "rows": found.rows,
+        "rows": found.marked,
         "corrections": found.corrections,
     }
 
@@ -203,7 +204,9 @@ def _rerun_data(benchmark: Benchmark) -> dict[str, object]:
         "complete": decision.complete,
         "pending_extra": decision.extra_runs,
         "dropped": {str(k): v for k, v in decision.dropped.items()},
-        "rows": decision.rows,
+        "rows": marked_rows(
+            decision.rows, review_states([row.submission_id for row in decision.rows])
+        ),
     }
 
 

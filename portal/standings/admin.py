@@ -4,7 +4,8 @@ write-ups in the admin.
 Staff with ``standings.publish_standings`` start the final rerun, publish and correct
 from the final settings' list (one row per benchmark; add one with the defaults to act on
 a benchmark that has none). Each action asks for a reason and goes through the same
-audited service as the API's staff endpoints; the frozen rows are read-only."""
+audited service as the API's staff endpoints; the frozen rows are read-only. Creating,
+editing and deleting final settings is audited (``final_settings``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
@@ -21,6 +23,7 @@ from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
 from portal.standings import publishing, rerun
+from portal.standings.final_settings import final_settings_delete, final_settings_save
 from portal.standings.models import Correction, FinalSettings, StandingRow, Standings, WriteUp
 from portal.standings.selectors import board_state
 
@@ -39,6 +42,24 @@ class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
 
     def has_publish_standings_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm(rerun.PUBLISH))
+
+    def save_model(
+        self, request: HttpRequest, obj: FinalSettings, form: ModelForm[Any], change: bool
+    ) -> None:
+        before = None
+        if change:
+            stored = FinalSettings.objects.filter(pk=obj.pk).values(*form.changed_data).first()
+            before = stored or {}
+        final_settings_save(
+            settings=obj, before=before, actor=request.user, origin=Origin.of(request)
+        )
+
+    def delete_model(self, request: HttpRequest, obj: FinalSettings) -> None:
+        final_settings_delete(settings=obj, actor=request.user, origin=Origin.of(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[FinalSettings]) -> None:
+        for settings in queryset.select_related("benchmark"):
+            self.delete_model(request, settings)
 
     @admin.action(
         description="Start the final rerun of the selected benchmarks (audited)",

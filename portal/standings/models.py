@@ -19,6 +19,7 @@ class FinalSettings(models.Model):
 
     DEFAULT_FINAL_RUNS = 3
     DEFAULT_EXTRA_RUNS = 2
+    DEFAULT_PRIZE_POSITIONS = 3
 
     benchmark = models.OneToOneField(
         "contests.Benchmark", on_delete=models.CASCADE, related_name="final_settings"
@@ -37,6 +38,12 @@ class FinalSettings(models.Model):
         default=DEFAULT_EXTRA_RUNS,
         validators=[MaxValueValidator(15)],
         help_text="More runs each for neighbours within the noise band; 0: tie at once.",
+    )
+    prize_positions = models.PositiveSmallIntegerField(
+        default=DEFAULT_PRIZE_POSITIONS,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Ranks 1 to this are prize positions: on a benchmark with a validation-data "
+        "boundary each such row must clear provenance review before publishing.",
     )
 
     class Meta:

@@ -4,7 +4,9 @@ Publishing freezes the rows (``StandingRow``: names and ids copied) with the SHA
 their canonical CSV (``rules.digest_of``); nothing that happens to runs or the board
 afterwards reaches them. A later change is a :class:`Correction`: staff give a reason,
 the rows are computed again from the same source, the new digest replaces the old and
-the old one is kept on the correction. Both are audited in the same transaction.
+the old one is kept on the correction. Both are audited in the same transaction. Both
+wait for the provenance review of each row in a prize position (``prizes``): the reviews
+missing are opened (and kept) before the step is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from portal.contests.models import Benchmark
 from portal.contests.selectors import leaderboard_rows
 from portal.standings import rules
 from portal.standings.models import Correction, FinalRerun, StandingRow, Standings
+from portal.standings.nominations import final_settings_for
+from portal.standings.prizes import prize_gate, prize_reviews_open
 from portal.standings.rerun import PUBLISH, final_rerun_decision
 
 
@@ -57,6 +61,16 @@ def _check(actor: Any, benchmark: Benchmark, reason: str, now: dt.datetime) -> N
         raise errors.InvalidParameter("Give a reason; it is recorded in the audit trail.")
 
 
+def _prized(benchmark: Benchmark) -> set[int]:
+    """The submissions in a prize position of the published standings (none before)."""
+    positions = final_settings_for(benchmark).prize_positions
+    return set(
+        StandingRow.objects.filter(standings__benchmark=benchmark, rank__lte=positions).values_list(
+            "submission_id", flat=True
+        )
+    )
+
+
 def _freeze(standings: Standings, rows: list[rules.Row]) -> None:
     StandingRow.objects.filter(standings=standings).delete()
     StandingRow.objects.bulk_create(
@@ -84,10 +98,13 @@ def standings_publish(
 ) -> Standings:
     """Staff (``standings.publish_standings``): publish the benchmark's final standings
     once, audited (``standings.published``). Refused (``invalid_parameter``) before the
-    close, without a reason, while the final rerun runs, and once published (correct
-    them instead)."""
+    close, without a reason, while the final rerun runs, while a prize position is not
+    cleared by review (``prizes.prize_gate``), and once published (correct them
+    instead)."""
     now = now or timezone.now()
     _check(actor, benchmark, reason, now)
+    if not Standings.objects.filter(benchmark=benchmark).exists():
+        prize_reviews_open(benchmark, standings_source(benchmark)[1], now=now)
     with transaction.atomic():
         list(
             Benchmark.objects.select_for_update(no_key=True)
@@ -99,6 +116,7 @@ def standings_publish(
                 "Final standings are already published; a change is a correction."
             )
         source, rows = standings_source(benchmark)
+        prize_gate(benchmark, rows)
         digest = rules.digest_of(rows)
         standings = Standings.objects.create(
             benchmark=benchmark,
@@ -131,14 +149,20 @@ def standings_correct(
     """Staff (``standings.publish_standings``): compute the published standings again
     from their source (a disqualification since, say) and freeze the result, audited
     (``standings.corrected``) with both digests. Refused (``not_found``) before
-    publishing, (``invalid_parameter``) without a reason or when nothing would change."""
+    publishing, (``invalid_parameter``) without a reason, when nothing would change, and
+    while a submission new to a prize position is not cleared by review."""
     now = now or timezone.now()
     _check(actor, benchmark, reason, now)
+    if Standings.objects.filter(benchmark=benchmark).exists():
+        prize_reviews_open(
+            benchmark, standings_source(benchmark)[1], now=now, settled=_prized(benchmark)
+        )
     with transaction.atomic():
         standings = Standings.objects.select_for_update().filter(benchmark=benchmark).first()
         if standings is None:
             raise errors.NotFound("No final standings are published for this benchmark.")
         _, rows = standings_source(benchmark)
+        prize_gate(benchmark, rows, settled=_prized(benchmark))
         digest = rules.digest_of(rows)
         if digest == standings.digest:
             raise errors.InvalidParameter(

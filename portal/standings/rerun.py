@@ -3,7 +3,8 @@ each counted submission (``nominations.counted_for``) gets ``final_runs`` runs o
 ``final`` on the final cohort (``portal.submissions.final``: queued, claimed and scored
 as any run, under the same gates). When every queued run is settled,
 ``rules.decide`` says which close neighbours get their extra runs (queued once); after
-those the result is complete and publishing takes it.
+those the result is complete, its prize positions enter review (``prizes``) and
+publishing takes it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from portal.hosts.selectors import noise_band_percent
 from portal.standings import rules
 from portal.standings.models import FinalEntry, FinalRerun, Standings
 from portal.standings.nominations import counted_for, final_settings_for, nomination_deadline
+from portal.standings.prizes import prize_reviews_open
 from portal.submissions.final import final_runs_queue
 from portal.submissions.models import Run
 from portal.teams.selectors import teams_by_member
@@ -168,7 +170,9 @@ def final_rerun_decision(benchmark: Benchmark) -> rules.Decision | None:
 def final_rerun_advance(benchmark_id: int) -> list[int]:
     """Once no final run of the benchmark is open: queue the extra runs that close
     neighbours need (each entry at most once). Idempotent; holds the rerun's row lock.
-    Returns the submissions given extra runs."""
+    Once the result is complete, each row in a prize position enters provenance review
+    (``prizes.prize_reviews_open``, after the lock). Returns the submissions given extra
+    runs."""
     with transaction.atomic():
         rerun = (
             FinalRerun.objects.select_for_update()
@@ -182,18 +186,22 @@ def final_rerun_advance(benchmark_id: int) -> list[int]:
         decision = rules.decide(
             scored, band_pct=noise_band_percent(rerun.benchmark.hardware_class_id)
         )
-        if any(item.pending for item in scored) or not decision.extra_runs:
-            return []
-        wanting = list(
-            FinalEntry.objects.filter(
-                rerun=rerun, submission_id__in=decision.extra_runs, extra_requested=False
-            ).values_list("submission_id", flat=True)
-        )
-        FinalEntry.objects.filter(rerun=rerun, submission_id__in=wanting).update(
-            extra_requested=True
-        )
-        final_runs_queue(submission_ids=wanting, cohort_id=rerun.cohort_id, count=rerun.extra_runs)
-        return sorted(wanting)
+        wanting: list[int] = []
+        if not any(item.pending for item in scored) and decision.extra_runs:
+            wanting = list(
+                FinalEntry.objects.filter(
+                    rerun=rerun, submission_id__in=decision.extra_runs, extra_requested=False
+                ).values_list("submission_id", flat=True)
+            )
+            FinalEntry.objects.filter(rerun=rerun, submission_id__in=wanting).update(
+                extra_requested=True
+            )
+            final_runs_queue(
+                submission_ids=wanting, cohort_id=rerun.cohort_id, count=rerun.extra_runs
+            )
+    if decision.complete:
+        prize_reviews_open(rerun.benchmark, decision.rows, now=timezone.now())
+    return sorted(wanting)
 
 
 def final_rerun_after_run(benchmark_id: int) -> None:

@@ -3,6 +3,8 @@ each asked why and audited like the API; staff without the permission see no act
 
 from __future__ import annotations
 
+import datetime as dt
+
 import time_machine
 from django.contrib.auth.models import Permission
 from django.urls import reverse
@@ -87,3 +89,56 @@ def test_staff_without_the_permission_are_not_offered_the_actions(client, closin
     assert closing.slug in page and 'value="publish"' not in page
     act(client, settings, "publish", "sneaky")
     assert not Standings.objects.exists()
+
+
+def _form(settings, **values):
+    """The change form's fields as the admin posts them, with ``values`` replaced."""
+    deadline = values.pop("nomination_deadline", settings.nomination_deadline)
+    data = {
+        "benchmark": settings.benchmark_id,
+        "final_runs": settings.final_runs,
+        "extra_runs": settings.extra_runs,
+        "prize_positions": settings.prize_positions,
+        "nomination_deadline_0": deadline.strftime("%Y-%m-%d") if deadline else "",
+        "nomination_deadline_1": deadline.strftime("%H:%M:%S") if deadline else "",
+    }
+    return {**data, **values}
+
+
+def test_editing_the_final_settings_is_audited_with_old_and_new_values(admin_client, closing):
+    added = admin_client.post(
+        reverse("admin:standings_finalsettings_add"),
+        _form(FinalSettings(benchmark=closing), final_runs=5),
+    )
+    assert added.status_code == 302, added.content.decode()[:2000]
+    settings = FinalSettings.objects.get(benchmark=closing)
+    created = AuditEvent.objects.get(action="standings.settings.create")
+    assert created.target == f"benchmark:{closing.slug}" and created.actor.is_superuser
+    assert created.details["values"] == {
+        "nomination_deadline": None,
+        "final_runs": 5,
+        "extra_runs": 2,
+        "prize_positions": 3,
+    }
+    url = reverse("admin:standings_finalsettings_change", args=[settings.pk])
+    deadline = closing.closes_at.replace(microsecond=0) + dt.timedelta(days=1)
+    # Quietly fewer prize positions and one final run: both on the record.
+    admin_client.post(
+        url, _form(settings, prize_positions=1, final_runs=1, nomination_deadline=deadline)
+    )
+    changed = AuditEvent.objects.get(action="standings.settings.change")
+    assert changed.details["changes"] == {
+        "final_runs": [5, 1],
+        "prize_positions": [3, 1],
+        "nomination_deadline": [None, deadline.isoformat()],
+    }
+    settings.refresh_from_db()
+    assert (settings.final_runs, settings.prize_positions) == (1, 1)
+    admin_client.post(url, _form(settings))  # saved with nothing changed: nothing recorded
+    assert AuditEvent.objects.filter(action="standings.settings.change").count() == 1
+    admin_client.post(
+        reverse("admin:standings_finalsettings_delete", args=[settings.pk]), {"post": "yes"}
+    )
+    assert not FinalSettings.objects.exists()
+    deleted = AuditEvent.objects.get(action="standings.settings.delete")
+    assert deleted.details["values"]["prize_positions"] == 1
