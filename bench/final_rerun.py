@@ -138,7 +138,12 @@ def main() -> int:
             setattr(final, "noise_band_percent", lambda _cls: band_pct)  # noqa: B010
         staff = get_user_model().objects.create(username="staff", is_staff=True, is_superuser=True)
         with mock.patch.object(app, "send_task"):  # no broker: this process claims
-            final.final_rerun_start(benchmark=benchmark, actor=staff, reason="bench")
+            final.final_rerun_start(
+                benchmark=benchmark,
+                actor=staff,
+                reason="bench",
+                confirm_official_cohort=final.OFFICIAL_COHORT_CONFIRMATION,  # the demo cohort
+            )
             started = time.perf_counter()
             calls = rerun(benchmark)
             total_s = time.perf_counter() - started

@@ -69,6 +69,10 @@ class StandingsSerializer(serializers.Serializer[dict[str, Any]]):
     digest = serializers.CharField(
         help_text="sha256:<hex> of the canonical CSV (``standings.csv``, byte for byte)."
     )
+    cohort = serializers.CharField(
+        help_text="The cohort that decided them: ``final`` (private, fresh) or ``official`` "
+        "(not fresh: the rerun had no final cohort, or the board was published)."
+    )
     previous_digests = serializers.ListField(child=serializers.CharField())
     rows = StandingRowSerializer(many=True)
     corrections = CorrectionSerializer(many=True)
@@ -87,6 +91,16 @@ class FinalRerunSerializer(serializers.Serializer[dict[str, Any]]):
 
 class ReasonSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(min_length=1, help_text="Why (recorded in the audit trail).")
+
+
+class FinalRerunStartSerializer(ReasonSerializer):
+    confirm_official_cohort = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Without a final cohort: the words 'rerun on the official cohort', to "
+        "confirm a rerun on images that are not fresh (ignored with a final cohort).",
+    )
 
 
 class WriteUpSerializer(serializers.Serializer[Any]):

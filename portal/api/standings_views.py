@@ -77,6 +77,7 @@ def standings_data(benchmark: Benchmark, found: Published) -> dict[str, object]:
         "source": found.standings.source,
         "published_at": found.standings.published_at,
         "digest": found.standings.digest,
+        "cohort": found.cohort,
         "previous_digests": [c.previous_digest for c in found.corrections],
         "rows": found.marked,
         "corrections": found.corrections,
@@ -114,6 +115,7 @@ class StandingsCsvView(RawAPIView):
         found = _published_or_404(benchmark)
         response = HttpResponse(found.csv.encode(), content_type="text/csv; charset=utf-8")
         response["X-Podium-Digest"] = found.standings.digest
+        response["X-Podium-Cohort"] = found.cohort_words  # never in the rows: the digest
         response["Content-Disposition"] = f'attachment; filename="{slug}-standings.csv"'
         return response
 
@@ -226,17 +228,18 @@ class FinalRerunView(APIView):
     @extend_schema(
         operation_id="benchmarks_final_rerun_start",
         tags=TAGS,
-        request=ss.ReasonSerializer,
+        request=ss.FinalRerunStartSerializer,
         responses={201: ss.FinalRerunSerializer, **STAFF_ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
-        serializer = ss.ReasonSerializer(data=request.data)
+        serializer = ss.FinalRerunStartSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         benchmark = get_benchmark(slug)
         rerun.final_rerun_start(
             benchmark=benchmark,
             actor=request.user,
             reason=serializer.validated_data["reason"],
+            confirm_official_cohort=serializer.validated_data["confirm_official_cohort"],
             origin=Origin.of(request),
         )
         return Response(ss.FinalRerunSerializer(_rerun_data(benchmark)).data, status=201)

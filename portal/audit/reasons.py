@@ -7,7 +7,7 @@ until the form comes back with ``apply`` and, where required, a non-blank reason
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from django.contrib import admin, messages
@@ -43,8 +43,10 @@ def reason_page(
     reason_required: bool,
     action: str = "",
     submit: str = "",
+    fields: Sequence[tuple[str, str]] = (),
 ) -> TemplateResponse:
-    """The page asking for the reason (``action``: the changelist action to post back to)."""
+    """The page asking for the reason (``action``: the changelist action to post back to;
+    ``fields``: more text inputs, as (name, label), that the caller reads from the post)."""
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.model._meta,
@@ -54,6 +56,7 @@ def reason_page(
         "action": action,
         "submit": submit,
         "reason_required": reason_required,
+        "fields": fields,
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
     }
     return TemplateResponse(request, TEMPLATE, context)
@@ -70,6 +73,7 @@ def reasoned_action(
     reason_required: bool,
     apply: Callable[[T, str, Origin], object],
     done: Callable[[int], str],
+    fields: Sequence[tuple[str, str]] = (),
 ) -> TemplateResponse | None:
     """A changelist action that asks why first: the reason page until the form comes back,
     then ``apply(obj, reason, origin)`` for each object. A :class:`PodiumError` on one is
@@ -84,6 +88,7 @@ def reasoned_action(
             objects=objects,
             reason_required=reason_required,
             action=action,
+            fields=fields,
         )
     origin = Origin.of(request)
     count = 0

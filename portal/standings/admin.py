@@ -9,7 +9,8 @@ editing and deleting final settings is audited (``final_settings``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.contrib import admin
@@ -28,6 +29,7 @@ from portal.standings.models import Correction, FinalSettings, StandingRow, Stan
 from portal.standings.selectors import board_state
 
 StandingsStep = Callable[..., object]
+CONFIRM = "confirm_official_cohort"
 
 
 @admin.register(FinalSettings)
@@ -68,14 +70,24 @@ class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
     def start_final_rerun(
         self, request: HttpRequest, queryset: QuerySet[FinalSettings]
     ) -> TemplateResponse | None:
+        confirmation = request.POST.get(CONFIRM, "")
         return self._step(
             request,
             queryset,
             action="start_final_rerun",
-            step=rerun.final_rerun_start,
+            step=functools.partial(rerun.final_rerun_start, confirm_official_cohort=confirmation),
             title="Start the final rerun",
             explanation="Queue the final runs of every counted submission on the final "
-            "cohort. Only after the benchmark closes and its nomination deadline passes.",
+            "cohort. Only after the benchmark closes and its nomination deadline passes. A "
+            "benchmark without a final cohort reruns on its official cohort, whose images "
+            "are not fresh, only when you type the words below.",
+            fields=[
+                (
+                    CONFIRM,
+                    "Without a final cohort, type "
+                    f'"{rerun.OFFICIAL_COHORT_CONFIRMATION}" to rerun on the official one',
+                )
+            ],
         )
 
     @admin.action(
@@ -121,8 +133,10 @@ class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
         step: StandingsStep,
         title: str,
         explanation: str,
+        fields: Sequence[tuple[str, str]] = (),
     ) -> TemplateResponse | None:
-        """Ask why, then take the step on each selected row's benchmark."""
+        """Ask why (and ``fields``, read by ``step``'s caller), then take the step on each
+        selected row's benchmark."""
 
         def apply(settings: FinalSettings, reason: str, origin: Origin) -> object:
             benchmark: Benchmark = settings.benchmark
@@ -138,6 +152,7 @@ class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
             reason_required=True,
             apply=apply,
             done=lambda count: f"{title}: {count} benchmark(s).",
+            fields=fields,
         )
 
 

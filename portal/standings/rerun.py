@@ -1,7 +1,8 @@
 """The final rerun (docs/rules.md, "Final standings"): after the close, staff start it;
 each counted submission (``nominations.counted_for``) gets ``final_runs`` runs of purpose
-``final`` on the final cohort (``portal.submissions.final``: queued, claimed and scored
-as any run, under the same gates). When every queued run is settled,
+``final`` on the final cohort, or on the official one when staff confirm that choice
+(``portal.submissions.final``: queued, claimed and scored as any run, under the same
+gates). When every queued run is settled,
 ``rules.decide`` says which close neighbours get their extra runs (queued once); after
 those the result is complete, its prize positions enter review (``prizes``) and
 publishing takes it.
@@ -31,9 +32,13 @@ PUBLISH = "standings.publish_standings"
 _OPEN = (Run.QUEUED, Run.STAGING, Run.RUNNING)
 
 
+OFFICIAL_COHORT_CONFIRMATION = "rerun on the official cohort"
+
+
 def final_cohort(benchmark: Benchmark) -> Cohort:
     """The cohort of the final rerun: the benchmark's ``final`` cohort, else its
-    official one (``no_cohort`` without either)."""
+    official one (``no_cohort`` without either; staff must confirm the official one,
+    :data:`OFFICIAL_COHORT_CONFIRMATION`, since its images are not fresh)."""
     cohorts = {c.kind: c for c in Cohort.objects.filter(benchmark=benchmark)}
     cohort = cohorts.get(Cohort.FINAL) or cohorts.get(Cohort.OFFICIAL)
     if cohort is None:
@@ -46,14 +51,18 @@ def final_rerun_start(
     benchmark: Benchmark,
     actor: Any,
     reason: str,
+    confirm_official_cohort: str = "",
     origin: Origin = NOWHERE,
     now: dt.datetime | None = None,
 ) -> FinalRerun:
     """Staff (``standings.publish_standings``): start the final rerun, audited.
 
     Refused (``invalid_parameter``) before the close or the nomination deadline, once
-    started, and once standings are published; ``no_cohort`` without a cohort. Queues
-    ``final_runs`` runs of each counted submission in this transaction.
+    started, once standings are published, and, on a benchmark without a ``final``
+    cohort, unless ``confirm_official_cohort`` is :data:`OFFICIAL_COHORT_CONFIRMATION`
+    (the rerun is then on the official cohort, whose images are not fresh);
+    ``no_cohort`` without a cohort. Queues ``final_runs`` runs of each counted
+    submission in this transaction.
     """
     errors.staff_permission_check(actor, PUBLISH)
     now = now or timezone.now()
@@ -75,6 +84,15 @@ def final_rerun_start(
         if Standings.objects.filter(benchmark=benchmark).exists():
             raise errors.InvalidParameter("Final standings are published; correct them instead.")
         cohort = final_cohort(benchmark)
+        confirmed = confirm_official_cohort.strip() == OFFICIAL_COHORT_CONFIRMATION
+        if cohort.kind != Cohort.FINAL and not confirmed:
+            raise errors.InvalidParameter(
+                "This benchmark has no final cohort, so the final rerun would run on the "
+                "official cohort, whose images every official run has seen: not fresh. "
+                "Import a final cohort first (manage.py import_cohort --benchmark "
+                f"{benchmark.slug} --kind final --images DIR --answers FILE), or confirm "
+                f'the choice with confirm_official_cohort "{OFFICIAL_COHORT_CONFIRMATION}".'
+            )
         rerun = FinalRerun.objects.create(
             benchmark=benchmark,
             cohort=cohort,
@@ -98,6 +116,7 @@ def final_rerun_start(
             reason=reason,
             details={
                 "cohort": cohort.kind,
+                "fresh": cohort.kind == Cohort.FINAL,
                 "submissions": submission_ids,
                 "runs_queued": queued,
                 "final_runs": rerun.final_runs,

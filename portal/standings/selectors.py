@@ -5,16 +5,24 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from portal.contests.models import Benchmark
+from portal.contests.models import Benchmark, Cohort
 from portal.standings import rules
 from portal.standings.models import Correction, Standings
+from portal.standings.nominations import final_settings_for
 from portal.standings.prizes import review_states
 
 LIVE = "live"
 PROVISIONAL = "provisional"
 FINAL = "final"
+
+# How the pages and the CSV export's header say which cohort decides the standings.
+COHORT_WORDS = {
+    Cohort.FINAL: "final cohort (private, fresh)",
+    Cohort.OFFICIAL: "official cohort: not fresh",
+}
 
 
 def board_state(benchmark: Benchmark, now: dt.datetime | None = None) -> str:
@@ -32,15 +40,55 @@ def marked_rows(rows: list[rules.Row], reviews: dict[int, str]) -> list[dict[str
     return [{**asdict(row), "review": reviews.get(row.submission_id)} for row in rows]
 
 
+def deciding_cohort(benchmark: Benchmark) -> str:
+    """The kind of cohort that decides (or decided) the final standings, ``final`` or
+    ``official``: the final rerun's once started; the official one (the board's) for
+    standings published without a rerun; until then the one a rerun would run on. One
+    query."""
+    rerun_kind, is_published, has_final = (
+        Benchmark.objects.filter(pk=benchmark.pk)
+        .annotate(
+            is_published=Exists(Standings.objects.filter(benchmark=OuterRef("pk"))),
+            has_final=Exists(Cohort.objects.filter(benchmark=OuterRef("pk"), kind=Cohort.FINAL)),
+        )
+        .values_list("final_rerun__cohort__kind", "is_published", "has_final")
+        .get()
+    )
+    if rerun_kind is not None:
+        return str(rerun_kind)
+    return Cohort.FINAL if has_final and not is_published else Cohort.OFFICIAL
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What a benchmark's rules page says of its end: the cohort that decides (in words)
+    and the prize positions reviewed (0 without a validation-data boundary)."""
+
+    cohort: str
+    prize_positions: int
+
+
+def final_outline(benchmark: Benchmark) -> Outline:
+    """The rules page's account of the end (one query; two with a boundary)."""
+    reviewed = final_settings_for(benchmark).prize_positions if benchmark.validation_boundary else 0
+    return Outline(cohort=COHORT_WORDS[deciding_cohort(benchmark)], prize_positions=reviewed)
+
+
 @dataclass(frozen=True)
 class Published:
-    """The frozen rows, their corrections, and each reviewed row's provenance review state
-    now (``reviews``: submission id to ``under_review``, ``cleared`` or ``disqualified``)."""
+    """The frozen rows, their corrections, each reviewed row's provenance review state now
+    (``reviews``: submission id to ``under_review``, ``cleared`` or ``disqualified``) and
+    the cohort that decided them."""
 
     standings: Standings
     rows: list[rules.Row]
     corrections: list[Correction]
     reviews: dict[int, str]
+    cohort: str  # the kind of cohort that decided them (``deciding_cohort``)
+
+    @property
+    def cohort_words(self) -> str:
+        return COHORT_WORDS.get(self.cohort, self.cohort)
 
     @property
     def marked(self) -> list[dict[str, object]]:
@@ -54,8 +102,8 @@ class Published:
 
 
 def published(benchmark: Benchmark) -> Published | None:
-    """The benchmark's published standings with their corrections and review states;
-    None before. Four queries."""
+    """The benchmark's published standings with their corrections, review states and
+    deciding cohort; None before. Five queries."""
     standings = Standings.objects.filter(benchmark=benchmark).first()
     if standings is None:
         return None
@@ -76,4 +124,7 @@ def published(benchmark: Benchmark) -> Published | None:
         rows=rows,
         corrections=list(standings.corrections.all()),
         reviews=review_states([row.submission_id for row in rows]),
+        cohort=Cohort.OFFICIAL
+        if standings.source == Standings.BOARD
+        else deciding_cohort(benchmark),
     )

@@ -12,17 +12,26 @@ from django.utils import timezone
 from portal import errors
 from portal.contests.models import Benchmark
 from portal.standings.nominations import nominations_of, nominations_set
-from portal.standings.selectors import board_state, published
+from portal.standings.selectors import (
+    COHORT_WORDS,
+    PROVISIONAL,
+    board_state,
+    deciding_cohort,
+    published,
+)
 
 
 def standings(request: HttpRequest, slug: str) -> HttpResponse:
-    """The published final standings with their digest and corrections, or what the
-    board is until then (live or provisional)."""
+    """The published final standings with their digest, corrections and deciding cohort,
+    or what the board is until then (live; provisional, with the cohort the final rerun
+    runs on)."""
     benchmark = get_object_or_404(Benchmark, slug=slug)
+    state = board_state(benchmark, timezone.now())
     context = {
         "benchmark": benchmark,
-        "state": board_state(benchmark, timezone.now()),
+        "state": state,
         "published": published(benchmark),
+        "deciding": COHORT_WORDS[deciding_cohort(benchmark)] if state == PROVISIONAL else "",
     }
     return render(request, "contests/standings.html", context)
 

@@ -23,7 +23,7 @@ from portal.contests.selectors import (
     schedule_at,
 )
 from portal.environments.selectors import build_network_state
-from portal.standings.selectors import board_state
+from portal.standings.selectors import board_state, final_outline
 from portal.standings.writeups import public_writeups
 from portal.submissions.attempts import quotas_for
 from portal.submissions.leaderboard import verifying_rows
@@ -100,6 +100,7 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "pass_percent": _percent(benchmark.pass_min_matches, benchmark.cohort_size),
         "build_network": functools.cache(lambda: build_network_state(now=now)),
         "hardware": functools.cache(lambda: class_hardware(benchmark.hardware_class_id)),
+        "final_outline": functools.cache(lambda: final_outline(benchmark)),
         "verify_max_runs": settings.PODIUM_VERIFY_MAX_RUNS,
         "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
         "verify_slack_ms": settings.PODIUM_VERIFY_SLACK_MS,

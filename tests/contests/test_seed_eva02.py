@@ -156,7 +156,7 @@ def test_it_says_what_staff_must_still_do(db, imported: bool) -> None:
     seed()
     if imported:
         flagship = Benchmark.objects.get(slug=SLUG)
-        for kind, count in ((Cohort.OFFICIAL, 3), (Cohort.PRACTICE, 2)):
+        for kind, count in ((Cohort.OFFICIAL, 3), (Cohort.PRACTICE, 2), (Cohort.FINAL, 4)):
             cohort = Cohort.objects.create(benchmark=flagship, kind=kind)
             CohortItem.objects.bulk_create(
                 CohortItem(
@@ -173,4 +173,21 @@ def test_it_says_what_staff_must_still_do(db, imported: bool) -> None:
 
     assert ("import_cohort" in out) is not imported
     assert ("Cohorts in place: official 3 images, practice 2" in out) is imported
+    assert ("Final cohort in place: 4 images" in out) is imported
     assert "Start a scoring host of class gpu-h200" in out
+
+
+def test_without_a_final_cohort_it_says_how_to_import_one(db) -> None:
+    seed()
+    flagship = Benchmark.objects.get(slug=SLUG)
+    for kind in (Cohort.OFFICIAL, Cohort.PRACTICE):
+        Cohort.objects.create(benchmark=flagship, kind=kind)
+
+    out = seed()
+
+    assert "--imagenet-val" not in out
+    assert (
+        f"manage.py import_cohort --benchmark {SLUG} --kind final --images DIR --answers FILE"
+        in out
+    )
+    assert "not fresh" in out

@@ -19,10 +19,16 @@ from tests.web.boards import official_run
 URL = reverse("admin:standings_finalsettings_changelist")
 
 
-def act(client, settings, action, reason):
+def act(client, settings, action, reason, **fields):
     return client.post(
         URL,
-        {"action": action, "_selected_action": [settings.pk], "apply": "yes", "reason": reason},
+        {
+            "action": action,
+            "_selected_action": [settings.pk],
+            "apply": "yes",
+            "reason": reason,
+            **fields,
+        },
         follow=True,
     )
 
@@ -63,7 +69,13 @@ def test_the_final_rerun_starts_and_a_correction_follows_from_the_admin(
     official_run(closing, bob, 100)
     settings = FinalSettings.objects.create(benchmark=closing)
     with time_machine.travel(after_close, tick=False):
-        act(admin_client, settings, "start_final_rerun", "closing time")
+        act(
+            admin_client,
+            settings,
+            "start_final_rerun",
+            "closing time",
+            confirm_official_cohort="rerun on the official cohort",
+        )
     assert FinalRerun.objects.filter(benchmark=closing).exists()
     started = AuditEvent.objects.get(action="standings.final_rerun_started")
     assert started.reason == "closing time"

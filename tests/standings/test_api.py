@@ -86,7 +86,9 @@ def test_final_rerun_start_and_progress(closing, alice, staff, client_for, after
     url = f"/api/v1/benchmarks/{closing.slug}/final-rerun/"
     assert client.get(url).status_code == 404
     with time_machine.travel(after_close, tick=False):
-        response = client.post(url, {"reason": "over"})
+        response = client.post(
+            url, {"reason": "over", "confirm_official_cohort": "rerun on the official cohort"}
+        )
     assert response.status_code == 201, response.content
     body = client.get(url).json()
     assert body["cohort"] == "official" and body["final_runs"] == 3 and body["complete"] is False

@@ -12,6 +12,7 @@ import time_machine
 from portal import errors
 from portal.audit.models import AuditEvent
 from portal.standings.publishing import standings_correct, standings_publish
+from portal.standings.rerun import OFFICIAL_COHORT_CONFIRMATION as OFFICIAL
 from portal.standings.rerun import final_rerun_start
 from portal.standings.selectors import FINAL, LIVE, PROVISIONAL, board_state, published
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
@@ -48,7 +49,9 @@ def test_it_is_refused_before_the_close_and_twice(closing, staff, alice, after_c
 def test_it_is_refused_while_the_final_rerun_runs(closing, staff, alice, after_close):
     official_run(closing, alice, 100)
     with time_machine.travel(after_close, tick=False):
-        final_rerun_start(benchmark=closing, actor=staff, reason="over")
+        final_rerun_start(
+            benchmark=closing, actor=staff, reason="over", confirm_official_cohort=OFFICIAL
+        )
     with pytest.raises(errors.InvalidParameter, match="still running"):
         publish(closing, staff, after_close)
 
@@ -106,7 +109,9 @@ def test_publishing_takes_the_final_rerun_when_one_ran(closing, staff, alice, bo
     a = official_run(closing, alice, 100).submission
     b = official_run(closing, bob, 150).submission
     with time_machine.travel(after_close, tick=False):
-        final_rerun_start(benchmark=closing, actor=staff, reason="over")
+        final_rerun_start(
+            benchmark=closing, actor=staff, reason="over", confirm_official_cohort=OFFICIAL
+        )
     play({a.pk: [300], b.pk: [200]})
     publish(closing, staff, after_close + dt.timedelta(hours=5))
     found = published(closing)

@@ -15,7 +15,12 @@ from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort
 from portal.standings.models import FinalEntry, FinalSettings
 from portal.standings.nominations import nominations_set
-from portal.standings.rerun import final_rerun_advance, final_rerun_decision, final_rerun_start
+from portal.standings.rerun import (
+    OFFICIAL_COHORT_CONFIRMATION,
+    final_rerun_advance,
+    final_rerun_decision,
+    final_rerun_start,
+)
 from portal.submissions import dispatch
 from portal.submissions.final import run_record_final
 from portal.submissions.models import Run, Submission
@@ -27,8 +32,15 @@ CLASS = settings.PODIUM_HARDWARE_CLASS
 
 
 def start(benchmark, staff, at):
+    """Start the final rerun at ``at``, confirming the official cohort when there is no
+    final one."""
     with time_machine.travel(at, tick=False):
-        return final_rerun_start(benchmark=benchmark, actor=staff, reason="contest over")
+        return final_rerun_start(
+            benchmark=benchmark,
+            actor=staff,
+            reason="contest over",
+            confirm_official_cohort=OFFICIAL_COHORT_CONFIRMATION,
+        )
 
 
 def play(walls_by_submission, *, fail=None):

@@ -377,13 +377,14 @@ def _fill_board(benchmark, count: int) -> None:
 # the board's version, then
 #   benchmark page: rows, chart (leaders, their runs), practice cohort, and for the rules
 #                   build network checks, hardware class, noise band (cached), the class's
-#                   CPU isolation, public write-ups (cached)
+#                   CPU isolation, the cohort deciding the final standings, public
+#                   write-ups (cached)
 #                   + signed in: team members, the day's attempts (one read), own row, rank
 #   leaderboard:    rows, runs being verified, public write-ups (cached)
 #                   + signed in: team members, own row, rank
 # Warm, the rows, the chart, the rules, and the viewer's team, attempt day, row and rank
 # are cached.
-BENCHMARK_PAGE_QUERIES = {"anonymous": 11, "signed_in": 17}
+BENCHMARK_PAGE_QUERIES = {"anonymous": 12, "signed_in": 18}
 LEADERBOARD_QUERIES = {"anonymous": 5, "signed_in": 10}
 WARM_BENCHMARK_PAGE_QUERIES = {"anonymous": 3, "signed_in": 4}
 WARM_LEADERBOARD_QUERIES = {"anonymous": 3, "signed_in": 4}

@@ -8,7 +8,8 @@ count and GPU model. Its five pins (GPU driver, CUDA, kernel, engine, supervisor
 asked for as options, set when given and otherwise left as they are: the benchmark
 accepts no upload until all five are set (``HardwareClass.missing_pins``). Cohorts are not
 touched: the command ends by saying what staff must still do (pin the class, import the
-cohorts with ``import_cohort``, start a scoring host of the class).
+cohorts with ``import_cohort``, a final cohort for the final rerun among them, start a
+scoring host of the class).
 """
 
 from __future__ import annotations
@@ -193,6 +194,17 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Cohorts in place: official {official:,} images, practice {practice:,}."
             )
+        final = sizes.get(Cohort.FINAL)
+        if final is None:
+            steps.append(
+                "Import a final cohort for the final rerun: private like the official one and "
+                "fresh, images no run has seen (without it the rerun is on the official "
+                "cohort, not fresh, and staff must confirm that choice):\n"
+                f"    manage.py import_cohort --benchmark {FLAGSHIP_SLUG} --kind final "
+                "--images DIR --answers FILE"
+            )
+        else:
+            self.stdout.write(f"Final cohort in place: {final:,} images.")
         steps.append(
             f"Start a scoring host of class {HARDWARE_CLASS} (PODIUM_HARDWARE_CLASS="
             f"{HARDWARE_CLASS}, PODIUM_GPU_DEVICES naming its GPU) on an ARM64 machine."
