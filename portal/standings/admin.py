@@ -34,7 +34,14 @@ CONFIRM = "confirm_official_cohort"
 
 @admin.register(FinalSettings)
 class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
-    list_display = ["benchmark", "nomination_deadline", "final_runs", "extra_runs", "state"]
+    list_display = [
+        "benchmark",
+        "nomination_deadline",
+        "final_runs",
+        "extra_runs",
+        "prize_positions",
+        "state",
+    ]
     list_select_related = ["benchmark"]
     actions = ["start_final_rerun", "publish", "correct"]
 
@@ -104,7 +111,9 @@ class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
             step=publishing.standings_publish,
             title="Publish the final standings",
             explanation="Freeze the standings (the final rerun's result when one was "
-            "started, else the board) with their digest. A later change is a correction.",
+            "started, else the board) with their digest. A later change is a correction. "
+            "Refused, naming the rows, while a prize position is not cleared by provenance "
+            "review (the reviews missing are opened).",
         )
 
     @admin.action(

@@ -13,7 +13,9 @@ from django.urls import reverse
 
 from portal import errors
 from portal.audit.models import AuditEvent
+from portal.standings import rules
 from portal.standings.models import FinalSettings, Standings
+from portal.standings.prizes import prize_rows
 from portal.standings.publishing import standings_correct, standings_publish
 from portal.standings.selectors import published
 from portal.submissions.models import ProvenanceReview, Submission
@@ -62,6 +64,16 @@ def decide(submission, staff, decision):
 def state(submission):
     found = ProvenanceReview.objects.filter(submission=submission).first()
     return found.status if found else None
+
+
+def test_a_tie_at_the_last_prize_rank_brings_every_tied_row_in():
+    def row(rank, sid, tied=False):
+        return rules.Row(rank, sid, f"e{sid}", sid, 100 * sid, 3, tied)
+
+    rows = [row(1, 1), row(2, 2, True), row(2, 3, True), row(4, 4)]
+    assert [r.submission_id for r in prize_rows(rows, 2)] == [1, 2, 3]
+    assert [r.submission_id for r in prize_rows(rows, 3)] == [1, 2, 3]
+    assert [r.submission_id for r in prize_rows(rows, 1)] == [1]
 
 
 def test_publishing_while_the_leader_is_under_review_is_refused_naming_it(
