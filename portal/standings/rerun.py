@@ -2,10 +2,9 @@
 each counted submission (``nominations.counted_for``) gets ``final_runs`` runs of purpose
 ``final`` on the final cohort, or on the official one when staff confirm that choice
 (``portal.submissions.final``: queued, claimed and scored as any run, under the same
-gates). When every queued run is settled,
-``rules.decide`` says which close neighbours get their extra runs (queued once); after
-those the result is complete, its prize positions enter review (``prizes``) and
-publishing takes it.
+gates). When every queued run is settled, ``rules.decide`` says which close neighbours
+get their extra runs (queued once); after those the result is complete, its prize
+positions enter review (``prizes``) and publishing takes it.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ from portal.teams.selectors import teams_by_member
 
 PUBLISH = "standings.publish_standings"
 _OPEN = (Run.QUEUED, Run.STAGING, Run.RUNNING)
-
-
+# What staff type to rerun on the official cohort when there is no final one.
 OFFICIAL_COHORT_CONFIRMATION = "rerun on the official cohort"
 
 
