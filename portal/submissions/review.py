@@ -5,11 +5,12 @@ official upload to confirm it (``intake.submission_accept`` stores the SHA-256 o
 text confirmed) and reviews its apparent winners. :func:`review_sweep` (Celery beat,
 every minute) opens a :class:`ProvenanceReview` for the submission that holds first
 place on the board, and, once the benchmark has closed, for each of the top
-``review_top`` rows; each open asks the worker side to list the image's artifacts for
-staff. The entrant answers with a provenance statement (:func:`review_statement`);
-staff clear the submission or disqualify it (:func:`review_decide`), with a reason,
-audited. Reviews never change a time or a rank by themselves: only a disqualification
-takes the row off the board.
+``review_top`` rows; ``portal.standings`` opens one (:func:`review_open`) for each row in
+a prize position of the final standings, which wait for them. Each open asks the worker
+side to list the image's artifacts for staff. The entrant answers with a provenance
+statement (:func:`review_statement`); staff clear the submission or disqualify it
+(:func:`review_decide`), with a reason, audited. Reviews never change a time or a rank
+by themselves: only a disqualification takes the row off the board.
 """
 
 from __future__ import annotations
