@@ -172,7 +172,7 @@ def submission_accept(
     dest: Path | None = None
     try:
         with transaction.atomic():
-            lock_allowance(entrant_id=entrant.pk, benchmark=benchmark)
+            team = lock_allowance(entrant_id=entrant.pk, benchmark=benchmark)
             if environment.owner_id not in teammate_ids(benchmark.pk, entrant.pk):
                 raise errors.NotFound("No such environment.")  # the owner left the team
             _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
@@ -190,7 +190,9 @@ def submission_accept(
                 environment_image_digest=environment.image_digest,
                 boundary_sha256=boundary,
             )
-            attempt_charge(submission=submission, now=now)
+            attempt_charge(
+                submission=submission, team_id=None if team is None else team.pk, now=now
+            )
             event_record(submission.pk, Submission.ACCEPTED)
             dest = source_path(submission)
             _place_file(source_file, dest)

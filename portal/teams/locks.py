@@ -46,9 +46,9 @@ def lock_identity(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
     return None if team_id is None else lock_team(team_id)
 
 
-def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> None:
-    """Lock the rows that guard the entrant's daily allowance (:func:`lock_identity`).
-    Under READ COMMITTED, each statement after the lock reads what the previous holder
-    committed, so the quota counted next includes the charge of a concurrent upload that
-    got the lock first."""
-    lock_identity(entrant_id=entrant_id, benchmark=benchmark)
+def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
+    """Lock the rows that guard the entrant's daily allowance (:func:`lock_identity`) and
+    return their team (the team the attempt is charged in). Under READ COMMITTED, each
+    statement after the lock reads what the previous holder committed, so the quota
+    counted next includes the charge of a concurrent upload that got the lock first."""
+    return lock_identity(entrant_id=entrant_id, benchmark=benchmark)
