@@ -61,13 +61,9 @@ def identity_of(benchmark_id: int, user_id: int) -> Identity:
 
 def teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
     """Everyone whose attempts, environments and feedback the user shares on the
-    benchmark: their team's members, or only themselves. One query."""
-    team_ids = TeamMember.objects.filter(benchmark_id=benchmark_id, user_id=user_id).values(
-        "team_id"
-    )
-    ids = set(TeamMember.objects.filter(team_id__in=team_ids).values_list("user_id", flat=True))
-    ids.add(user_id)
-    return sorted(ids)
+    benchmark: their team's members, or only themselves (:func:`identity_of`). One
+    query."""
+    return identity_of(benchmark_id, user_id).member_ids
 
 
 def shown_identity(benchmark_id: int, user_id: int) -> Identity:
