@@ -216,3 +216,26 @@ def test_the_page_keeps_showing_a_leavers_charge_as_the_teams_until_it_is_refund
         assert left() == "1 of 2"  # made in the team: still the team's
         assert attempt_refund(submission=his, reason="platform failure")
         assert left() == "2 of 2"
+
+
+def test_practice_days_run_count_from_the_first_practice_charge_before_the_opening(
+    alice, bob, tmp_path
+):
+    upcoming = factories.BenchmarkFactory(opens_at=day(10), closes_at=day(30), practice_per_day=1)
+    practice = Uploads(upcoming, tmp_path)
+    with time_machine.travel(day(1), tick=False):
+        practice.upload(alice, kind=Submission.PRACTICE)
+    with time_machine.travel(day(2), tick=False):
+        settle()
+        practice.upload(alice, kind=Submission.PRACTICE)
+        practice.upload(bob, kind=Submission.PRACTICE)
+        settle()
+        team = services.team_create(user=bob, benchmark=upcoming, name="T")
+    with time_machine.travel(day(3), tick=False):
+        invitation = services.team_invite(user=bob, benchmark=upcoming, username="alice")
+        # 3 practice runs on the 2 days since alice's first: more than 1 a day.
+        with pytest.raises(errors.InvalidParameter, match="practice allowance for the contest"):
+            services.invitation_accept(user=alice, invitation_id=invitation.pk)
+    with time_machine.travel(day(4), tick=False):
+        services.invitation_accept(user=alice, invitation_id=invitation.pk)
+        assert identity_of(upcoming.pk, alice.pk).team_id == team.pk
