@@ -16,15 +16,22 @@ from podium_cli.errors import EXIT_OK, CliError
 def _print_nominations(state: dict[str, Any]) -> None:
     status = "open" if state["open"] else "closed"
     print(f"Nominations are {status}; the deadline is {show.when(state['deadline'])}.")
+    team = state.get("team") or ""
+    whose = f"team {team}'s" if team else "your"
+    if team:
+        print(f"Nominations are team {team}'s: any member sets them, at most two for the team.")
     named = ", ".join(str(pk) for pk in state["nominated"]) or "none"
     counted = ", ".join(str(pk) for pk in state["counted"]) or "none"
-    print(f"Nominated: {named}")
+    if state.get("set_by"):
+        print(f"Nominated: {named} (by {state['set_by']}, {show.when(state['set_at'])})")
+    else:
+        print(f"Nominated: {named}")
     if state["default"]:
-        print(f"Counted: {counted} (nothing named: your two best passing submissions count)")
+        print(f"Counted: {counted} (nothing named: {whose} two best passing submissions count)")
     else:
         print(f"Counted: {counted}")
     eligible = ", ".join(str(pk) for pk in state["eligible"]) or "none yet"
-    print(f"Eligible (your passing official submissions, best first): {eligible}")
+    print(f"Eligible ({whose} passing official submissions, best first): {eligible}")
 
 
 def nominations(args: argparse.Namespace) -> int:
@@ -88,9 +95,10 @@ def add_commands(sub: Any) -> None:
     """Register ``nominations``, ``nominate`` and ``standings`` on the main parser."""
     shown = sub.add_parser(
         "nominations",
-        help="your nominations for the final standings",
-        description="Show which of your submissions count for BENCHMARK's final standings, "
-        "which you named, which you may name, and the deadline.",
+        help="your team's (or your) nominations for the final standings",
+        description="Show which of your team's (or, on your own, your) submissions count for "
+        "BENCHMARK's final standings, which were named and by whom, which may be named, and "
+        "the deadline.",
     )
     shown.set_defaults(handler=nominations)
     shown.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
@@ -98,8 +106,9 @@ def add_commands(sub: Any) -> None:
     named = sub.add_parser(
         "nominate",
         help="name the submissions that enter the final standings (at most two)",
-        description="Name up to two of your passing official submissions of BENCHMARK for "
-        "the final standings, replacing earlier ones; --default goes back to your two best. "
+        description="Name up to two passing official submissions of BENCHMARK for the final "
+        "standings, replacing earlier ones: in a team, for the team (any member's "
+        "submissions, at most two for the whole team); --default goes back to the two best. "
         "Allowed until the nomination deadline.",
     )
     named.set_defaults(handler=nominate)

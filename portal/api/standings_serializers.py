@@ -14,17 +14,26 @@ from portal.standings.nominations import NominationState
 class NominationStateSerializer(serializers.Serializer[NominationState]):
     deadline = OffsetDateTimeField(help_text="First instant nominations are refused.")
     open = serializers.BooleanField(help_text="Whether nominations may still change.")
+    team = serializers.CharField(help_text="Your team's name; empty when you are on your own.")
     nominated = serializers.ListField(
-        child=serializers.IntegerField(), help_text="The submission ids you named, if any."
+        child=serializers.IntegerField(),
+        help_text="The submission ids your team (or you, on your own) named, if any.",
+    )
+    set_by = serializers.CharField(
+        help_text="The username of the member who named them; empty while the default applies."
+    )
+    set_at = OffsetDateTimeField(
+        allow_null=True, help_text="When they were named; null while the default applies."
     )
     counted = serializers.ListField(
         child=serializers.IntegerField(),
-        help_text="The submission ids that count now (your nomination, else your two best).",
+        help_text="The submission ids that count now (the nomination, else the two best).",
     )
     default = serializers.BooleanField(help_text="True while nothing is named: the two best count.")
     eligible = serializers.ListField(
         child=serializers.IntegerField(),
-        help_text="Your passing official submissions, best first: what you may nominate.",
+        help_text="Your team's (or your) passing official submissions, best first: what may "
+        "be nominated.",
     )
 
 
@@ -32,7 +41,8 @@ class NominationsUpdateSerializer(serializers.Serializer[dict[str, Any]]):
     submission_ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1),
         allow_empty=True,
-        help_text="Up to two of your passing official submissions; [] restores the default.",
+        help_text="Up to two of your team's (or your) passing official submissions; [] "
+        "restores the default.",
     )
 
 

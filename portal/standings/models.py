@@ -57,10 +57,15 @@ class FinalSettings(models.Model):
 
 
 class Nomination(models.Model):
-    """One submission an entrant nominated for the final standings (at most two each)."""
+    """One submission a team nominated for the final standings (at most two each; an
+    entrant on their own is a team of one, ``team`` empty). ``entrant``: the member who
+    named it."""
 
     benchmark = models.ForeignKey(
         "contests.Benchmark", on_delete=models.CASCADE, related_name="nominations"
+    )
+    team = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     entrant = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"

@@ -21,7 +21,12 @@ from portal.contests.models import Benchmark, Cohort
 from portal.hosts.selectors import noise_band_percent
 from portal.standings import rules
 from portal.standings.models import FinalEntry, FinalRerun, Standings
-from portal.standings.nominations import counted_for, final_settings_for, nomination_deadline
+from portal.standings.nominations import (
+    counted_for,
+    final_settings_for,
+    identity_key,
+    nomination_deadline,
+)
 from portal.standings.prizes import prize_reviews_open
 from portal.submissions.final import final_runs_queue
 from portal.submissions.models import Run
@@ -125,8 +130,8 @@ def final_rerun_start(
 
 def _scored(rerun: FinalRerun) -> list[rules.Scored]:
     """Each entry of the rerun with its final runs so far (three queries). A team
-    member's entry competes as the team (its name, one key per team), so the team ranks
-    with the best of its members' counted submissions, as on the board."""
+    member's entry competes as the team (its name, one key per team: ``identity_key``),
+    so the team ranks once, with the better of its at most two counted submissions."""
     entries = list(FinalEntry.objects.filter(rerun=rerun).select_related("submission__entrant"))
     teams = teams_by_member(rerun.benchmark_id)
     runs: dict[int, list[tuple[str, bool | None, int | None, str]]] = {}
@@ -158,8 +163,9 @@ def _scored(rerun: FinalRerun) -> list[rules.Scored]:
         scored.append(
             rules.Scored(
                 submission_id=int(submission.pk),
-                # A team's key is its negated id: never a user's id.
-                entrant_id=-int(team.pk) if team else submission.entrant_id,
+                entrant_id=identity_key(
+                    None if team is None else int(team.pk), submission.entrant_id
+                ),
                 entrant=team.name if team else submission.entrant.get_username(),
                 submitted_at=submission.submitted_at,
                 walls_ns=tuple(

@@ -1,15 +1,16 @@
 """The final standings' arithmetic, on plain values (no Django).
 
-- **Nominations** (:func:`counted_submissions`): an entrant's nominated submissions
-  count, at most :data:`MAX_NOMINATIONS`; without a nomination their two best passing
-  official submissions (by best wall time, then the earlier upload, then the lower id).
+- **Nominations** (:func:`counted_submissions`): a team's nominated submissions count
+  (an entrant on their own is a team of one), at most :data:`MAX_NOMINATIONS`; without a
+  nomination its two best passing official submissions, whoever uploaded them (by best
+  wall time, then the earlier upload, then the lower id).
 - **The final rerun** (:func:`decide`): each counted submission's median over its
   passing final runs; a submission with a failed final run drops out with its reason;
-  each entrant ranks with their better submission. Neighbours (in median order) whose
-  medians differ by less than the class's noise band are *close*: while either still
-  has extra runs to get, both are asked for them (:attr:`Decision.extra_runs`); once
-  both had theirs, close neighbours share a rank (a chain of close neighbours is one
-  tied group, ranked as its first: 1, 2, 2, 4).
+  each entrant (a team under one key) ranks with their better submission. Neighbours
+  (in median order) whose medians differ by less than the class's noise band are
+  *close*: while either still has extra runs to get, both are asked for them
+  (:attr:`Decision.extra_runs`); once both had theirs, close neighbours share a rank (a
+  chain of close neighbours is one tied group, ranked as its first: 1, 2, 2, 4).
 - **The canonical export** (:func:`canonical_csv`, :func:`digest_of`): the rows as CSV
   with fixed columns and ``\\n`` line ends; its SHA-256 is the standings' digest, so
   ``sha256sum`` of the CSV export verifies it.
@@ -32,7 +33,8 @@ CSV_COLUMNS = ("rank", "entrant", "submission_id", "wall_time_ns", "runs", "tied
 
 @dataclass(frozen=True)
 class Passing:
-    """One passing official submission of an entrant, as the nomination rule sees it."""
+    """One passing official submission, as the nomination rule sees it: ``entrant_id`` is
+    the key of whom it counts for (its uploader, or their team's negated id)."""
 
     submission_id: int
     entrant_id: int
@@ -43,8 +45,9 @@ class Passing:
 def counted_submissions(
     passing: Iterable[Passing], nominated: Mapping[int, Sequence[int]]
 ) -> dict[int, list[int]]:
-    """Per entrant, the submissions that count: their nomination (only those of them
-    still passing), else their :data:`MAX_NOMINATIONS` best passing ones."""
+    """Per key (an entrant, or a team), the submissions that count: its nomination (only
+    those of them still passing and still its own), else its :data:`MAX_NOMINATIONS`
+    best passing ones."""
     by_entrant: dict[int, list[Passing]] = {}
     for row in passing:
         by_entrant.setdefault(row.entrant_id, []).append(row)

@@ -17,9 +17,9 @@ class SubmissionsConfig(AppConfig):
 
         # The teams floor counts a team's attempts with the ledger, and a change of
         # membership redraws the board rows of the team and of who left it.
-        from portal.submissions.attempts import attempts_used_today
+        from portal.submissions.attempts import merge_counts
         from portal.submissions.leaderboard import leaderboard_refresh_team
         from portal.teams import hooks as team_hooks
 
-        team_hooks.attempts_register(attempts_used_today)
+        team_hooks.merge_counts_register(merge_counts)
         team_hooks.membership_register(leaderboard_refresh_team)

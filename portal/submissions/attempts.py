@@ -13,13 +13,14 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
 from portal.contests import rules
 from portal.contests.models import Benchmark
 from portal.submissions.models import AttemptLedger, Submission
-from portal.teams.selectors import teammate_ids
+from portal.teams.hooks import MergeCounts
+from portal.teams.selectors import Identity, identity_of
 
 KINDS = (Submission.OFFICIAL, Submission.PRACTICE)
 # How long the pages may keep an entrant's attempt day: every write of their ledger drops
@@ -37,28 +38,63 @@ class Quota:
     next_available_at: dt.datetime | None
 
 
+def identity_rows(identity: Identity) -> Q:
+    """The ledger rows an identity counts: every row of its members (wherever they were
+    charged), and every row charged in its team, even of a member who left it since."""
+    rows = Q(entrant_id__in=list(identity.member_ids))
+    if identity.team_id is not None:
+        rows |= Q(team_id=identity.team_id)
+    return rows
+
+
 def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) -> int:
-    """Charges minus refunds of ``kind`` on one attempt day: the entrant's team's, every
-    member's ledger rows together (only the entrant's own when on their own)."""
-    return net_charged_of(teammate_ids(benchmark.pk, entrant.pk), benchmark, kind, day)
+    """Charges minus refunds of ``kind`` on one attempt day, as the entrant's team counts
+    them (``identity_rows``; only the entrant's own rows when on their own)."""
+    return net_charged_of(identity_of(benchmark.pk, entrant.pk), benchmark, kind, day)
 
 
-def net_charged_of(user_ids: Sequence[int], benchmark: Benchmark, kind: str, day: dt.date) -> int:
-    """Charges minus refunds of ``kind`` on one attempt day, over the entrants named."""
+def net_charged_of(identity: Identity, benchmark: Benchmark, kind: str, day: dt.date) -> int:
+    """Charges minus refunds of ``kind`` on one attempt day, over the rows ``identity``
+    counts (``identity_rows``)."""
     total = AttemptLedger.objects.filter(
-        entrant_id__in=list(user_ids), benchmark=benchmark, kind=kind, attempt_day=day
+        identity_rows(identity), benchmark=benchmark, kind=kind, attempt_day=day
     ).aggregate(net=Sum("delta"))["net"]
     return int(total or 0)
 
 
-def attempts_used_today(
-    benchmark: Benchmark, user_ids: Sequence[int], now: dt.datetime
-) -> dict[str, int]:
-    """Each kind's net charges of the attempt day of ``now`` over ``user_ids`` (never
-    below zero): what the teams' merge rule counts (``portal.teams.hooks``)."""
+def merge_counts(
+    benchmark: Benchmark, team_id: int, member_ids: Sequence[int], joiner_id: int, now: dt.datetime
+) -> dict[str, MergeCounts]:
+    """Each kind's net charges as the teams' merge rule reads them (``portal.teams.hooks``):
+    the team's and the joiner's of the attempt day of ``now``, and the two together, each
+    row once (a rejoining member's rows charged in the team are the team's already), of
+    that day and of the earlier days, with the first day either was charged. One query."""
     day = rules.attempt_day(now, benchmark.attempt_timezone)
-    nets = _day_nets(user_ids, benchmark, day).values()
-    return {kind: max(0, sum(net.get(kind, 0) for net in nets)) for kind in KINDS}
+    team = identity_rows(Identity(team_id=team_id, member_ids=list(member_ids)))
+    own = Q(entrant_id=joiner_id)
+    today, before = Q(attempt_day=day), Q(attempt_day__lt=day)
+    rows = (
+        AttemptLedger.objects.filter(team | own, benchmark=benchmark, attempt_day__lte=day)
+        .values("kind")
+        .annotate(
+            team_today=Sum("delta", filter=team & today),
+            own_today=Sum("delta", filter=own & today),
+            both_today=Sum("delta", filter=today),
+            both_before=Sum("delta", filter=before),
+            first_day=Min("attempt_day"),
+        )
+        .order_by()
+    )
+    counts = {kind: MergeCounts() for kind in KINDS}
+    for row in rows:
+        counts[row["kind"]] = MergeCounts(
+            team_today=int(row["team_today"] or 0),
+            own_today=int(row["own_today"] or 0),
+            both_today=int(row["both_today"] or 0),
+            both_before=int(row["both_before"] or 0),
+            first_day=row["first_day"],
+        )
+    return counts
 
 
 def _day_nets(
@@ -80,53 +116,76 @@ def _day_nets(
     return nets
 
 
+def _team_day_nets(team_id: int, benchmark: Benchmark, day: dt.date) -> dict[int, dict[str, int]]:
+    """The rows of one attempt day charged in the team: each uploader's charges minus
+    refunds, by kind. One query."""
+    nets: dict[int, dict[str, int]] = {}
+    rows = (
+        AttemptLedger.objects.filter(team_id=team_id, benchmark=benchmark, attempt_day=day)
+        .values("entrant_id", "kind")
+        .annotate(net=Sum("delta"))
+        .order_by()
+    )
+    for row in rows:
+        nets.setdefault(row["entrant_id"], {})[row["kind"]] = int(row["net"] or 0)
+    return nets
+
+
 def quota_for(
     entrant: Any,
     benchmark: Benchmark,
     kind: str,
     now: dt.datetime,
     *,
-    members: Sequence[int] | None = None,
+    identity: Identity | None = None,
 ) -> Quota:
     """How many attempts of ``kind`` the entrant has left on today's attempt day: their
-    team's, when they are in one (the allowance is the team's).
+    team's, when they are in one (the allowance is the team's: ``identity_rows``).
 
     ``used_today`` is the day's charges net of its refunds, never below zero; a refund of
     an earlier day's attempt booked today shows as one more ``remaining_today``, which
-    may then exceed ``per_day``. ``members``: the entrant's team's user ids, when the
-    caller has read them already (``teams.selectors.teammate_ids``).
+    may then exceed ``per_day``. ``identity``: the entrant's team and its members, when
+    the caller has read them already (``teams.selectors.identity_of``).
 
     ``next_available_at`` is when the next upload can be accepted: now, the next reset,
     the opening if that is later (official attempts only: practice runs are accepted
     before the opening), or None once the window has closed.
     """
     day = rules.attempt_day(now, benchmark.attempt_timezone)
-    if members is None:
-        used = net_charged_on(entrant, benchmark, kind, day)
-    else:
-        used = net_charged_of(members, benchmark, kind, day)
-    return _quota(benchmark, kind, used, now)
+    identity = identity or identity_of(benchmark.pk, entrant.pk)
+    return _quota(benchmark, kind, net_charged_of(identity, benchmark, kind, day), now)
 
 
 def quotas_for(
-    entrant: Any, benchmark: Benchmark, now: dt.datetime, *, members: Sequence[int] | None = None
+    entrant: Any, benchmark: Benchmark, now: dt.datetime, *, identity: Identity | None = None
 ) -> list[Quota]:
     """``quota_for`` of both kinds, official then practice, for what the pages and the API
-    show: each member's day is read from the cache (every write of their ledger, here,
-    drops it), the others in one read of the ledger. Charging reads the ledger itself
+    show: each member's day, and the day of the rows charged in their team, are read from
+    the cache (every write of the ledger, here, drops the uploader's and the team's), the
+    others in one read of the ledger each. Charging reads the ledger itself
     (``quota_for``, under the entrants' row locks)."""
     day = rules.attempt_day(now, benchmark.attempt_timezone)
-    if members is None:
-        members = teammate_ids(benchmark.pk, entrant.pk)
-    keys = {user_id: _day_key(benchmark.pk, day, user_id) for user_id in members}
-    found: dict[str, dict[str, int]] = cache.get_many(list(keys.values()))
+    identity = identity or identity_of(benchmark.pk, entrant.pk)
+    keys = {user_id: _day_key(benchmark.pk, day, user_id) for user_id in identity.member_ids}
+    team_key = (
+        "" if identity.team_id is None else _team_day_key(benchmark.pk, day, identity.team_id)
+    )
+    found: dict[str, Any] = cache.get_many([*keys.values(), *([team_key] if team_key else [])])
+    fresh: dict[str, Any] = {}
     missing = [user_id for user_id, key in keys.items() if key not in found]
     if missing:
         read = _day_nets(missing, benchmark, day)
-        fresh = {keys[user_id]: nets for user_id, nets in read.items()}
+        fresh.update({keys[user_id]: nets for user_id, nets in read.items()})
+    if identity.team_id is not None and team_key not in found:
+        fresh[team_key] = _team_day_nets(identity.team_id, benchmark, day)
+    if fresh:
         cache.set_many(fresh, DAY_CACHE_S)
         found.update(fresh)
-    used = {kind: sum(nets.get(kind, 0) for nets in found.values()) for kind in KINDS}
+    nets: list[dict[str, int]] = [found[key] for key in keys.values()]
+    # Rows made in the team by someone who has left it since are still the team's.
+    team: dict[int, dict[str, int]] = found.get(team_key, {}) if team_key else {}
+    nets += [day_nets for user_id, day_nets in team.items() if user_id not in keys]
+    used = {kind: sum(net.get(kind, 0) for net in nets) for kind in KINDS}
     return [_quota(benchmark, kind, used[kind], now) for kind in KINDS]
 
 
@@ -134,12 +193,19 @@ def _day_key(benchmark_id: int, day: dt.date, entrant_id: int) -> str:
     return f"podium:attempt-day:{benchmark_id}:{day.isoformat()}:{entrant_id}"
 
 
-def _day_changed(benchmark_id: int, day: dt.date, entrant_id: int) -> None:
-    """Drop the entrant's cached day now and once the write is committed (a read between
-    the two would cache it as it was)."""
-    key = _day_key(benchmark_id, day, entrant_id)
-    cache.delete(key)
-    transaction.on_commit(lambda: cache.delete(key))
+def _team_day_key(benchmark_id: int, day: dt.date, team_id: int) -> str:
+    return f"podium:attempt-day:{benchmark_id}:{day.isoformat()}:team:{team_id}"
+
+
+def _day_changed(row: AttemptLedger) -> None:
+    """Drop the cached days the ledger row changes (its uploader's, and its team's) now
+    and once the write is committed (a read between the two would cache them as they
+    were)."""
+    keys = [_day_key(row.benchmark_id, row.attempt_day, row.entrant_id)]
+    if row.team_id is not None:
+        keys.append(_team_day_key(row.benchmark_id, row.attempt_day, row.team_id))
+    cache.delete_many(keys)
+    transaction.on_commit(lambda: cache.delete_many(keys))
 
 
 def _quota(benchmark: Benchmark, kind: str, used: int, now: dt.datetime) -> Quota:
@@ -163,15 +229,17 @@ def _quota(benchmark: Benchmark, kind: str, used: int, now: dt.datetime) -> Quot
     )
 
 
-def attempt_charge(*, submission: Submission, now: dt.datetime) -> None:
+def attempt_charge(*, submission: Submission, team_id: int | None, now: dt.datetime) -> None:
     """Charge ``submission``'s attempt on its attempt day (inside the transaction that
     accepts it, holding the entrant's and their team's row locks:
-    ``intake.submission_accept``). The row is the uploader's; their team's count sums
-    its members' rows."""
+    ``intake.submission_accept``). The row is the uploader's, charged in ``team_id``
+    (their team, None on their own): it counts against both for good
+    (``identity_rows``)."""
     benchmark = submission.benchmark
     day = rules.attempt_day(now, benchmark.attempt_timezone)
-    AttemptLedger.objects.create(
+    row = AttemptLedger.objects.create(
         entrant_id=submission.entrant_id,
+        team_id=team_id,
         benchmark=benchmark,
         submission=submission,
         kind=submission.kind,
@@ -180,7 +248,7 @@ def attempt_charge(*, submission: Submission, now: dt.datetime) -> None:
         reason="upload accepted",
         at=now,
     )
-    _day_changed(benchmark.pk, day, submission.entrant_id)
+    _day_changed(row)
 
 
 def attempt_refund(*, submission: Submission, reason: str) -> bool:
@@ -189,7 +257,7 @@ def attempt_refund(*, submission: Submission, reason: str) -> bool:
     The refund is booked on the attempt day it is given: on the charge's own day that
     day gets its attempt back; after it (a build or run that failed past midnight) the
     attempt comes back on the refund's day, since the charge's day is over and an
-    attempt restored to it could never be used.
+    attempt restored to it could never be used. It is charged in the charge's team.
     """
     charge = submission.ledger.filter(delta=AttemptLedger.CHARGE).first()
     if charge is None:
@@ -199,8 +267,9 @@ def attempt_refund(*, submission: Submission, reason: str) -> bool:
     day = max(charge.attempt_day, today)
     try:
         with transaction.atomic():
-            AttemptLedger.objects.create(
+            row = AttemptLedger.objects.create(
                 entrant_id=submission.entrant_id,
+                team_id=charge.team_id,
                 benchmark_id=submission.benchmark_id,
                 submission=submission,
                 kind=submission.kind,
@@ -209,7 +278,7 @@ def attempt_refund(*, submission: Submission, reason: str) -> bool:
                 reason=reason,
                 at=now,
             )
-            _day_changed(submission.benchmark_id, day, submission.entrant_id)
+            _day_changed(row)
     except IntegrityError:
         return False  # already refunded
     return True

@@ -26,7 +26,7 @@ from portal.submissions.attempts import attempt_charge, quota_for
 from portal.submissions.models import Submission
 from portal.submissions.services import cohort_kind_for, event_record
 from portal.teams.locks import lock_allowance
-from portal.teams.selectors import teammate_ids
+from portal.teams.selectors import identity_of, teammate_ids
 
 SOURCE_FILE = "source.archive"
 
@@ -88,9 +88,10 @@ def _check_acceptable(*, entrant: Any, benchmark: Benchmark, kind: str, now: dt.
             f"This benchmark has no {cohort_kind} cohort yet, so {kind} uploads cannot be "
             "scored; nothing was charged. Try again once the organizers have published it."
         )
-    quota = quota_for(entrant, benchmark, kind, now)
+    identity = identity_of(benchmark.pk, entrant.pk)
+    quota = quota_for(entrant, benchmark, kind, now, identity=identity)
     if quota.remaining_today <= 0:
-        teamed = len(teammate_ids(benchmark.pk, entrant.pk)) > 1
+        teamed = identity.team_id is not None
         raise errors.QuotaExhausted(
             f"{'Your team has' if teamed else 'You have'} used all {quota.per_day} {kind} "
             "attempts of today "
@@ -172,7 +173,7 @@ def submission_accept(
     dest: Path | None = None
     try:
         with transaction.atomic():
-            lock_allowance(entrant_id=entrant.pk, benchmark=benchmark)
+            team = lock_allowance(entrant_id=entrant.pk, benchmark=benchmark)
             if environment.owner_id not in teammate_ids(benchmark.pk, entrant.pk):
                 raise errors.NotFound("No such environment.")  # the owner left the team
             _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
@@ -190,7 +191,9 @@ def submission_accept(
                 environment_image_digest=environment.image_digest,
                 boundary_sha256=boundary,
             )
-            attempt_charge(submission=submission, now=now)
+            attempt_charge(
+                submission=submission, team_id=None if team is None else team.pk, now=now
+            )
             event_record(submission.pk, Submission.ACCEPTED)
             dest = source_path(submission)
             _place_file(source_file, dest)

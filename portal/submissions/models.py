@@ -188,12 +188,21 @@ class SubmissionEvent(models.Model):
 
 
 class AttemptLedger(models.Model):
-    """Every charge (+1) and refund (-1) of an attempt, on the attempt day it belongs to."""
+    """Every charge (+1) and refund (-1) of an attempt, on the attempt day it belongs to.
+
+    ``entrant``: the uploader; ``team``: the team they were in when it was charged (a
+    refund's is its charge's; empty for an entrant on their own, or once the team was
+    deleted). A charge counts against its uploader wherever they go, and against that
+    team even after the uploader left it (``attempts``).
+    """
 
     CHARGE = 1
     REFUND = -1
 
     entrant = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    team = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     benchmark = models.ForeignKey("contests.Benchmark", on_delete=models.CASCADE)
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="ledger")
     kind = models.CharField(max_length=16, choices=Submission.KINDS)

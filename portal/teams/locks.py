@@ -1,8 +1,9 @@
-"""The row locks that guard a team's shared allowance, in their one order: the entrant's
-user row first, then their team's row.
+"""The row locks that guard what a team shares (its allowance, its nominations), in their
+one order: the entrant's user row first, then their team's row.
 
-Uploads (``portal.submissions.intake``), the board's refresh and changes of membership
-(``services``) all take them in this order, so they serialize without deadlock.
+Uploads (``portal.submissions.intake``), the board's refresh, nominations
+(``portal.standings``) and changes of membership (``services``) all take them in this
+order, so they serialize without deadlock.
 """
 
 from __future__ import annotations
@@ -25,17 +26,16 @@ def lock_team(team_id: int) -> Team:
     return team
 
 
-def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> None:
-    """Lock the rows that guard the entrant's daily allowance, inside a transaction: the
-    entrant's user row, then, when they are in a team on ``benchmark``, the team's row.
+def lock_identity(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
+    """Lock the entrant's user row, then, when they are in a team on ``benchmark``, the
+    team's row (inside a transaction); returns that team, or None for an entrant on their
+    own.
 
-    Two members of one team lock different user rows but the same team row, so their
-    uploads serialize on it; the user row comes first because a change of membership
-    locks the entrant's row first too: while an upload holds it, the entrant cannot join
-    or leave, so the team found here stays theirs until the commit, and both orders agree
-    (no deadlock). Under READ COMMITTED, each statement after the lock reads what the
-    previous holder committed, so the quota counted next includes the charge of a
-    concurrent upload that got the lock first.
+    Two members of one team lock different user rows but the same team row, so what they
+    do to the team's shared state (an upload's charge, its nominations) serializes on it;
+    the user row comes first because a change of membership locks the entrant's row first
+    too: while it is held, the entrant cannot join or leave, so the team found here stays
+    theirs until the commit, and both orders agree (no deadlock).
     """
     lock_user(entrant_id)
     team_id = (
@@ -43,5 +43,12 @@ def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> None:
         .values_list("pk", flat=True)
         .first()
     )
-    if team_id is not None:
-        lock_team(team_id)
+    return None if team_id is None else lock_team(team_id)
+
+
+def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
+    """Lock the rows that guard the entrant's daily allowance (:func:`lock_identity`) and
+    return their team (the team the attempt is charged in). Under READ COMMITTED, each
+    statement after the lock reads what the previous holder committed, so the quota
+    counted next includes the charge of a concurrent upload that got the lock first."""
+    return lock_identity(entrant_id=entrant_id, benchmark=benchmark)

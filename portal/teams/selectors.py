@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.cache import cache
@@ -38,27 +39,48 @@ def teams_by_member(benchmark_id: int) -> dict[int, Team]:
     }
 
 
-def teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
-    """Everyone whose attempts, environments and feedback the user shares on the
-    benchmark: their team's members, or only themselves. One query."""
+@dataclass(frozen=True)
+class Identity:
+    """Whom an entrant competes as on a benchmark: their team (``team_id``, None on their
+    own) and its members' user ids (only the entrant's own on their own), in pk order."""
+
+    team_id: int | None
+    member_ids: list[int]
+
+
+def identity_of(benchmark_id: int, user_id: int) -> Identity:
+    """The entrant's :class:`Identity` on the benchmark. One query."""
     team_ids = TeamMember.objects.filter(benchmark_id=benchmark_id, user_id=user_id).values(
         "team_id"
     )
-    ids = set(TeamMember.objects.filter(team_id__in=team_ids).values_list("user_id", flat=True))
-    ids.add(user_id)
-    return sorted(ids)
+    rows = list(TeamMember.objects.filter(team_id__in=team_ids).values_list("team_id", "user_id"))
+    if not rows:
+        return Identity(team_id=None, member_ids=[user_id])
+    return Identity(team_id=rows[0][0], member_ids=sorted(uid for _, uid in rows))
+
+
+def teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
+    """Everyone whose attempts, environments and feedback the user shares on the
+    benchmark: their team's members, or only themselves (:func:`identity_of`). One
+    query."""
+    return identity_of(benchmark_id, user_id).member_ids
+
+
+def shown_identity(benchmark_id: int, user_id: int) -> Identity:
+    """``identity_of`` for what the pages show (the quota, the standing, the chart's own
+    points), from the cache until the team changes. Charging and permissions read the
+    rows (``identity_of``, ``teammate_ids``)."""
+    key = _teammates_key(benchmark_id, user_id)
+    found = cache.get(key)
+    if not isinstance(found, Identity):
+        found = identity_of(benchmark_id, user_id)
+        cache.set(key, found, TEAMMATES_CACHE_S)
+    return found
 
 
 def shown_teammate_ids(benchmark_id: int, user_id: int) -> list[int]:
-    """``teammate_ids`` for what the pages show (the quota, the standing, the chart's own
-    points), from the cache until the team changes. Charging and permissions read the
-    rows (``teammate_ids``)."""
-    key = _teammates_key(benchmark_id, user_id)
-    ids: list[int] | None = cache.get(key)
-    if ids is None:
-        ids = teammate_ids(benchmark_id, user_id)
-        cache.set(key, ids, TEAMMATES_CACHE_S)
-    return ids
+    """The members of :func:`shown_identity` (only the user on their own)."""
+    return shown_identity(benchmark_id, user_id).member_ids
 
 
 def teammates_forget(benchmark_id: int, user_ids: Iterable[int]) -> None:
@@ -70,7 +92,7 @@ def teammates_forget(benchmark_id: int, user_ids: Iterable[int]) -> None:
 
 
 def _teammates_key(benchmark_id: int, user_id: int) -> str:
-    return f"podium:teammates:{benchmark_id}:{user_id}"
+    return f"podium:identity:{benchmark_id}:{user_id}"
 
 
 def teammates_any_benchmark(user_id: int) -> Any:

@@ -21,6 +21,7 @@ from django.utils import timezone
 from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
+from portal.contests.rules import attempt_day
 from portal.teams import hooks
 from portal.teams.locks import lock_team, lock_user
 from portal.teams.models import Team, TeamInvitation, TeamMember
@@ -30,10 +31,43 @@ NAME_MAX = Team._meta.get_field("name").max_length or 100
 KINDS = {"official": "attempts_per_day", "practice": "practice_per_day"}
 
 
-def merge_fits(*, per_day: int, team_used: int, joiner_used: int) -> bool:
-    """The merge rule: a join is allowed when the attempts the team and the joiner have
-    used today (net of refunds, each never below zero) fit within one day's allowance."""
-    return max(0, team_used) + max(0, joiner_used) <= per_day
+def days_run_before(*, today: dt.date, opening_day: dt.date, first_day: dt.date | None) -> int:
+    """The attempt days before ``today`` that attempts could be charged on: from the
+    opening's day, or from the first day the parties were charged when that is earlier
+    (practice runs are accepted before the opening)."""
+    start = opening_day if first_day is None else min(opening_day, first_day)
+    return max(0, (today - start).days)
+
+
+def merge_fits(*, per_day: int, days_before: int, counts: hooks.MergeCounts) -> bool:
+    """The merge rule: a join is allowed when the team and the joiner together (each
+    ledger row once) have used at most one day's allowance today (net of refunds, never
+    below zero), and at most ``per_day`` times the earlier attempt days over those days.
+    Then, whatever the merged team uploads today, its net charges over the contest stay
+    within ``per_day`` times the attempt days run."""
+    return max(0, counts.both_today) <= per_day and counts.both_before <= per_day * days_before
+
+
+def _merge_refusal(
+    benchmark: Benchmark, kind: str, per_day: int, counts: hooks.MergeCounts, start: dt.date
+) -> str:
+    """Why a join does not fit the merge rule, and from when it would (if neither uploads
+    more meanwhile)."""
+    if max(0, counts.both_today) > per_day:
+        return (
+            f"Joining would put the team over today's {kind} allowance: the team has used "
+            f"{max(0, counts.team_today)} and you {max(0, counts.own_today)} of {per_day}. "
+            f"Join on a later attempt day ({benchmark.attempt_timezone})."
+        )
+    days = -(-counts.both_before // per_day) if per_day > 0 else 0
+    return (
+        f"Joining would put the team over its {kind} allowance for the contest so far: the "
+        f"team and you were charged {counts.both_before} {kind} attempts on the earlier "
+        f"attempt days, more than {per_day} a day allows; a team's charges never exceed "
+        f"the allowance times the days run. If neither uploads more, you may join from "
+        f"the attempt day {(start + dt.timedelta(days=days)).isoformat()} "
+        f"({benchmark.attempt_timezone})."
+    )
 
 
 def _check_changeable(benchmark: Benchmark, now: dt.datetime) -> None:
@@ -162,7 +196,8 @@ def invitation_accept(
     *, user: Any, invitation_id: int, origin: Origin = NOWHERE, now: dt.datetime | None = None
 ) -> Team:
     """Join the inviting team, if it has room, the user is in no team of its benchmark,
-    and the merge rule holds (:func:`merge_fits`, each kind of attempt)."""
+    and the merge rule holds (:func:`merge_fits`, each kind of attempt), read under the
+    user's and the team's row locks, which every charge of either takes too."""
     now = now or timezone.now()
     invitation = _pending_invitation(user, invitation_id)
     benchmark = invitation.team.benchmark
@@ -180,17 +215,19 @@ def invitation_accept(
             raise errors.InvalidParameter(
                 f"The team is full: at most {benchmark.team_size_max} members on this benchmark."
             )
-        team_used = hooks.attempts_used(benchmark, members, now)
-        own_used = hooks.attempts_used(benchmark, [user.pk], now)
+        counted = hooks.merge_counts(benchmark, int(team.pk), members, int(user.pk), now)
+        today = attempt_day(now, benchmark.attempt_timezone)
+        opening_day = attempt_day(benchmark.opens_at, benchmark.attempt_timezone)
         for kind, field in KINDS.items():
             per_day = int(getattr(benchmark, field))
-            if not merge_fits(
-                per_day=per_day, team_used=team_used.get(kind, 0), joiner_used=own_used.get(kind, 0)
-            ):
+            counts = counted.get(kind, hooks.MergeCounts())
+            days_before = days_run_before(
+                today=today, opening_day=opening_day, first_day=counts.first_day
+            )
+            if not merge_fits(per_day=per_day, days_before=days_before, counts=counts):
+                start = today - dt.timedelta(days=days_before)
                 raise errors.InvalidParameter(
-                    f"Joining would put the team over today's {kind} allowance: the team has "
-                    f"used {team_used.get(kind, 0)} and you {own_used.get(kind, 0)} of "
-                    f"{per_day}. Join on a later attempt day ({benchmark.attempt_timezone})."
+                    _merge_refusal(benchmark, kind, per_day, counts, start)
                 )
         TeamMember.objects.create(team=team, benchmark=benchmark, user=user, joined_at=now)
         invitation.state, invitation.decided_at = TeamInvitation.ACCEPTED, now

@@ -38,7 +38,8 @@ def standings(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def nominations(request: HttpRequest, slug: str) -> HttpResponse:
-    """The signed-in entrant's nominations: shown, and replaced by the form's choice."""
+    """The nominations of the signed-in entrant's team (or their own): shown, and replaced
+    by the form's choice (any member may)."""
     benchmark = get_object_or_404(Benchmark, slug=slug)
     if request.method == "POST":
         try:
@@ -49,7 +50,7 @@ def nominations(request: HttpRequest, slug: str) -> HttpResponse:
         except errors.PodiumError as refusal:
             messages.error(request, refusal.detail)
         else:
-            messages.success(request, "Your nominations are saved.")
+            messages.success(request, "The nominations are saved.")
         return redirect("contests:nominations", slug=slug)
     context = {"benchmark": benchmark, "state": nominations_of(benchmark, request.user)}
     return render(request, "contests/nominations.html", context)

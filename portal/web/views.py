@@ -27,7 +27,7 @@ from portal.standings.selectors import board_state, final_outline
 from portal.standings.writeups import public_writeups
 from portal.submissions.attempts import quotas_for
 from portal.submissions.leaderboard import verifying_rows
-from portal.teams.selectors import shown_teammate_ids
+from portal.teams.selectors import shown_identity, shown_teammate_ids
 from portal.web.attempts_chart import attempts_chart
 from portal.web.chart import progress_chart
 
@@ -65,8 +65,9 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     standing = None
     members: list[int] = []
     if request.user.is_authenticated:
-        members = shown_teammate_ids(benchmark.pk, request.user.pk)
-        quotas = quotas_for(request.user, benchmark, now, members=members)
+        identity = shown_identity(benchmark.pk, request.user.pk)
+        members = identity.member_ids
+        quotas = quotas_for(request.user, benchmark, now, identity=identity)
         standing = leaderboard_standing(benchmark, request.user, teammates=members, version=version)
     practice = practice_cohort(benchmark)
     show_all = request.GET.get("show") == "all"

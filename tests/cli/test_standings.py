@@ -72,6 +72,29 @@ def test_nominating_anothers_submission_is_refused_and_changes_nothing(
     assert both.code == 2 and "not both" in both.err
 
 
+def test_a_member_names_a_teammates_submission_for_the_team_and_the_other_sees_who(
+    server: str, closing: Any, alice: Any, bob: Any, podium: Podium, sign_in: Callable[[Any], str]
+) -> None:
+    from portal.teams import services as teams
+
+    teams.team_create(user=alice, benchmark=closing, name="Night Owls")
+    invitation = teams.team_invite(user=alice, benchmark=closing, username="bob")
+    teams.invitation_accept(user=bob, invitation_id=invitation.pk)
+    his = official_run(closing, bob, 100).submission
+    official_run(closing, alice, 200)
+
+    sign_in(alice)
+    named = podium("nominate", closing.slug, str(his.pk))
+    assert named.code == 0, named.err
+    assert "Nominations are team Night Owls's" in named.out
+    assert f"Nominated: {his.pk} (by alice, " in named.out
+    sign_in(bob)
+    shown = podium("nominations", closing.slug)
+    assert shown.code == 0, shown.err
+    assert f"Nominated: {his.pk} (by alice, " in shown.out
+    assert f"Counted: {his.pk}\n" in shown.out
+
+
 def test_standings_print_with_their_digest_and_the_csv_is_checked(
     server: str, closed: Any, alice: Any, bob: Any, staff: Any, podium: Podium, tmp_path: Path
 ) -> None:

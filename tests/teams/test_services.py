@@ -317,7 +317,9 @@ def test_the_merge_rule_counts_practice_runs_too(alice, bob, benchmark, tmp_path
     assert members(team) == ["alice"]
 
 
-def test_a_member_who_leaves_takes_their_charges_of_the_day_along(alice, bob, benchmark, tmp_path):
+def test_a_member_who_leaves_leaves_their_charges_of_the_day_with_the_team_too(
+    alice, bob, benchmark, tmp_path
+):
     uploads = Uploads(benchmark, tmp_path)
     team = services.team_create(user=alice, benchmark=benchmark, name="T")
     join(team, bob)
@@ -326,7 +328,8 @@ def test_a_member_who_leaves_takes_their_charges_of_the_day_along(alice, bob, be
     services.team_leave(user=bob, benchmark=benchmark)
 
     now = timezone.now()
-    assert quota_for(alice, benchmark, Submission.OFFICIAL, now).used_today == 0
+    # The charge was made in the team: it counts against the team and against bob.
+    assert quota_for(alice, benchmark, Submission.OFFICIAL, now).used_today == 1
     assert quota_for(bob, benchmark, Submission.OFFICIAL, now).used_today == 1
 
 
