@@ -50,7 +50,9 @@ class SessionAuthentication(authentication.SessionAuthentication):
             ) from exc
 
 
-class SessionScheme(SpectacularSessionScheme):
-    """The schema's ``cookieAuth`` for :class:`SessionAuthentication`."""
+# drf-spectacular registers an extension from its untyped __init_subclass__.
+class SessionScheme(SpectacularSessionScheme):  # type: ignore[no-untyped-call]
+    """The schema's ``cookieAuth`` for :class:`SessionAuthentication` (the extension
+    drf-spectacular has matches DRF's own class only)."""
 
     target_class = "portal.api.auth.SessionAuthentication"
