@@ -101,6 +101,7 @@ base-images:
 bench: host-packages-bench install supervisor calibrate base-images
 	$(BIN)/python bench/score_overhead.py
 	$(BIN)/python bench/build_egress.py
+	$(BIN)/python bench/dockerfile_policy.py
 
 clean:
 	rm -rf var build $(SUPERVISOR) $(SUPERVISOR_AARCH64) $(CALIBRATE)

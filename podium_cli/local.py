@@ -11,8 +11,11 @@ container's spec, its limits, the supervisor's digest, the practice cohort), dow
 and checks the supervisor, builds the environment image with ``docker build``, runs
 ``build.sh`` in it as the build worker does (root in ``/submission``, every capability
 dropped, no privilege gain), commits the result, stages the practice images under fresh
-names with a manifest, and starts the image under the supervisor with the very container
-spec the portal published. It prints what the submission page shows (verdict, matches,
+names with a manifest, and starts the image under the supervisor in the published
+container spec as far as this client's own fixed template allows (limits and the
+in-container command only; see :func:`create_args`). A portal at a plain ``http://``
+address other than this machine's is refused unless ``--insecure-http`` says otherwise.
+It prints what the submission page shows (verdict, matches,
 wall time, resource readings, log tails) and where this machine cannot be the scoring
 host. Docker is driven through its command line (``docker``), never a library.
 """
@@ -22,8 +25,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import ipaddress
 import json
 import platform as platform_module
+import re
 import secrets
 import shutil
 import subprocess
@@ -33,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from podium_cli import judge, show
 from podium_cli.api import Client
@@ -96,84 +102,245 @@ def engine_platform(docker: Docker) -> str:
     return out.decode().strip()
 
 
-_SIMPLE_FLAGS = {
-    "user": "--user",
-    "working_dir": "--workdir",
-    "network_mode": "--network",
+# The container's arguments: a fixed template, and from the portal its limits only ---------
+#
+# The portal publishes the scored container's spec (and the build container's) so that a
+# local run is the scored one. But a spec is the portal's word, and what it could ask of
+# this machine's engine (a bind of /, a capability, --privileged, the host's network, a
+# device, a GPU through an environment variable) reaches far beyond the container. So
+# the arguments are this client's own template. The spec may give limits (memory, swap,
+# PIDs, CPUs, the OOM score, tmpfs sizes and inode caps, the log cap) and what runs
+# inside the container (entrypoint, command, working folder), which the portal decides
+# anyway through the supervisor it hands out; every other key it may only repeat with
+# the template's value. Anything else stops the run before anything is created.
+
+SUPERVISOR_TARGET = "/podium/supervise"  # where the scored container sees the supervisor
+INPUT_TARGET = "/contest/input"  # and the staged practice input
+_NO_HEALTHCHECK = {"test": ["NONE"]}
+# What the sandbox of each container is, whatever the spec says.
+RUN_TEMPLATE: dict[str, Any] = {
+    "user": "0:0",  # the supervisor's first instructions; it drops to the entrant's uid
+    "network_mode": "none",
+    "read_only": True,
+    "cap_drop": ["ALL"],
+    "cap_add": ["SETUID", "SETGID", "SETPCAP"],  # for the supervisor's drop only
+    "security_opt": ["no-new-privileges"],
+    "healthcheck": _NO_HEALTHCHECK,
+    "environment": [],
+    "labels": {},
+    "init": False,
+}
+BUILD_TEMPLATE: dict[str, Any] = {
+    "user": "0",
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "healthcheck": _NO_HEALTHCHECK,
+    "labels": {},
+}
+# Limits: spec key -> docker create flag.
+_LIMIT_FLAGS = {
     "pids_limit": "--pids-limit",
     "mem_limit": "--memory",
     "memswap_limit": "--memory-swap",
     "oom_score_adj": "--oom-score-adj",
     "cpuset_cpus": "--cpuset-cpus",
+    "nano_cpus": "--cpus",
 }
+# The least each may be: -1 is "no limit" where the engine takes it; a local run never
+# lowers its OOM score (that would spare it over this machine's own processes).
+_LIMIT_FLOORS = {
+    "pids_limit": -1,
+    "mem_limit": 1,
+    "memswap_limit": -1,
+    "oom_score_adj": 0,
+    "nano_cpus": 1,
+}
+_CPUSET = re.compile(r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*")
+_TMPFS_FLAGS = frozenset({"rw", "ro", "exec", "noexec", "suid", "nosuid", "dev", "nodev"})
+_TMPFS_VALUES = {
+    "size": re.compile(r"[0-9]+[kmg]?"),
+    "nr_inodes": re.compile(r"[0-9]+[kmg]?"),
+    "uid": re.compile(r"[0-9]{1,10}"),
+    "gid": re.compile(r"[0-9]{1,10}"),
+    "mode": re.compile(r"[0-7]{3,4}"),
+}
+_LOG_OPTIONS = {"max-size": re.compile(r"[0-9]+[kmg]?"), "max-file": re.compile(r"[0-9]{1,4}")}
+_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
+_NEVER = (
+    "a local run never takes the user, network, capabilities, security options, mounts, "
+    "devices or environment from a portal"
+)
 
 
-def create_args(spec: dict[str, Any], *, image: str) -> list[str]:
-    """``docker create`` arguments for a container spec in the Docker SDK's names (the
-    form the portal publishes). A key this client does not know stops the run: it could
-    be a limit it would otherwise leave out."""
+def _refused(key: str, value: Any, why: str) -> CliError:
+    shown = json.dumps(value)[:200]
+    return CliError(
+        f"The sandbox the portal published sets `{key}` to {shown}: {why}. Nothing was "
+        "run; if the portal is yours and changed its sandbox, update podium."
+    )
+
+
+def _limit(key: str, value: Any) -> str:
+    """A limit's value as its flag takes it; refused when it is not a plain limit."""
+    if key == "cpuset_cpus":
+        if isinstance(value, str) and _CPUSET.fullmatch(value):
+            return value
+        raise _refused(key, value, "it is not a CPU list like 0-3,8")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _refused(key, value, "a limit is a whole number")
+    if value < _LIMIT_FLOORS[key]:
+        raise _refused(key, value, f"it is below {_LIMIT_FLOORS[key]}")
+    if key == "oom_score_adj" and value > 1000:
+        raise _refused(key, value, "an OOM score is at most 1000")
+    return f"{value / 1e9:g}" if key == "nano_cpus" else str(value)
+
+
+def _tmpfs(value: Any) -> list[str]:
+    """``--tmpfs PATH:OPTIONS`` for each of the spec's tmpfs mounts: in-container memory
+    with its size and inode cap, no other option."""
+    if not isinstance(value, dict):
+        raise _refused("tmpfs", value, "it is not a map of paths to options")
     args: list[str] = []
-    command = list(spec.get("command") or [])
-    entrypoint = spec.get("entrypoint")
+    for path, options in value.items():
+        if not (isinstance(path, str) and _PATH.fullmatch(path) and ".." not in path):
+            raise _refused("tmpfs", value, f"{path!r} is not a plain absolute path")
+        for option in str(options).split(","):
+            name, equals, setting = option.partition("=")
+            pattern = _TMPFS_VALUES.get(name)
+            plain = not equals and name in _TMPFS_FLAGS
+            if not plain and not (equals and pattern and pattern.fullmatch(setting)):
+                raise _refused("tmpfs", value, f"the option {option!r} is not a tmpfs limit")
+        args += ["--tmpfs", f"{path}:{options}"]
+    return args
+
+
+def _log_config(value: Any) -> list[str]:
+    if not isinstance(value, dict) or value.get("type", "json-file") != "json-file":
+        raise _refused("log_config", value, "only the json-file log driver is taken")
+    args = ["--log-driver", "json-file"]
+    for name, setting in dict(value.get("config") or {}).items():
+        pattern = _LOG_OPTIONS.get(name)
+        if pattern is None or not pattern.fullmatch(str(setting)):
+            raise _refused("log_config", value, f"the log option {name!r} is not a cap")
+        args += ["--log-opt", f"{name}={setting}"]
+    return args
+
+
+def _words(key: str, value: Any) -> list[str]:
+    if not (isinstance(value, list) and all(isinstance(word, str) for word in value)):
+        raise _refused(key, value, "it is not a list of words")
+    return list(value)
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A bind mount this client makes: a local path, read-only, where the container
+    sees it; the spec's mount of the same target names the source by ``placeholder``."""
+
+    source: str
+    target: str
+    placeholder: str
+
+
+def create_args(
+    spec: dict[str, Any],
+    *,
+    image: str,
+    template: dict[str, Any],
+    label: str,
+    network: str | None = None,
+    binds: Sequence[Bind] = (),
+) -> list[str]:
+    """``docker create`` arguments for the container ``spec`` (the Docker SDK's names, as
+    the portal publishes it) describes, built from ``template``, ``binds`` (read-only),
+    ``network`` (when the template has none) and this client's label, with only the
+    spec's limits and in-container command taken. A spec key of the template's with
+    another value, a mount other than ``binds``, or a key this client does not take
+    stops the run (:class:`CliError`) before anything is created."""
+    settings = {**template, **({"network_mode": network} if network else {})}
+    limits: list[str] = []
+    command: list[str] = []
+    entrypoint: list[str] | None = None
+    working_dir: str | None = None
     for key, value in spec.items():
-        if key in ("image", "command", "entrypoint", "init"):
+        if key == "image":
             continue
-        if key in _SIMPLE_FLAGS:
-            args += [_SIMPLE_FLAGS[key], str(value)]
-        elif key == "read_only":
-            args += ["--read-only"] if value else []
-        elif key == "environment":
-            for item in value:
-                args += ["--env", str(item)]
-        elif key == "labels":
-            for name, text in dict(value).items():
-                args += ["--label", f"{name}={text}"]
-        elif key in ("cap_drop", "cap_add", "security_opt"):
-            flag = {"cap_drop": "--cap-drop", "cap_add": "--cap-add"}.get(key, "--security-opt")
-            for item in value:
-                args += [flag, str(item)]
-        elif key == "healthcheck":
-            if list(value.get("test") or []) != ["NONE"]:
-                raise CliError("The sandbox asks for a health check this client cannot set.")
-            args += ["--no-healthcheck"]
-        elif key == "tmpfs":
-            for path, options in dict(value).items():
-                args += ["--tmpfs", f"{path}:{options}"]
+        if key in template:
+            if value != template[key]:
+                raise _refused(key, value, f"this client's sandbox has {template[key]!r}; {_NEVER}")
         elif key == "mounts":
-            for mount in value:
-                if mount.get("Type") != "bind":
-                    raise CliError(
-                        f"The sandbox has a {mount.get('Type')} mount this client lacks."
-                    )
-                readonly = ",readonly" if mount.get("ReadOnly") else ""
-                args += [
-                    "--mount",
-                    f"type=bind,source={mount['Source']},target={mount['Target']}{readonly}",
-                ]
+            wanted = [
+                {"Type": "bind", "Source": b.placeholder, "Target": b.target, "ReadOnly": True}
+                for b in binds
+            ]
+            if value != wanted:
+                raise _refused(key, value, f"this client binds only its own files; {_NEVER}")
+        elif key in _LIMIT_FLAGS:
+            limits += [_LIMIT_FLAGS[key], _limit(key, value)]
+        elif key == "tmpfs":
+            limits += _tmpfs(value)
         elif key == "log_config":
-            args += ["--log-driver", str(value.get("type", "json-file"))]
-            for name, text in dict(value.get("config") or {}).items():
-                args += ["--log-opt", f"{name}={text}"]
+            limits += _log_config(value)
+        elif key == "command":
+            command = _words(key, value)
+        elif key == "entrypoint":
+            entrypoint = _words(key, value)
+        elif key == "working_dir":
+            if not (isinstance(value, str) and _PATH.fullmatch(value)):
+                raise _refused(key, value, "it is not a plain absolute path")
+            working_dir = value
         else:
-            raise CliError(
-                f"The sandbox has a setting this client does not know ({key}); update podium."
-            )
+            raise _refused(key, value, f"this client does not take that setting; {_NEVER}")
+    args = [
+        "--user", str(settings["user"]),
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--no-healthcheck",
+        "--label", label,
+    ]  # fmt: skip
+    for capability in settings.get("cap_add", []):
+        args += ["--cap-add", str(capability)]
+    if "network_mode" in settings:
+        args += ["--network", str(settings["network_mode"])]
+    if settings.get("read_only"):
+        args += ["--read-only"]
+    for bind in binds:
+        args += ["--mount", f"type=bind,source={bind.source},target={bind.target},readonly"]
+    if working_dir is not None:
+        args += ["--workdir", working_dir]
+    args += limits
     if entrypoint is not None:
-        entry = list(entrypoint)
-        args += ["--entrypoint", entry[0] if entry else ""]
-        command = entry[1:] + command
+        args += ["--entrypoint", entrypoint[0] if entrypoint else ""]
+        command = entrypoint[1:] + command
     return [*args, image, *command]
 
 
-def substitute(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with each placeholder string replaced by its local value."""
-    if isinstance(value, str):
-        return names.get(value, value)
-    if isinstance(value, list):
-        return [substitute(item, names) for item in value]
-    if isinstance(value, dict):
-        return {key: substitute(item, names) for key, item in value.items()}
-    return value
+def builder_args(published: dict[str, Any], image: str, network: str) -> list[str]:
+    """``docker create`` arguments of the container that runs build.sh."""
+    return create_args(
+        published["build"],
+        image=image,
+        template=BUILD_TEMPLATE,
+        label=f"{LABEL}=build",
+        network=network,
+    )
+
+
+def scored_args(
+    published: dict[str, Any], image: str, supervisor: str, input_dir: str
+) -> list[str]:
+    """``docker create`` arguments of the scored container."""
+    placeholders = published["placeholders"]
+    return create_args(
+        published["container"],
+        image=image,
+        template=RUN_TEMPLATE,
+        label=f"{LABEL}=run",
+        binds=[
+            Bind(supervisor, SUPERVISOR_TARGET, placeholders["supervisor"]),
+            Bind(input_dir, INPUT_TARGET, placeholders["input"]),
+        ],
+    )
 
 
 # validate --------------------------------------------------------------------------------
@@ -374,13 +541,42 @@ class LocalRun:
         return dest
 
 
+def loopback(url: str) -> bool:
+    """Whether ``url``'s host is this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(url: str, *, insecure_http: bool) -> None:
+    """Refuse a portal reached over plain HTTP, unless on this machine or told to: a local
+    run executes the supervisor binary and the sandbox that portal hands out, which anyone
+    on the path could swap (the published digest travels the same way)."""
+    if urlsplit(url).scheme == "https" or loopback(url) or insecure_http:
+        return
+    raise CliError(
+        f"{url} is plain HTTP: a local run executes the supervisor and the sandbox this "
+        "portal sends, which anyone on the way could replace. Use its https:// address, "
+        "or pass --insecure-http if you trust the network between you."
+    )
+
+
 def run_local(args: argparse.Namespace, client: Client, docker: Docker | None = None) -> int:
     folder = Path(args.folder)
     if not folder.is_dir():
         raise CliError(f"{folder}: no such folder.")
+    check_transport(client.url, insecure_http=args.insecure_http)
     docker = docker or Docker()
     runner = LocalRun(client, docker)
     published = client.get_json(f"/benchmarks/{args.benchmark}/sandbox/")
+    # Both containers' arguments, before anything is built: a sandbox this client would
+    # not run stops it here (CliError).
+    builder_args(published, "-", args.build_network)
+    scored_args(published, "-", "-", "-")
     practice = published.get("practice")
     if not practice:
         raise CliError("This benchmark has no practice cohort yet: a local run scores on it.")
@@ -459,10 +655,8 @@ def _build_and_score(
     )  # fmt: skip
     if built.code != 0:
         raise CliError("The environment's docker build failed; see its output above.")
-    build_spec = substitute(published["build"], {published["placeholders"]["image"]: env_image})
-    build_spec["network_mode"] = args.build_network
-    build_spec["labels"] = {LABEL: "build"}
-    container = docker.check("create", *create_args(build_spec, image=env_image)).decode().strip()
+    build_args = builder_args(published, env_image, args.build_network)
+    container = docker.check("create", *build_args).decode().strip()
     try:
         docker.check("cp", "-", f"{container}:/", stdin=build_context_tar(folder, "submission"))
         print("Running build.sh as the build worker does ...")
@@ -477,16 +671,10 @@ def _build_and_score(
         docker("rm", "--force", container)
     archive = runner.download(practice["download_url"], scratch / "practice.tar.gz")
     input_dir, references = stage_practice(archive, scratch / "run")
-    names = {
-        published["placeholders"]["image"]: sub_image,
-        published["placeholders"]["supervisor"]: str(supervisor),
-        published["placeholders"]["input"]: str(input_dir),
-    }
-    spec = substitute(published["container"], names)
-    spec["labels"] = {LABEL: "run"}
+    run_args = scored_args(published, sub_image, str(supervisor), str(input_dir))
     outer_s = float(published["limits"]["outer_timeout_s"])
     print(f"Scoring on the practice cohort ({show.plural(len(references), 'image')}) ...")
-    container = docker.check("create", *create_args(spec, image=sub_image)).decode().strip()
+    container = docker.check("create", *run_args).decode().strip()
     try:
         docker.check("start", container)
         try:

@@ -182,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--keep-images", action="store_true", help="keep the built images (podium-local/...)"
     )
+    local.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="allow a portal at a plain http:// address other than this machine's (the "
+        "supervisor and the sandbox it sends could be swapped on the way)",
+    )
 
     submit = command(
         "submit",

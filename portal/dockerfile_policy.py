@@ -46,7 +46,10 @@ pulls a missing image; every rule below exists because of what that builder woul
 Variables (``$NAME``, ``${NAME}``, ``${NAME:-default}``...) are resolved as Docker does:
 ``FROM`` from the ``ARG``\\ s before the first ``FROM``, other lines from the stage's
 ``ENV`` and ``ARG``\\ s, build arguments overriding declared defaults; a variable without
-a known value where a name is checked is itself a violation.
+a known value where a name is checked is itself a violation. Substitution is bounded
+(:data:`MAX_WORD_VARIABLES` per word, :data:`MAX_FILE_VARIABLES` per file): the first
+line past a bound is refused and the check stops there, so that its time and memory
+stay within a fixed multiple of the text's size, whatever the text.
 
 The function never raises for any text: whatever Docker itself would reject is either
 reported or left for the build to fail on, which costs the entrant nothing but time.
@@ -234,7 +237,8 @@ def _reference_problem(ref: str, prefixes: Sequence[str]) -> str | None:
     reference = _full_reference(ref)
     if reference is None:
         if not _names_registry(ref) and _full_reference(f"{DOCKER_HUB}/{ref}") is not None:
-            return f"which has no registry; write it with its registry, like {_suggestion(ref)}."
+            meant = _shown(_suggestion(ref))
+            return f"which has no registry; write it with its registry, like {meant}."
         return (
             "which is not a valid image reference; write it as registry/repository:tag, "
             f"like {_EXAMPLE}."
@@ -475,9 +479,13 @@ def _make_instruction(line_no: int, logical: str) -> _Instruction | None:
 
 
 def _can_hold_heredoc(instruction: _Instruction) -> bool:
+    """Docker's canContainHeredoc: RUN, COPY or ADD in shell form, or ``ONBUILD`` of one
+    (one level only: ``ONBUILD ONBUILD RUN <<EOF`` holds none)."""
     if instruction.keyword == "ONBUILD":
         inner = _make_instruction(instruction.line, instruction.rest)
-        return inner is not None and _can_hold_heredoc(inner)
+        if inner is None:
+            return False
+        instruction = inner
     return instruction.keyword in _HEREDOC_INSTRUCTIONS and instruction.json_args is None
 
 
@@ -499,9 +507,10 @@ def _parse(text: str) -> tuple[list[_Instruction], _Directives]:
         directives.consider(token)
         if token.startswith("#"):
             token = ""
-        logical, complete = _trim_continuation(token, directives.escape)
-        if complete and logical == "":
+        first, complete = _trim_continuation(token, directives.escape)
+        if complete and first == "":
             continue
+        pieces = [first]  # joined once: a long continuation costs linear time
         while not complete and index < len(lines):
             raw = lines[index]
             index += 1
@@ -510,7 +519,8 @@ def _parse(text: str) -> tuple[list[_Instruction], _Directives]:
             if _is_comment(raw) or _lstrip_go(piece) == "":
                 continue
             piece, complete = _trim_continuation(piece, directives.escape)
-            logical += piece
+            pieces.append(piece)
+        logical = "".join(pieces)
         instruction = _make_instruction(start_line, logical)
         if instruction is None:
             continue
@@ -528,6 +538,54 @@ def _parse(text: str) -> tuple[list[_Instruction], _Directives]:
 
 # Variables ----------------------------------------------------------------------------
 
+# Variable substitution is bounded, so that no text (``ENV V1=${V0}${V0}``, then V2 from
+# V1... doubles each line) makes the check's time or memory grow past a fixed multiple
+# of the file's size. MAX_WORD_VARIABLES: the characters the values of variables may
+# bring into one word; MAX_FILE_VARIABLES: into the whole file, counting also each
+# variable a stage carries over from the stage it is built on (name and value).
+MAX_WORD_VARIABLES = 64 * 1024
+MAX_FILE_VARIABLES = 1024 * 1024
+_SHOWN_CHARS = 512  # the most of a word or value a message repeats
+
+
+def _shown(text: str) -> str:
+    """``text`` as a message repeats it: its first :data:`_SHOWN_CHARS` characters."""
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+
+
+class _TooMuchExpansion(Exception):
+    """Variable substitution past :data:`MAX_WORD_VARIABLES` (``whole_file`` False) or
+    :data:`MAX_FILE_VARIABLES` (True): the check refuses the line and reads no further."""
+
+    def __init__(self, *, whole_file: bool) -> None:
+        super().__init__("whole file" if whole_file else "one word")
+        self.whole_file = whole_file
+
+    def message(self, keyword: str) -> str:
+        if self.whole_file:
+            return (
+                f"{keyword} takes the file's variable substitution past "
+                f"{MAX_FILE_VARIABLES // 2**20} MiB in all, the most this check follows; "
+                "write the values out instead of building them from other variables."
+            )
+        return (
+            f"{keyword} substitutes more than {MAX_WORD_VARIABLES // 1024} KiB of variable "
+            "values into one word, the most this check follows; write the value out "
+            "instead of building it from other variables."
+        )
+
+
+@dataclass
+class _Meter:
+    """What is left of the file's :data:`MAX_FILE_VARIABLES`."""
+
+    left: int = MAX_FILE_VARIABLES
+
+    def spend(self, characters: int) -> None:
+        self.left -= characters
+        if self.left < 0:
+            raise _TooMuchExpansion(whole_file=True)
+
 
 class _Unresolved(Exception):
     """A variable without a value; with ``unsupported``, a substitution form the policy
@@ -541,11 +599,12 @@ class _Unresolved(Exception):
         self.trigger = trigger
 
     def why(self) -> str:
+        name = _shown(self.name)
         if self.unsupported:
-            return f"the variable `{self.name}` in a form this check cannot follow"
+            return f"the variable `{name}` in a form this check cannot follow"
         if self.trigger:
-            return f"the variable `{self.name}`, whose value in the build that runs it is unknown"
-        return f"the variable `{self.name}`, which has no value"
+            return f"the variable `{name}`, whose value in the build that runs it is unknown"
+        return f"the variable `{name}`, which has no value"
 
 
 Lookup = Callable[[str], str | None]
@@ -556,13 +615,25 @@ class _Expander:
     / ``${NAME-x}`` / ``${NAME:+x}`` / ``${NAME+x}`` / ``${NAME:?x}`` substituted.
 
     A variable without a value (or a substitution form this policy cannot check) raises
-    :class:`_Unresolved`, so nothing unknown ever passes the policy."""
+    :class:`_Unresolved`, so nothing unknown ever passes the policy. Every value
+    substituted is counted, against the word's bound and ``meter``
+    (:class:`_TooMuchExpansion`): the result is never longer than the word plus
+    :data:`MAX_WORD_VARIABLES`."""
 
-    def __init__(self, text: str, lookup: Lookup, escape: str) -> None:
+    def __init__(self, text: str, lookup: Lookup, escape: str, meter: _Meter) -> None:
         self.text = text
         self.pos = 0
         self.lookup = lookup
         self.escape = escape
+        self.meter = meter
+        self.substituted = 0
+
+    def _substitute(self, value: str) -> str:
+        self.substituted += len(value)
+        if self.substituted > MAX_WORD_VARIABLES:
+            raise _TooMuchExpansion(whole_file=False)
+        self.meter.spend(len(value))
+        return value
 
     def expand(self) -> str:
         return self._word(stop="", depth=0)
@@ -624,7 +695,7 @@ class _Expander:
         value = self.lookup(name)
         if value is None:
             raise _Unresolved(name)
-        return value
+        return self._substitute(value)
 
     def _dollar(self, depth: int) -> str:
         self.pos += 1  # the "$"
@@ -653,20 +724,16 @@ class _Expander:
         self.pos += 1
         value = self.lookup(name)
         if operator == ":-":
-            return value if value else alternative
+            return self._substitute(value) if value else alternative
         if operator == "-":
-            return alternative if value is None else value
+            return alternative if value is None else self._substitute(value)
         if operator == ":+":
             return alternative if value else ""
         if operator == "+":
             return alternative if value is not None else ""
         if value is None or (operator == ":?" and not value):
             raise _Unresolved(name)
-        return value
-
-
-def _expand(text: str, lookup: Lookup, escape: str) -> str:
-    return _Expander(text, lookup, escape).expand()
+        return self._substitute(value)
 
 
 # The policy -------------------------------------------------------------------------------
@@ -813,9 +880,13 @@ class _Checker:
     all_aliases: set[str] = field(default_factory=set)
     current_alias: str = ""
     stage_index: int = -1  # 0-based index of the stage being read
+    meter: _Meter = field(default_factory=_Meter)
 
     def refuse(self, line: int, message: str) -> None:
         self.violations.append(Violation(line, message))
+
+    def _expand(self, text: str, lookup: Lookup) -> str:
+        return _Expander(text, lookup, self.escape, self.meter).expand()
 
     def _global_lookup(self, name: str) -> str | None:
         return self.global_args.get(name)
@@ -834,7 +905,7 @@ class _Checker:
                 target[name] = self.build_args[name]
             elif default is not None:
                 try:
-                    target[name] = _expand(default, lookup, self.escape)
+                    target[name] = self._expand(default, lookup)
                 except _Unresolved:
                     target[name] = None
             elif not global_scope and name in self.global_args:
@@ -849,7 +920,7 @@ class _Checker:
             pairs = [(legacy[0], legacy[1] if len(legacy) > 1 else "")]
         for name, value in pairs:
             try:
-                self.stage_env[name] = _expand(value or "", self._stage_lookup, self.escape)
+                self.stage_env[name] = self._expand(value or "", self._stage_lookup)
             except _Unresolved:
                 self.stage_env[name] = None
 
@@ -857,7 +928,9 @@ class _Checker:
         """Refuse ``ref`` if the rules say so; whether it is allowed."""
         problem = _reference_problem(ref, self.allowed_prefixes)
         if problem:
-            shown = f"`{ref}`" if ref == written else f"`{written}` (that is, `{ref}`)"
+            shown = f"`{_shown(ref)}`"
+            if ref != written:
+                shown = f"`{_shown(written)}` (that is, {shown})"
             self.refuse(line, f"{what} names {shown}, {problem}")
         return problem is None
 
@@ -881,7 +954,7 @@ class _Checker:
             return self.global_args.get(name)
 
         try:
-            return _expand(values[-1], lookup, self.escape)
+            return self._expand(values[-1], lookup)
         except _Unresolved:
             return ""
 
@@ -889,7 +962,7 @@ class _Checker:
         """Check a ``--from`` (COPY, or RUN --mount): an earlier stage or an image."""
         lookup = _trigger_lookup if trigger else self._stage_lookup
         try:
-            ref = _expand(written, lookup, self.escape)
+            ref = self._expand(written, lookup)
         except _Unresolved as exc:
             self.refuse(line, f"{what} uses {exc.why()}; name the stage or image directly.")
             return
@@ -898,7 +971,7 @@ class _Checker:
         if trigger and (is_index or stage in self.all_aliases):
             self.refuse(
                 line,
-                f"{what} names the stage `{ref}`, but an ONBUILD trigger runs in a later "
+                f"{what} names the stage `{_shown(ref)}`, but an ONBUILD trigger runs in a later "
                 "build without this file's stages; name a full image reference.",
             )
         elif is_index and not 0 <= int(ref) < self.stage_index:
@@ -910,7 +983,7 @@ class _Checker:
         elif not is_index and stage in self.all_aliases - self.earlier_aliases:
             self.refuse(
                 line,
-                f"{what} names the stage `{ref}`, which is this stage or a later one; "
+                f"{what} names the stage `{_shown(ref)}`, which is this stage or a later one; "
                 "name a stage defined above this one or a full image reference.",
             )
         elif not is_index and stage not in self.earlier_aliases:
@@ -939,7 +1012,7 @@ class _Checker:
         """Check a FROM image (and note it for the platform check when it is allowed);
         the ENV the new stage starts with, as far as known."""
         try:
-            image = _expand(written, self._global_lookup, self.escape)
+            image = self._expand(written, self._global_lookup)
         except _Unresolved as exc:
             self.refuse(
                 line,
@@ -949,13 +1022,15 @@ class _Checker:
             return {}
         stage = image.lower()
         if not image:
-            self.refuse(line, f"FROM `{written}` names no image.")
+            self.refuse(line, f"FROM `{_shown(written)}` names no image.")
         elif stage in self.earlier_aliases:
-            return dict(self.env_by_alias.get(stage, {}))
+            inherited = dict(self.env_by_alias.get(stage, {}))
+            self.meter.spend(sum(len(k) + len(v or "") for k, v in inherited.items()))
+            return inherited
         elif stage in self.all_aliases:
             self.refuse(
                 line,
-                f"FROM names the stage `{image}`, which is this stage or a later one; "
+                f"FROM names the stage `{_shown(image)}`, which is this stage or a later one; "
                 "name a stage defined above this one or a full image reference.",
             )
         elif stage != "scratch" and self._check_image(line, "FROM", written, image):
@@ -983,9 +1058,9 @@ class _Checker:
                 continue
             shown = [p for p in sorted(offered) if "unknown" not in p]
             has = f" (it has {', '.join(shown)})" if shown else ""
-            name = f"`{stage.written}`"
+            name = f"`{_shown(stage.written)}`"
             if stage.ref != stage.written:
-                name += f" (that is, `{stage.ref}`)"
+                name += f" (that is, `{_shown(stage.ref)}`)"
             refused.append(
                 Violation(
                     stage.line,
@@ -1012,17 +1087,18 @@ class _Checker:
         lookup = _trigger_lookup if trigger else self._stage_lookup
         for source in sources:
             try:
-                expanded = _expand(source, lookup, self.escape)
+                expanded = self._expand(source, lookup)
             except _Unresolved as exc:
                 self.refuse(
                     instruction.line,
-                    f"{what} source `{source}` uses {exc.why()}; write the local path directly.",
+                    f"{what} source `{_shown(source)}` uses {exc.why()}; "
+                    "write the local path directly.",
                 )
                 continue
             if _is_remote(source) or _is_remote(expanded):
                 self.refuse(
                     instruction.line,
-                    f"{what} cannot fetch `{expanded}` from the network; COPY a local file "
+                    f"{what} cannot fetch `{_shown(expanded)}` from the network; COPY a local file "
                     "or download it in a RUN step instead.",
                 )
 
@@ -1053,17 +1129,17 @@ class _Checker:
         lookup = _trigger_lookup if trigger else self._stage_lookup
         for written in _label_keys(instruction.rest, self.escape):
             try:
-                key = _expand(written, lookup, self.escape)
+                key = self._expand(written, lookup)
             except _Unresolved as exc:
                 self.refuse(
                     instruction.line,
-                    f"{what} key `{written}` uses {exc.why()}; write the key directly.",
+                    f"{what} key `{_shown(written)}` uses {exc.why()}; write the key directly.",
                 )
                 continue
             if _reserved_label(key):
                 self.refuse(
                     instruction.line,
-                    f"{what} key `{_strip_go(key)}` is reserved (podium.* is Podium's and "
+                    f"{what} key `{_shown(_strip_go(key))}` is reserved (podium.* is Podium's and "
                     "com.docker.* is Docker's); choose another key.",
                 )
 
@@ -1146,13 +1222,13 @@ def _check_syntax_directive(text: str, checker: _Checker) -> None:
     if _entrant_image(frontend):
         checker.refuse(
             line,
-            f"The syntax directive names `{frontend}`, another entrant's image "
+            f"The syntax directive names `{_shown(frontend)}`, another entrant's image "
             f"({ENTRANT_NAMESPACE}/), which no Dockerfile may use; remove that line.",
         )
     elif _reference_problem(frontend, checker.allowed_prefixes):
         checker.refuse(
             line,
-            f"The syntax directive names the frontend `{frontend}`; only docker/dockerfile "
+            f"The syntax directive names the frontend `{_shown(frontend)}`; only docker/dockerfile "
             "or a full reference under an allowed prefix may be used, so remove that line.",
         )
 
@@ -1253,14 +1329,18 @@ def _check(
 
     seen_from = False
     for instruction in instructions:
-        if instruction.keyword == "FROM":
-            seen_from = True
-            checker.check_from(instruction)
-        elif not seen_from:
-            if instruction.keyword == "ARG":
-                checker.declare_args(instruction.rest, global_scope=True)
-        else:
-            checker.check_instruction(instruction)
+        try:
+            if instruction.keyword == "FROM":
+                seen_from = True
+                checker.check_from(instruction)
+            elif not seen_from:
+                if instruction.keyword == "ARG":
+                    checker.declare_args(instruction.rest, global_scope=True)
+            else:
+                checker.check_instruction(instruction)
+        except _TooMuchExpansion as exc:
+            checker.refuse(instruction.line, exc.message(instruction.keyword))
+            return checker
     if not seen_from:
         checker.refuse(instructions[0].line, "The Dockerfile has no FROM instruction.")
     return checker

@@ -223,7 +223,7 @@ FILE_UPLOAD_HANDLERS = [
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "portal.api.auth.ApiTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "portal.api.auth.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",

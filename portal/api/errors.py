@@ -9,6 +9,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from portal.api.auth import CsrfFailed
 from portal.errors import PodiumError
 
 
@@ -33,6 +34,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return None
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         code, response.status_code = "not_authenticated", status.HTTP_401_UNAUTHORIZED
+    elif isinstance(exc, CsrfFailed):
+        code, response.status_code = "csrf_failed", status.HTTP_403_FORBIDDEN
     elif isinstance(exc, exceptions.NotFound | exceptions.PermissionDenied):
         code, response.status_code = "not_found", status.HTTP_404_NOT_FOUND
     elif isinstance(exc, exceptions.ValidationError | exceptions.ParseError):

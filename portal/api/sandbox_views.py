@@ -25,7 +25,7 @@ from portal.api.common import NOT_FOUND, RawAPIView, dockerfile_text, get_benchm
 from portal.contests import rules, sandbox
 from portal.contests.hardware import class_hardware
 from portal.contests.models import Benchmark, Cohort
-from portal.environments.services import dockerfile_judge
+from portal.environments.services import dockerfile_judge, entrant_check_verified
 from portal.hosts.selectors import noise_band
 from portal.throttles import PostRateThrottle
 from portal.uploads import MAX_DOCKERFILE_BYTES, upload_check, upload_route
@@ -51,10 +51,15 @@ class DockerfileCheckView(APIView):
             "multipart/form-data": s.DockerfileCheckUploadSerializer,
             "application/json": s.DockerfileCheckTextSerializer,
         },
-        responses={200: s.DockerfileCheckSerializer, **s.error_responses(400, 401, 404, 429)},
+        responses={
+            200: s.DockerfileCheckSerializer,
+            **s.error_responses(400, 401, 403, 404, 413, 429),
+        },
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        # As an upload: the check is work for the web server, so only a verified account.
+        entrant_check_verified(entrant=request.user)
         upload_check(request)
         # A JSON body may be any value; only an object carries the field.
         given = request.data.get("dockerfile") if isinstance(request.data, dict) else None

@@ -136,9 +136,4 @@ class WriteUpDownloadView(RawAPIView):
             origin=Origin.of(request),
             reading=True,
         )
-        return FileResponse(
-            writeups.writeup_open(writeup),
-            as_attachment=True,
-            filename=writeup.file_name,
-            content_type="application/pdf",
-        )
+        return writeups.writeup_response(writeup)

@@ -12,8 +12,10 @@
   (:attr:`Decision.extra_runs`); once both had theirs, close neighbours share a rank (a
   chain of close neighbours is one tied group, ranked as its first: 1, 2, 2, 4).
 - **The canonical export** (:func:`canonical_csv`, :func:`digest_of`): the rows as CSV
-  with fixed columns and ``\\n`` line ends; its SHA-256 is the standings' digest, so
-  ``sha256sum`` of the CSV export verifies it.
+  with fixed columns and ``\\n`` line ends, every cell a spreadsheet would read as a
+  formula neutralised; its SHA-256 is the standings' digest, so ``sha256sum`` of the CSV
+  export verifies it. Standings published before cells were neutralised keep the plain
+  form their digest is of (:func:`published_csv`).
 """
 
 from __future__ import annotations
@@ -173,26 +175,55 @@ def decide(scored: Iterable[Scored], *, band_pct: float | None) -> Decision:
     )
 
 
-def canonical_csv(rows: Iterable[Row]) -> str:
+# What a spreadsheet reads as the start of a formula (OWASP's list for CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutral_cell(cell: str) -> str:
+    """``cell`` as the canonical CSV writes it: one that starts like a formula
+    (:data:`FORMULA_STARTS`: ``=HYPERLINK(...)``, ``-2+3``, ``@SUM(...)``) gets a leading
+    apostrophe, which a spreadsheet shows as text; any other is unchanged."""
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
+def canonical_csv(rows: Iterable[Row], *, neutral: bool = True) -> str:
     """The rows as the canonical CSV: :data:`CSV_COLUMNS`, ``\\n`` line ends, ``tied`` as
-    ``true``/``false``; the standings' digest is its SHA-256."""
+    ``true``/``false``, every cell through :func:`neutral_cell`; the standings' digest is
+    its SHA-256. ``neutral=False``: the plain form, as standings were published before
+    cells were neutralised (:func:`published_csv`)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for row in rows:
-        writer.writerow(
-            [
-                row.rank,
-                row.entrant,
-                row.submission_id,
-                row.wall_time_ns,
-                row.runs,
-                "true" if row.tied else "false",
-            ]
-        )
+        cells = [
+            str(row.rank),
+            row.entrant,
+            str(row.submission_id),
+            str(row.wall_time_ns),
+            str(row.runs),
+            "true" if row.tied else "false",
+        ]
+        writer.writerow([neutral_cell(cell) for cell in cells] if neutral else cells)
     return out.getvalue()
+
+
+def _sha256(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def digest_of(rows: Iterable[Row]) -> str:
     """``sha256:<hex>`` of :func:`canonical_csv`."""
-    return "sha256:" + hashlib.sha256(canonical_csv(rows).encode()).hexdigest()
+    return _sha256(canonical_csv(rows))
+
+
+def published_csv(rows: Sequence[Row], digest: str) -> str:
+    """The CSV whose SHA-256 is the published ``digest``: the canonical form, or, for
+    standings published before cells were neutralised whose rows have a cell that
+    starts like a formula, the plain form their digest is of (a published digest never
+    changes). The two forms differ only where such a cell is."""
+    text = canonical_csv(rows)
+    if _sha256(text) != digest:
+        plain = canonical_csv(rows, neutral=False)
+        if _sha256(plain) == digest:
+            return plain
+    return text

@@ -97,8 +97,9 @@ class Published:
 
     @property
     def csv(self) -> str:
-        """The canonical CSV: its SHA-256 is ``standings.digest``."""
-        return rules.canonical_csv(self.rows)
+        """The standings' CSV, whose SHA-256 is ``standings.digest`` (``rules.published_csv``:
+        the canonical form, or the plain one standings published before it are of)."""
+        return rules.published_csv(self.rows, self.standings.digest)
 
 
 def published(benchmark: Benchmark) -> Published | None:

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
+from django.http import FileResponse
 from django.utils import timezone
 
 from portal import errors, storage
@@ -32,6 +33,11 @@ PDF_MAGIC = b"%PDF-"
 VIEW_WRITEUP = "standings.view_writeup"
 GRADED_STATUSES = (Submission.PASSED, Submission.FAILED)
 PUBLIC_CACHE_S = 15 * 60
+# An entrant's file on the portal's own origin: never shown in the page, never run.
+WRITEUP_HEADERS = {
+    "Content-Security-Policy": "sandbox; default-src 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 def max_bytes() -> int:
@@ -226,6 +232,22 @@ def writeup_open(writeup: WriteUp) -> IO[bytes]:
         return storage.writeup_path(writeup.benchmark_id, writeup.entrant_id).open("rb")
     except FileNotFoundError as exc:
         raise errors.NotFound("This write-up's file is no longer kept.") from exc
+
+
+def writeup_response(writeup: WriteUp) -> FileResponse:
+    """The write-up's PDF as every route serves it: an attachment (saved, never opened in
+    the portal's pages), under a sandboxing Content-Security-Policy that allows nothing
+    and ``nosniff``, so that a file which is more than a PDF runs nothing on the portal's
+    origin. Raises NotFound when the file is gone."""
+    response = FileResponse(
+        writeup_open(writeup),
+        as_attachment=True,
+        filename=writeup.file_name,
+        content_type="application/pdf",
+    )
+    for header, value in WRITEUP_HEADERS.items():
+        response[header] = value
+    return response
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,8 @@ def writeup_change(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 def writeup_pdf(request: HttpRequest, pk: int) -> FileResponse:
-    """The PDF: to its entrant, and to everyone once public (staff read private ones
-    through the API, with a reason)."""
+    """The PDF, as an attachment (``writeups.writeup_response``): to its entrant, and to
+    everyone once public (staff read private ones through the API, with a reason)."""
     try:
         writeup = writeups.writeup_for_reader(submission_id=pk, reader=None)
     except errors.NotFound:
@@ -81,7 +81,6 @@ def writeup_pdf(request: HttpRequest, pk: int) -> FileResponse:
             raise Http404("No such write-up.") from None
         writeup = found
     try:
-        handle = writeups.writeup_open(writeup)
+        return writeups.writeup_response(writeup)
     except errors.NotFound as exc:
         raise Http404(exc.detail) from exc
-    return FileResponse(handle, filename=writeup.file_name, content_type="application/pdf")

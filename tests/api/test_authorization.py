@@ -579,3 +579,50 @@ def test_uploads_are_throttled_per_user(world: World, settings: Any, name: str) 
     assert world.call(world.alice, "GET", name).status_code == 200  # reading is not counted
     other = world.call(world.bob, "POST", name, kind=Submission.PRACTICE)
     assert other.status_code != 429  # the count is alice's, not everyone's
+
+
+# A browser session's unsafe requests need the CSRF token ---------------------------------
+
+
+def session_client(user: Any) -> APIClient:
+    """A client signed in by session cookie that enforces CSRF as a browser meets it."""
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+def test_a_session_request_without_the_csrf_token_is_refused_as_such(
+    alice: Any, benchmark: Any
+) -> None:
+    # A page elsewhere making the signed-in browser post to the API: no token to send.
+    client = session_client(alice)
+
+    response = client.post(
+        f"/api/v1/benchmarks/{benchmark.slug}/environments/",
+        {"name": "forged", "dockerfile": SimpleUploadedFile("Dockerfile", b"FROM x\n")},
+        format="multipart",
+    )
+
+    assert response.status_code == 403
+    assert response.json()["code"] == "csrf_failed"
+    assert "CSRF token" in response.json()["detail"]
+    assert not Environment.objects.exists()
+
+
+def test_a_session_request_with_the_csrf_token_and_a_token_request_without_one_pass(
+    alice: Any, benchmark: Any, client_for: Callable[[Any], APIClient]
+) -> None:
+    client = session_client(alice)
+    # A page of the portal, as the browser first loads one, sets the csrftoken cookie.
+    assert client.get(f"/b/{benchmark.slug}/environments/").status_code == 200
+    url = f"/api/v1/benchmarks/{benchmark.slug}/dockerfile-check/"
+    body = {"dockerfile": "FROM localhost/podium/python:bookworm\n"}
+
+    with_token = client.post(
+        url, body, format="json", HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value
+    )
+    by_api_token = client_for(alice).post(url, body, format="json")
+
+    assert (with_token.status_code, with_token.json()["ok"]) == (200, True)
+    assert (by_api_token.status_code, by_api_token.json()["ok"]) == (200, True)
+    assert client.get(f"/api/v1/benchmarks/{benchmark.slug}/").status_code == 200

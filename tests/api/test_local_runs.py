@@ -109,6 +109,40 @@ def test_the_check_refuses_what_it_cannot_judge(
     assert (signed_out.status_code, signed_out.json()["code"]) == (401, "not_authenticated")
 
 
+def test_an_unverified_account_may_not_use_the_check_and_is_charged_nothing(
+    benchmark: Any, client_for: Any
+) -> None:
+    # The check is the web server's work: like an upload it waits for a verified address.
+    newcomer = factories.UserFactory(username="newcomer", email_verified=False)
+    doubling = GOOD + b"".join(f"ENV V{i + 1}=${{V{i}}}${{V{i}}}\n".encode() for i in range(40))
+
+    refused = check(client_for(newcomer), benchmark.slug, doubling)
+
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "email_not_verified"
+    assert "Verify your email address" in refused.json()["detail"]
+    assert not Environment.objects.exists()
+    assert not AttemptLedger.objects.exists()
+
+
+def test_a_doubling_env_chain_is_refused_by_the_check_naming_its_line(
+    benchmark: Any, alice: Any, client_for: Any
+) -> None:
+    doubling = (
+        GOOD
+        + b"ENV V0=xxxxxxxxxxxxxxxx\n"
+        + b"".join(f"ENV V{i + 1}=${{V{i}}}${{V{i}}}\n".encode() for i in range(40))
+    )
+
+    checked = check(client_for(alice), benchmark.slug, doubling)
+
+    body = checked.json()
+    assert (checked.status_code, body["ok"], body["code"]) == (200, False, "dockerfile_policy")
+    assert [error["line"] for error in body["errors"]] == [16]  # ENV V13
+    assert "more than 64 KiB of variable values" in body["detail"]
+    assert len(checked.content) < 2_000
+
+
 def test_checks_have_their_own_throttle(
     benchmark: Any, alice: Any, client_for: Any, settings: Any
 ) -> None:

@@ -14,6 +14,7 @@ import json
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from django.conf import settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podium_cli import judge, local
+from podium_cli import config, judge, local
 from portal import storage
 from portal.contests import sandbox
 from portal.contests.models import Cohort, CohortItem
@@ -281,9 +282,155 @@ def test_run_local_needs_a_practice_cohort(
     assert fake.calls == []
 
 
-def test_a_setting_the_client_does_not_know_stops_the_run() -> None:
-    with pytest.raises(local.CliError, match="does not know"):
-        local.create_args({"device_requests": []}, image="x")
+# The container's arguments are the client's template; the portal gives limits only ---------
+
+
+LIMITS = SimpleNamespace(
+    score_timeout_s=60, run_memory_bytes=2**31, run_pids_limit=256, run_tmpfs_bytes=2**28,
+    run_shm_bytes=2**26, run_output_tmpfs_bytes=2**20,
+)  # fmt: skip
+
+
+def published_spec() -> dict[str, Any]:
+    """The scored container's spec exactly as the portal publishes it (placeholders in)."""
+    return sandbox.container_spec(
+        image="{image}", limits=LIMITS, supervisor="{supervisor}",
+        input_dir="{input}", expect_bytes=20, run_uid=65534, supervisor_uid=65533,
+        warm=sandbox.prewarm_bounds(run_memory_bytes=2**30, budget_bytes=2**28),
+        oom_score_adj=500,
+    )  # fmt: skip
+
+
+BINDS = [
+    local.Bind("/tmp/run/supervise", local.SUPERVISOR_TARGET, "{supervisor}"),
+    local.Bind("/tmp/run/input", local.INPUT_TARGET, "{input}"),
+]
+
+
+def run_args(spec: dict[str, Any]) -> list[str]:
+    return local.create_args(
+        spec, image="sub", template=local.RUN_TEMPLATE, label="podium.local=run", binds=BINDS
+    )
+
+
+def flag_values(args: list[str], flag: str) -> list[str]:
+    return [args[i + 1] for i, arg in enumerate(args) if arg == flag]
+
+
+def test_the_published_spec_runs_under_the_template_with_its_limits() -> None:
+    spec = published_spec()
+
+    args = run_args(spec)
+
+    assert flag_values(args, "--user") == ["0:0"]
+    assert flag_values(args, "--network") == ["none"]
+    assert flag_values(args, "--cap-drop") == ["ALL"]
+    assert flag_values(args, "--cap-add") == ["SETUID", "SETGID", "SETPCAP"]
+    assert flag_values(args, "--security-opt") == ["no-new-privileges"]
+    assert "--read-only" in args and "--no-healthcheck" in args and "--privileged" not in args
+    assert flag_values(args, "--mount") == [
+        "type=bind,source=/tmp/run/supervise,target=/podium/supervise,readonly",
+        "type=bind,source=/tmp/run/input,target=/contest/input,readonly",
+    ]
+    assert flag_values(args, "--memory") == [str(spec["mem_limit"])]
+    assert flag_values(args, "--pids-limit") == [str(spec["pids_limit"])]
+    assert flag_values(args, "--oom-score-adj") == ["500"]
+    assert len(flag_values(args, "--tmpfs")) == len(spec["tmpfs"])
+    assert flag_values(args, "--entrypoint") == ["/podium/supervise"]
+    assert args[args.index("sub") + 1 :] == spec["entrypoint"][1:]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("mounts", [{"Type": "bind", "Source": "/", "Target": "/host", "ReadOnly": False}]),
+        ("binds", ["/:/host:rw"]),
+        ("volumes", {"/var/run/docker.sock": {"bind": "/docker.sock"}}),
+        ("privileged", True),
+        ("cap_add", ["SETUID", "SETGID", "SETPCAP", "SYS_ADMIN"]),
+        ("cap_drop", []),
+        ("security_opt", ["no-new-privileges", "seccomp=unconfined"]),
+        ("user", "0"),
+        ("network_mode", "host"),
+        ("devices", ["/dev/sda:/dev/sda"]),
+        ("device_requests", [{"Driver": "nvidia", "Count": -1}]),
+        ("environment", ["NVIDIA_VISIBLE_DEVICES=all"]),
+        ("read_only", False),
+        ("pid_mode", "host"),
+        ("oom_score_adj", -1000),
+        ("mem_limit", "1g; rm -rf /"),
+        ("tmpfs", {"/tmp": "rw,size=1g,X-mount.mkdir=/host"}),
+        ("log_config", {"type": "syslog", "config": {"syslog-address": "tcp://x:514"}}),
+    ],
+)
+def test_a_portal_cannot_widen_the_local_sandbox(key: str, value: Any) -> None:
+    # A portal that is not what it should be (or a man in the middle) asks for more.
+    spec = {**published_spec(), key: value}
+
+    with pytest.raises(local.CliError) as refused:
+        run_args(spec)
+
+    assert f"sets `{key}` to" in str(refused.value)
+    assert "Nothing was run" in str(refused.value)
+
+
+def test_run_local_refuses_a_portal_spec_that_binds_the_host_and_creates_nothing(
+    server: str, benchmark: Any, alice: Any, podium: Podium, sign_in: Callable[[Any], str],
+    tmp_path: Path, fake_docker: Callable[..., FakeDocker], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    practice(benchmark)
+    sign_in(alice)
+    fake = fake_docker(platform=supervisor_platform())
+    honest = sandbox.container_spec
+
+    def hostile(**kwargs: Any) -> dict[str, Any]:
+        spec = honest(**kwargs)
+        spec["mounts"].append({"Type": "bind", "Source": "/", "Target": "/host"})
+        return spec
+
+    monkeypatch.setattr(sandbox, "container_spec", hostile)
+
+    result = podium("run", "--local", benchmark.slug, str(entry(tmp_path)))
+
+    assert result.code == 2
+    assert "sets `mounts` to" in result.err
+    assert "never takes the user, network, capabilities, security options, mounts" in result.err
+    assert not any(call[0] == "create" for call in fake.calls)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://podium.example", True),
+        ("http://localhost:8000", True),
+        ("http://127.0.0.1:8000", True),
+        ("http://[::1]:8000", True),
+        ("http://podium.example", False),
+        ("http://10.0.0.5:8000", False),
+        ("http://localhost.podium.example", False),
+    ],
+)
+def test_only_https_or_this_machine_unless_told(url: str, allowed: bool) -> None:
+    if allowed:
+        local.check_transport(url, insecure_http=False)
+    else:
+        with pytest.raises(local.CliError, match="plain HTTP"):
+            local.check_transport(url, insecure_http=False)
+    local.check_transport(url, insecure_http=True)
+
+
+def test_run_local_refuses_a_plain_http_portal_before_any_request(
+    podium: Podium, tmp_path: Path, fake_docker: Callable[..., FakeDocker]
+) -> None:
+    config.save(config.Settings(url="http://podium.example", token="t" * 40))
+    fake = fake_docker(platform="linux/amd64")
+
+    result = podium("run", "--local", "demo", str(entry(tmp_path)))
+
+    assert result.code == 2
+    assert "http://podium.example is plain HTTP" in result.err
+    assert "--insecure-http" in result.err
+    assert fake.calls == []
 
 
 # The verdict's words are the portal's --------------------------------------------------------

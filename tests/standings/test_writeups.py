@@ -233,6 +233,33 @@ def test_the_submission_page_uploads_and_the_benchmark_page_lists_a_public_one(
     assert browser.get(f"/submissions/{passed.pk}/writeup.pdf").status_code == 200
 
 
+def test_every_route_serves_a_writeup_as_a_sandboxed_attachment(
+    benchmark, alice, bob, graded, client_for
+):
+    # A PDF whose body is also HTML with a script: a reader's browser must never render
+    # it as a page of the portal, wherever the link comes from.
+    passed, _ = graded
+    polyglot = PDF + b"<html><body><script>fetch('/api/v1/tokens/')</script></body></html>\n"
+    assert (
+        put(client_for(alice), passed.pk, pdf(polyglot, "=evil.html"), public=True).status_code
+        == 200
+    )
+
+    served = {
+        "api, another entrant": client_for(bob).get(url(passed.pk, "download")),
+        "page link, signed out": Client().get(f"/submissions/{passed.pk}/writeup.pdf"),
+    }
+
+    for route, response in served.items():
+        assert response.status_code == 200, route
+        assert b"".join(response.streaming_content) == polyglot, route
+        assert response["Content-Type"] == "application/pdf", route
+        assert response["Content-Disposition"].startswith("attachment;"), route
+        policy = [part.strip() for part in response["Content-Security-Policy"].split(";")]
+        assert "sandbox" in policy and "default-src 'none'" in policy, route
+        assert response["X-Content-Type-Options"] == "nosniff", route
+
+
 def test_the_page_form_refuses_a_file_that_is_not_a_pdf(alice, graded):
     passed, _ = graded
     browser = Client()
