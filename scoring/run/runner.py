@@ -116,7 +116,7 @@ class SupervisorResult:
 
 
 def supervisor_deadline_ms(score_timeout_s: int) -> int:
-    """When the supervisor kills the entrant: the score timeout less a safety margin."""
+    """When the supervisor kills the entrant: at the score timeout itself."""
     return sandbox.supervisor_deadline_ms(score_timeout_s)
 
 
@@ -130,8 +130,8 @@ def prewarm_bounds(benchmark: Benchmark) -> sandbox.PrewarmBounds:
 
 
 def outer_timeout_s(benchmark: Benchmark) -> float:
-    """The host's outer timer: the score timeout plus the warm start's time bound
-    (``portal.contests.sandbox.outer_timeout_s``)."""
+    """The host's outer timer: the score timeout plus the warm start's time bound plus the
+    report margin (``portal.contests.sandbox.outer_timeout_s``)."""
     return sandbox.outer_timeout_s(benchmark.score_timeout_s, prewarm_bounds(benchmark))
 
 
