@@ -21,8 +21,9 @@ Figures printed:
   every try that did not stand as fast as the one that did (it is never faster);
 - **from a full queue to a finished round**: from the queue of ``--challengers`` to the
   round recorded (its creation, the draw, the host time), for the try that ran it;
-- **the host's own speed**: before each pass and after the last, off the clock, a fixed
-  loop of Python timed ``PROBE_SAMPLES`` times on each CPU (``host_speed``, about 0.25 s),
+- **the host's own speed**: before each pass and after the last, off the clock, the
+  scoring host's own probe (``scoring.host.speed.probe``, as around every scored run:
+  a fixed loop of Python timed on each CPU; ``host_speed``, about 0.15 s),
   and the **host drift**, how much that speed changed from the opening baseline to the
   closing one; with ``--rounds``, each round's baseline drift beside its host drift, and
   the void rate over the rounds whose host held its speed within ``HOST_STEADY`` (2.5%).
@@ -112,10 +113,6 @@ REPO = Path(__file__).resolve().parents[1]
 # long before it is tried again, at most MAX_WAITS times in all.
 WAIT_S = 20.0
 MAX_WAITS = 90
-# The host's speed (``host_speed``): a loop of this many steps (about 30 ms of one core on
-# the development VM), timed this many times on each CPU.
-PROBE_LOOP = 400_000
-PROBE_SAMPLES = 5
 # A round whose host changed its own speed by more than this between the opening and the
 # closing baseline did not run on a quiet host (half the demo's drift ceiling).
 HOST_STEADY = 0.025
@@ -256,24 +253,13 @@ def make_round(campaign: Any, challengers: int, image: str, env_image: str) -> i
 
 def host_speed() -> float:
     """How fast this machine's CPUs run Python now, in loop iterations per microsecond: the
-    median of ``PROBE_SAMPLES`` timed loops on each CPU in turn, averaged over the CPUs
-    (about 0.25 s on a 2-CPU VM). Taken between passes, off every clock."""
-    cpus = sorted(os.sched_getaffinity(0))
-    per_cpu = []
-    try:
-        for cpu in cpus:
-            os.sched_setaffinity(0, {cpu})
-            samples = []
-            for _ in range(PROBE_SAMPLES):
-                started = time.perf_counter_ns()
-                total = 0
-                for step in range(PROBE_LOOP):
-                    total += step
-                samples.append(PROBE_LOOP * 1000 / (time.perf_counter_ns() - started))
-            per_cpu.append(statistics.median(samples))
-    finally:
-        os.sched_setaffinity(0, set(cpus))
-    return statistics.fmean(per_cpu)
+    scoring host's probe (``scoring.host.speed.probe``: the median of its samples on each
+    CPU in turn), averaged over the CPUs. Taken between passes, off every clock."""
+    from scoring.host import speed
+
+    return statistics.fmean(
+        speed.LOOP * 1000 / statistics.median(samples) for samples in speed.probe().values()
+    )
 
 
 def timed_round(round_id: int) -> tuple[dict[str, float], list[tuple[str, float]]]:

@@ -423,6 +423,10 @@ PODIUM_GATE_MIN_DISK_BYTES = env.int("PODIUM_GATE_MIN_DISK_BYTES", default=5 << 
 # CPUs' worth of busy time allowed over a short sample, taken after builds are frozen.
 PODIUM_GATE_CPU_BUSY_MAX = env.float("PODIUM_GATE_CPU_BUSY_MAX", default=1.5)
 PODIUM_GATE_CPU_SAMPLE_S = env.float("PODIUM_GATE_CPU_SAMPLE_S", default=0.5)
+# The host's own speed, probed off the clock before and after each scored run
+# (scoring/host/speed.py); a run during which it changed beyond its class's noise band is
+# marked and its submission rescored free (portal/hosts/speed.py). Off: not probed.
+PODIUM_HOST_SPEED_PROBE = env.bool("PODIUM_HOST_SPEED_PROBE", default=True)
 # GPUs (scoring/host/gpus.py): a host of a hardware class with GPUs (portal/hosts HardwareClass)
 # gives a scored container exactly PODIUM_GPU_DEVICES (indices or UUIDs, as nvidia-smi -L
 # shows them) and gates every run on them through NVML: no compute process, idle over

@@ -134,6 +134,9 @@ def quiet_machine_gates(settings) -> None:
     settings.PODIUM_HOST_NAME = f"test-{os.getpid()}"
     # Calibration has its own tests (tests/*/test_calibration.py), which turn it on.
     settings.PODIUM_CALIBRATION = False
+    # So does the host-speed probe (tests/scoring/test_host_speed.py): on a busy test
+    # machine it would mark runs and requeue their submissions at random.
+    settings.PODIUM_HOST_SPEED_PROBE = False
 
 
 @pytest.fixture

@@ -175,6 +175,19 @@ class BuildNetworkSerializer(serializers.Serializer[BuildNetworkState]):
         return data
 
 
+class CpuGateSerializer(serializers.Serializer[dict[str, Any]]):
+    """A hardware class's CPU-idleness gate (``portal.contests.hardware.class_cpu_gate``)."""
+
+    busy_cpus_max = serializers.FloatField(
+        help_text="The most CPUs' worth of other work a host may show before a run."
+    )
+    default = serializers.BooleanField(help_text="Whether that is the platform's default.")
+    noise_band = serializers.BooleanField(
+        help_text="Strict: also no more than would slow a run on every CPU by the class's "
+        "published noise band."
+    )
+
+
 class HardwareSerializer(serializers.Serializer[dict[str, Any]]):
     """The benchmark's hardware class, as its hosts give it to a scored run."""
 
@@ -194,6 +207,7 @@ class HardwareSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="The pins a GPU class still lacks; its benchmark accepts no upload until "
         "this is empty.",
     )
+    cpu_gate = CpuGateSerializer()
 
 
 class NoiseBandSerializer(serializers.Serializer[NoiseBand]):

@@ -39,8 +39,8 @@ from portal.contests.models import (
 
 @admin.register(HardwareClass)
 class HardwareClassAdmin(admin.ModelAdmin[HardwareClass]):
-    """Staff describe each class once: platform, GPUs and the pinned software of its hosts
-    (a GPU class opens only with all five pins)."""
+    """Staff describe each class once: platform, GPUs, the pinned software of its hosts (a
+    GPU class opens only with all five pins) and its CPU-idleness gate."""
 
     list_display = [
         "name",
@@ -51,6 +51,8 @@ class HardwareClassAdmin(admin.ModelAdmin[HardwareClass]):
         "pin_cuda",
         "pin_kernel",
         "pin_engine_version",
+        "cpu_gate_busy_max",
+        "cpu_gate_noise_band",
     ]
     search_fields = ["name", "gpu_model"]
 

@@ -48,10 +48,24 @@ def class_missing_pins(name: str) -> list[str]:
     return row.missing_pins() if row is not None else []
 
 
+def class_cpu_gate(row: HardwareClass | None) -> dict[str, Any]:
+    """A class's CPU-idleness gate: ``busy_cpus_max``, the most CPUs' worth of other work a
+    host may show before a run (the class's, else ``PODIUM_GATE_CPU_BUSY_MAX``), whether
+    that is the platform's ``default``, and ``noise_band`` (strict: also no more than
+    would slow a run on every CPU by the class's published noise band)."""
+    own = row.cpu_gate_busy_max if row is not None else None
+    return {
+        "busy_cpus_max": float(settings.PODIUM_GATE_CPU_BUSY_MAX if own is None else own),
+        "default": own is None,
+        "noise_band": bool(row is not None and row.cpu_gate_noise_band),
+    }
+
+
 def class_hardware(name: str) -> dict[str, Any]:
     """What entrants are told of a benchmark's hardware class: platform, GPUs per run, GPU
-    model, the pinned software (null where not pinned) and, as ``unpinned``, the pins a
-    GPU class still lacks (its benchmarks accept no upload until there are none)."""
+    model, the pinned software (null where not pinned), as ``unpinned`` the pins a GPU
+    class still lacks (its benchmarks accept no upload until there are none), and its
+    CPU-idleness gate (``cpu_gate``, :func:`class_cpu_gate`)."""
     row = hardware_class(name)
     platform = _platform(row)
 
@@ -69,4 +83,5 @@ def class_hardware(name: str) -> dict[str, Any]:
         "engine": pin("pin_engine_version"),
         "supervisor_sha256": pin("pin_supervisor_sha256"),
         "unpinned": row.missing_pins() if row is not None else [],
+        "cpu_gate": class_cpu_gate(row),
     }

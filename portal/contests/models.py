@@ -47,6 +47,11 @@ class HardwareClass(models.Model):
     any of them empty cannot open (:meth:`missing_pins`): no upload is accepted for its
     benchmarks until staff pin all five. It lives here, beside the benchmarks that name
     it, so the rules can ask about it; its table kept its first name.
+
+    ``cpu_gate_busy_max`` and ``cpu_gate_noise_band`` are the class's CPU-idleness gate
+    (``scoring.host.health.limits``): the most busy CPUs a host may show before a run
+    (empty: ``PODIUM_GATE_CPU_BUSY_MAX``) and, when strict, no more than would slow a run
+    on every CPU by the class's published noise band.
     """
 
     AMD64 = "linux/amd64"
@@ -83,6 +88,18 @@ class HardwareClass(models.Model):
         blank=True,
         help_text="The calibration workload's reference median on this class (ns); empty: "
         "the first good calibration of the class sets it.",
+    )
+    cpu_gate_busy_max = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text="The CPU-idleness gate: the most CPUs' worth of other work a host of this "
+        "class may show before a run; empty: the platform's PODIUM_GATE_CPU_BUSY_MAX.",
+    )
+    cpu_gate_noise_band = models.BooleanField(
+        default=False,
+        help_text="Strict: also refuse while that work would slow a run that uses every CPU "
+        "by more than the class's published noise band.",
     )
 
     # Each pin, as the gates and the refusals name it.

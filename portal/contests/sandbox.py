@@ -52,9 +52,9 @@ LOG_INODES = 8
 # the line far below the json-file log cap below.
 TAIL_BYTES = 64 * 1024
 LOG_MAX_SIZE = "16m"
-# The supervisor stops the entrant this long before the host's outer timer fires, so
-# it can kill, reap and report before the host gives up on it: a tenth of the limit,
-# between 1 and 10 seconds.
+# The host's outer timer waits this long past the limit (and the warm start's bound), so
+# that the supervisor, which kills at the limit itself, can kill, reap and report before
+# the host gives up on it: a tenth of the limit, between 1 and 10 seconds.
 MIN_MARGIN_MS = 1_000
 MAX_MARGIN_MS = 10_000
 # Before its clock starts, the supervisor waits this long for the engine to finish
@@ -143,22 +143,29 @@ def prewarm_bounds(*, run_memory_bytes: int, budget_bytes: int | None = None) ->
 
 
 def supervisor_deadline_ms(score_timeout_s: int) -> int:
-    """When the supervisor kills the entrant: the score timeout less a safety margin."""
-    limit_ms = score_timeout_s * 1000
-    margin_ms = min(MAX_MARGIN_MS, max(MIN_MARGIN_MS, limit_ms // 10))
-    return max(1, limit_ms - margin_ms)
+    """When the supervisor kills the entrant: at the score timeout itself, counted from
+    its clock (the whole limit is the entrant's)."""
+    return max(1, score_timeout_s * 1000)
+
+
+def report_margin_ms(score_timeout_s: int) -> int:
+    """How long past the limit the host's outer timer still waits for the supervisor to
+    kill, reap and report: a tenth of the limit, between :data:`MIN_MARGIN_MS` and
+    :data:`MAX_MARGIN_MS`."""
+    return min(MAX_MARGIN_MS, max(MIN_MARGIN_MS, score_timeout_s * 1000 // 10))
 
 
 def outer_timeout_s(score_timeout_s: int, warm: PrewarmBounds) -> float:
-    """The host's outer timer: the score timeout plus the warm start's time bound.
+    """The host's outer timer: the score timeout plus the warm start's time bound plus the
+    report margin (:func:`report_margin_ms`).
 
-    The warm start happens before the supervisor's clock, so its deadline
-    (:func:`supervisor_deadline_ms`, counted from that clock) ends at most the walk's
-    time bound (the supervisor stops the walk there) plus the settle time later than it
-    would without it; the margin of :func:`supervisor_deadline_ms` (at least a second)
-    covers the settle time and the report.
+    It never fires before the supervisor's deadline: that deadline
+    (:func:`supervisor_deadline_ms`, the limit counted from the supervisor's clock) ends
+    at most the walk's time bound (the supervisor stops the walk there) plus the settle
+    time after the host's start; the margin (at least a second) covers the settle time,
+    the kill, the reaping and the report.
     """
-    return score_timeout_s + warm.time_ms / 1000
+    return score_timeout_s + (warm.time_ms + report_margin_ms(score_timeout_s)) / 1000
 
 
 def check_uids(run_uid: int, supervisor_uid: int) -> None:

@@ -84,6 +84,7 @@ class RunInline(ReadOnlyMixin, admin.TabularInline[Run, Submission]):
         "matches",
         "total",
         "verification_note",
+        "host_speed_changed",
         "finished_at",
     ]
     ordering = ["try_number"]
@@ -296,12 +297,26 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin[Run]):
         "total",
         "passed",
         "verification_note",
+        "host_speed_changed",
         "finished_at",
     ]
-    list_filter = ["purpose", "status", "verdict", "passed", "submission__benchmark"]
+    list_filter = [
+        "purpose",
+        "status",
+        "verdict",
+        "passed",
+        "host_speed_changed",
+        "submission__benchmark",
+    ]
     search_fields = ["submission__id", "submission__entrant__username", "container_id"]
     list_select_related = ["submission__entrant"]
-    readonly_fields = ["evidence_download", "meter_readings", "health_readings", "run_log_tail"]
+    readonly_fields = [
+        "evidence_download",
+        "meter_readings",
+        "health_readings",
+        "host_speed_readings",
+        "run_log_tail",
+    ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
@@ -322,6 +337,27 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin[Run]):
     @admin.display(description="Health readings")
     def health_readings(self, run: Run) -> str:
         return preformatted(json.dumps(run.readings, indent=2, sort_keys=True))
+
+    @admin.display(description="The host's own speed (before and after the run)")
+    def host_speed_readings(self, run: Run) -> str:
+        speed = run.host_speed
+        if not speed:
+            return "not probed"
+        verdict = (
+            "CHANGED beyond the band: the run's time is not the entry's alone (a free rescore "
+            "was queued unless its submission already had one, or could not be rescored then)"
+            if speed.get("changed")
+            else "steady"
+        )
+        return preformatted(
+            f"{verdict}\nchange {speed.get('change_pct')} %, probe noise "
+            f"{speed.get('noise_pct')} %, band {speed.get('band_pct')} %\n"
+            + json.dumps(
+                {"before_ns": speed.get("before_ns"), "after_ns": speed.get("after_ns")},
+                indent=2,
+                sort_keys=True,
+            )
+        )
 
     @admin.display(description="Meter (the container's cgroup after the run)")
     def meter_readings(self, run: Run) -> str:

@@ -238,7 +238,12 @@ def submission_requeue(
 
 
 def submission_rescore(
-    *, submission: Submission, actor: Any, reason: str = "", origin: Origin = NOWHERE
+    *,
+    submission: Submission,
+    actor: Any,
+    reason: str = "",
+    origin: Origin = NOWHERE,
+    note: str = "",
 ) -> Submission:
     """Queue a new scored run of a finished submission (passed, failed, errored,
     infra_failed, rejected_verification).
@@ -246,8 +251,10 @@ def submission_rescore(
     Charges nothing; the new run is the next try, and the leaderboard keeps the
     entrant's best passing run whatever the new one measures. An official submission of
     a campaign benchmark goes back to ``bench_queued`` to run in the next round instead.
+    ``note``: the timeline's line, when not staff's ("rescore requested by staff").
     """
-    note = f"rescore requested by staff: {reason}" if reason else "rescore requested by staff"
+    if not note:
+        note = f"rescore requested by staff: {reason}" if reason else "rescore requested by staff"
     _refuse_after_purge(submission)
     with transaction.atomic():
         if _in_campaign(submission):

@@ -44,6 +44,9 @@ class Limits:
     min_memory_bytes: int = 0
     min_disk_bytes: int = 0
     max_busy_cpus: float = 1.5
+    # A strict class's published noise band (percent): the CPU gate then also allows no
+    # more than :func:`noise_band_busy_cpus`. None: not strict, or no band published yet.
+    cpu_noise_band_pct: float | None = None
     gpu_devices: tuple[str, ...] = ()
     gpu_max_util_percent: int = 5
     gpu_max_memory_mib: int = 1024
@@ -159,9 +162,34 @@ def busy_cpus(before: str, after: str, cpus: Collection[int] | None = None) -> f
     return (1.0 - idle_fraction(before, after, cpus)) * count
 
 
-def cpu_idle(samples: Sequence[float], maximum: float) -> Reading:
+def noise_band_busy_cpus(cpus: int, band_pct: float) -> float:
+    """The most CPUs' worth of other work that slows a run on all ``cpus`` CPUs by no more
+    than ``band_pct`` percent.
+
+    Other work on ``b`` of ``n`` CPUs leaves a run that keeps every CPU busy ``n - b`` of
+    them, so it takes ``n / (n - b)`` times as long: at most ``1 + band / 100`` while
+    ``b <= n * band / (100 + band)``. The worst case on purpose: a run on fewer threads
+    than CPUs loses less, but the gate cannot know what the next entry does.
+    """
+    return cpus * max(0.0, band_pct) / (100 + max(0.0, band_pct))
+
+
+def busy_cpus_allowed(limits: Limits, cpus: int) -> tuple[float, str]:
+    """The CPU gate's maximum on a host whose runs get ``cpus`` CPUs, and why ("" for the
+    fixed maximum): the smaller of ``max_busy_cpus`` and, on a strict class with a
+    published band, :func:`noise_band_busy_cpus`."""
+    band = limits.cpu_noise_band_pct
+    if band is not None:
+        within_band = noise_band_busy_cpus(cpus, band)
+        if within_band < limits.max_busy_cpus:
+            return within_band, f"the noise band ±{band:g} % on {cpus} CPUs"
+    return limits.max_busy_cpus, ""
+
+
+def cpu_idle(samples: Sequence[float], maximum: float, why: str = "") -> Reading:
     """CPUs idle enough: at most ``maximum`` CPUs' worth of busy time, in the quietest of
-    the samples (a passing blip is not a busy machine).
+    the samples (a passing blip is not a busy machine); ``why`` says where the maximum
+    comes from, when not from the fixed setting.
 
     Counted in CPUs, not as a fraction: one busy core disturbs a run the same on a
     2-CPU and a 128-CPU host, but is 50 % of one and under 1 % of the other.
@@ -172,11 +200,12 @@ def cpu_idle(samples: Sequence[float], maximum: float) -> Reading:
     ok = quietest <= maximum
     shown = ", ".join(f"{s:.2f}" for s in samples)
     relation = "<=" if ok else ">"
+    source = f", {why}" if why else ""
     return Reading(
         "cpu_idle",
         ok=ok,
         value=round(quietest, 3),
-        detail=f"{quietest:.2f} busy CPUs {relation} {maximum} ({shown})",
+        detail=f"{quietest:.2f} busy CPUs {relation} {maximum:.3g}{source} ({shown})",
     )
 
 

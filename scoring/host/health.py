@@ -18,6 +18,7 @@ from django.conf import settings
 
 from portal import cpus
 from portal.contests.hardware import hardware_class
+from portal.hosts.selectors import noise_band_percent
 from portal.submissions.models import Run
 from scoring import engine
 from scoring.host import gates, gpus
@@ -40,7 +41,8 @@ def gpu_devices() -> list[str]:
 def limits() -> gates.Limits:
     """The gates' limits on this host: settings, with the class's pins first (a class's
     pin, when set, is what every host of it must show; ``PODIUM_PIN_*`` pins a host whose
-    class leaves that one empty)."""
+    class leaves that one empty), and the class's CPU gate (its maximum, else
+    ``PODIUM_GATE_CPU_BUSY_MAX``; on a strict class, its published noise band)."""
     row = hardware_class(settings.PODIUM_HARDWARE_CLASS)
 
     def pin(field: str, fallback: str) -> str:
@@ -54,7 +56,14 @@ def limits() -> gates.Limits:
         pin_cuda=pin("pin_cuda", settings.PODIUM_PIN_CUDA),
         min_memory_bytes=settings.PODIUM_GATE_MIN_MEMORY_BYTES,
         min_disk_bytes=settings.PODIUM_GATE_MIN_DISK_BYTES,
-        max_busy_cpus=settings.PODIUM_GATE_CPU_BUSY_MAX,
+        max_busy_cpus=(
+            settings.PODIUM_GATE_CPU_BUSY_MAX
+            if row is None or row.cpu_gate_busy_max is None
+            else row.cpu_gate_busy_max
+        ),
+        cpu_noise_band_pct=(
+            noise_band_percent(row.name) if row is not None and row.cpu_gate_noise_band else None
+        ),
         gpu_devices=tuple(gpu_devices()),
         gpu_max_util_percent=settings.PODIUM_GPU_MAX_UTIL_PERCENT,
         gpu_max_memory_mib=settings.PODIUM_GPU_MAX_MEMORY_MIB,
@@ -168,17 +177,15 @@ def measure(gate_limits: gates.Limits, host: str = "") -> list[Reading]:
     )
     if gate_limits.gpu_devices:
         readings += _probe("gpu", lambda: gpu_readings(gate_limits, host))
-    readings += _probe(
-        "cpu_idle",
-        lambda: [
-            gates.cpu_idle(
-                busy_cpu_samples(
-                    gate_limits.max_busy_cpus,
-                    settings.PODIUM_GATE_CPU_SAMPLE_S,
-                    only=cpus.configured().scoring or None,
-                ),
-                gate_limits.max_busy_cpus,
-            )
-        ],
-    )
+    readings += _probe("cpu_idle", lambda: [cpu_idle(gate_limits)])
     return readings
+
+
+def cpu_idle(gate_limits: gates.Limits) -> Reading:
+    """The CPU gate: busy CPUs over the scoring CPUs (every CPU when they are shared),
+    against the class's maximum for that many CPUs (``gates.busy_cpus_allowed``)."""
+    only = cpus.configured().scoring or None
+    count = len(only) if only else gates.cpu_count(Path("/proc/stat").read_text())
+    maximum, why = gates.busy_cpus_allowed(gate_limits, count)
+    samples = busy_cpu_samples(maximum, settings.PODIUM_GATE_CPU_SAMPLE_S, only=only)
+    return gates.cpu_idle(samples, maximum, why)

@@ -50,6 +50,8 @@ from django.conf import settings
 from portal import cpus, storage
 from portal.contests import rules, sandbox
 from portal.contests.models import Benchmark
+from portal.hosts.selectors import noise_band_percent
+from portal.hosts.speed import run_host_speed_rescore
 from portal.submissions.final import run_record_final
 from portal.submissions.models import Run, Submission
 from portal.submissions.runs import (
@@ -63,7 +65,7 @@ from portal.submissions.verification import official_run, run_record_verificatio
 from scoring import engine
 from scoring.cohort import staging
 from scoring.cohort.staging import StagedRun
-from scoring.host import gpus, health
+from scoring.host import gpus, health, speed
 from scoring.host import machine as machine_lock
 from scoring.images import registry
 from scoring.run import gpumeter, meter, prewarm, verdict
@@ -116,7 +118,7 @@ class SupervisorResult:
 
 
 def supervisor_deadline_ms(score_timeout_s: int) -> int:
-    """When the supervisor kills the entrant: the score timeout less a safety margin."""
+    """When the supervisor kills the entrant: at the score timeout itself."""
     return sandbox.supervisor_deadline_ms(score_timeout_s)
 
 
@@ -130,8 +132,8 @@ def prewarm_bounds(benchmark: Benchmark) -> sandbox.PrewarmBounds:
 
 
 def outer_timeout_s(benchmark: Benchmark) -> float:
-    """The host's outer timer: the score timeout plus the warm start's time bound
-    (``portal.contests.sandbox.outer_timeout_s``)."""
+    """The host's outer timer: the score timeout plus the warm start's time bound plus the
+    report margin (``portal.contests.sandbox.outer_timeout_s``)."""
     return sandbox.outer_timeout_s(benchmark.score_timeout_s, prewarm_bounds(benchmark))
 
 
@@ -420,6 +422,9 @@ class Measured:
     host_end_ns: int | None = None
     gpu: dict[str, Any] | None = None  # the GPU meter's readings, on a GPU class only
     published_ns: int | None = None  # perf_counter_ns when the verdict was recorded
+    # The host's own speed before the run, then judged after it (see host_speed_before).
+    speed_before: dict[int, list[int]] | None = None
+    host_speed: dict[str, Any] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
         known = {
@@ -428,9 +433,16 @@ class Measured:
             "host_start_ns": self.host_start_ns,
             "host_end_ns": self.host_end_ns,
         }
-        return {"overhead_ms": self.overhead_ms} | {
-            key: value for key, value in known.items() if value not in (None, "")
-        }
+        speed = (
+            {"host_speed": self.host_speed, "host_speed_changed": self.host_speed["changed"]}
+            if self.host_speed
+            else {}
+        )
+        return (
+            {"overhead_ms": self.overhead_ms}
+            | speed
+            | {key: value for key, value in known.items() if value not in (None, "")}
+        )
 
 
 @dataclass(frozen=True)
@@ -579,6 +591,47 @@ def create(
     if spare is not None:  # before it starts: the freezer pauses any other container
         spare(container_id)
     return Container(id=container_id, supervisor_sha256=supervisor_sha256)
+
+
+def _probe_speed(measured: Measured) -> dict[int, list[int]] | None:
+    """The host's speed now (``scoring.host.speed.probe`` on the scoring CPUs), off the
+    clock; None when it is off (``PODIUM_HOST_SPEED_PROBE``) or could not be taken (never
+    the entrant's fault: the run is then simply not judged). Its time joins the overhead."""
+    if not settings.PODIUM_HOST_SPEED_PROBE:
+        return None
+    started = time.perf_counter_ns()
+    try:
+        return speed.probe(cpus.configured().scoring or None)
+    except OSError as exc:
+        log.warning("the host's speed could not be probed: %s", exc)
+        return None
+    finally:
+        spent = elapsed_ms(started)
+        measured.overhead_ms["host_speed"] = measured.overhead_ms.get("host_speed", 0) + spent
+
+
+def host_speed_before(measured: Measured) -> None:
+    """Off the clock, right before the run: the host's speed, kept to compare with."""
+    measured.speed_before = _probe_speed(measured)
+
+
+def host_speed_after(measured: Measured, benchmark: Benchmark) -> None:
+    """Off the clock, right after the run: the host's speed again, judged against the
+    class's published noise band (``PODIUM_CALIBRATION_DRIFT_PCT`` before one is
+    published) and kept in ``measured.host_speed`` (``scoring.host.speed.judge``)."""
+    if measured.speed_before is None:
+        return
+    after = _probe_speed(measured)
+    if after is None:
+        return
+    band = noise_band_percent(benchmark.hardware_class_id)
+    band_pct = float(settings.PODIUM_CALIBRATION_DRIFT_PCT) if band is None else band
+    try:
+        judged = speed.judge(measured.speed_before, after, band_pct)
+    except ValueError as exc:
+        log.warning("the host's speed could not be judged: %s", exc)
+        return
+    measured.host_speed = judged.as_json(measured.speed_before, after)
 
 
 def supervise(container: Container, benchmark: Benchmark, measured: Measured) -> Supervised:
@@ -775,7 +828,9 @@ def execute(
             log.warning("run %s was settled by someone else before it started", run_id)
             return measured
         step = "running the container"
+        host_speed_before(measured)
         supervised = supervise(container, benchmark, measured)
+        host_speed_after(measured, benchmark)
         step = "reading the supervisor's result"
         result = read(run, container, supervised, staged, benchmark, measured)
         step = "deciding the verdict"
@@ -784,6 +839,8 @@ def execute(
         )
         publish(run, outcome, measured)
         measured.published_ns = time.perf_counter_ns()
+        if measured.host_speed.get("changed"):
+            run_host_speed_rescore(run_id=run_id)
     except (
         engine.EngineError,
         staging.StagingError,

@@ -38,6 +38,7 @@ def test_a_gpu_benchmark_names_its_gpu_model_driver_and_cuda(db, anon):
         "engine": None,
         "supervisor_sha256": None,
         "unpinned": ["kernel", "engine", "supervisor"],
+        "cpu_gate": {"busy_cpus_max": 1024.0, "default": True, "noise_band": False},
     }
     page = page_text(f"/b/{benchmark.slug}/")
     assert "Each run gets 1 GPU (NVIDIA H200)" in page
@@ -74,6 +75,7 @@ def test_a_class_nobody_described_is_a_cpu_class(db, anon, settings):
         "engine": None,
         "supervisor_sha256": None,
         "unpinned": [],
+        "cpu_gate": {"busy_cpus_max": 1024.0, "default": True, "noise_band": False},
     }
     page = Client().get(f"/b/{benchmark.slug}/").content.decode()
     assert "Runs get no GPU." in page

@@ -130,7 +130,12 @@ def test_it_brings_the_demo_seeded_flagship_to_the_rules(db) -> None:
     row = HardwareClass.objects.get(name="gpu-h200")
     assert (row.gpus, row.gpu_model, row.pin_cuda) == (1, "NVIDIA H200", "12.4")
     assert row.platform == "linux/arm64"
-    assert "Updated hardware class gpu-h200: platform, gpus, gpu_model." in out
+    # The flagship's CPU gate is strict: half a CPU at most, and within its noise band.
+    assert (row.cpu_gate_busy_max, row.cpu_gate_noise_band) == (0.5, True)
+    assert (
+        "Updated hardware class gpu-h200: platform, gpus, gpu_model, cpu_gate_busy_max, "
+        "cpu_gate_noise_band." in out
+    )
     assert Benchmark.objects.get(slug="demo").hardware_class_id != "gpu-h200"
 
 

@@ -66,6 +66,7 @@ def celery_workers(transactional_db, data_dir: Path, worker_env: dict[str, str])
         "PODIUM_GATE_CPU_SAMPLE_S": str(settings.PODIUM_GATE_CPU_SAMPLE_S),
         "PODIUM_HOST_NAME": settings.PODIUM_HOST_NAME,
         "PODIUM_CALIBRATION": "0",
+        "PODIUM_HOST_SPEED_PROBE": "0",
         "PODIUM_HARDWARE_CLASS": settings.PODIUM_HARDWARE_CLASS,
     }
     logs = data_dir / "worker-logs"

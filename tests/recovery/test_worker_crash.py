@@ -94,6 +94,7 @@ def start_worker(
         "PODIUM_GATE_CPU_SAMPLE_S": "0.1",
         "PODIUM_GATE_MIN_MEMORY_BYTES": "0",
         "PODIUM_GATE_MIN_DISK_BYTES": "0",
+        "PODIUM_HOST_SPEED_PROBE": "0",
         "PYTHONUNBUFFERED": "1",
     }
     if broker_dir is not None:

@@ -108,6 +108,37 @@ def test_the_quietest_sample_decides_the_cpu_gate():
     assert not gates.cpu_idle([], maximum=1.5).ok
 
 
+def test_one_busy_core_moves_a_run_on_every_cpu_past_a_small_noise_band():
+    # Other work on b of n CPUs leaves a run on every CPU n - b: n / (n - b) times as long.
+    allowed = gates.noise_band_busy_cpus(2, 2.0)
+    assert 2 / (2 - allowed) == pytest.approx(1.02)
+    assert allowed == pytest.approx(0.0392, abs=1e-4)
+    assert gates.noise_band_busy_cpus(64, 1.0) == pytest.approx(0.634, abs=1e-3)
+
+
+def test_a_strict_class_takes_the_smaller_of_its_maximum_and_its_noise_band():
+    strict = gates.Limits(max_busy_cpus=0.5, cpu_noise_band_pct=2.0)
+    assert gates.busy_cpus_allowed(strict, 2) == (
+        pytest.approx(0.0392, abs=1e-4),
+        "the noise band ±2 % on 2 CPUs",
+    )
+    # On a large host the band allows more than the class's own maximum, which holds.
+    assert gates.busy_cpus_allowed(strict, 128) == (0.5, "")
+    # No band published yet, or a lenient class: the maximum alone.
+    assert gates.busy_cpus_allowed(gates.Limits(max_busy_cpus=0.5), 2) == (0.5, "")
+    lenient = gates.Limits(max_busy_cpus=1.5)
+    assert gates.busy_cpus_allowed(lenient, 2) == (1.5, "")
+
+    # One core spun by a loop on a 2-CPU host: refused by the strict class, not the lenient.
+    maximum, why = gates.busy_cpus_allowed(strict, 2)
+    refused = gates.cpu_idle([1.02, 1.01, 1.03], maximum, why)
+    assert not refused.ok and refused.value == 1.01
+    assert refused.detail.startswith("1.01 busy CPUs > 0.0392, the noise band ±2 % on 2 CPUs")
+    assert gates.cpu_idle([1.02, 1.01, 1.03], 1.5).ok
+    # A quiet host passes the strict class.
+    assert gates.cpu_idle([0.02], maximum, why).ok
+
+
 # GPUs: tests/scoring/test_gpus.py --------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import io
 import os
 import re
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -26,7 +27,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import jobs, storage
+from portal import cpus, jobs, storage
 from portal.contests.models import HardwareClass
 from portal.environments.models import Environment
 from portal.hosts.leases import (
@@ -37,12 +38,12 @@ from portal.hosts.leases import (
 )
 from portal.hosts.models import MachineLease
 from portal.submissions.intake import submission_accept
-from portal.submissions.models import Run, Submission, SubmissionEvent
+from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 from portal.submissions.runs import MACHINE_WAIT_NOTE
 from scoring import engine, worker
 from scoring.build import builds
 from scoring.host import freezer as freezer_module
-from scoring.host import machine
+from scoring.host import health, machine
 from scoring.host.gates import Reading
 from scoring.run import runner
 from scoring.upkeep import reaper
@@ -332,6 +333,99 @@ def test_a_passing_score_stores_every_reading_on_its_run(
     assert not machine_held(lock)
     lease = MachineLease.objects.get(host=lock)
     assert lease.holder == "" and lease.run is None
+
+
+@pytest.fixture
+def strict_class(queued, settings) -> HardwareClass:
+    """The benchmark's class made strict (at most half a CPU busy, within its noise band),
+    and this host one of it; every other gate passes on a shared test machine."""
+    row = HardwareClass.objects.get(name=queued.benchmark.hardware_class_id)
+    row.cpu_gate_busy_max = 0.5
+    row.cpu_gate_noise_band = True
+    row.save()
+    settings.PODIUM_HARDWARE_CLASS = row.name
+    settings.PODIUM_GATE_CPU_BUSY_MAX = 1024.0  # the platform's default: lenient
+    settings.PODIUM_GATE_CPU_SAMPLE_S = 0.2
+    settings.PODIUM_GATE_MIN_MEMORY_BYTES = 0
+    settings.PODIUM_GATE_MIN_DISK_BYTES = 0
+    return row
+
+
+@pytest.fixture
+def busy_core() -> Iterator[None]:
+    """A process that burns one core, on a CPU that times scored runs."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(
+            spinner.pid, {min(cpus.configured().scoring or os.sched_getaffinity(0))}
+        )
+        time.sleep(0.3)
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_a_strict_class_does_not_start_a_run_while_another_process_burns_a_core(
+    queued, host, lock, no_builds, strict_class, busy_core, monkeypatch, sent
+):
+    fake = FakeEngine().install(monkeypatch)
+    charges = list(AttemptLedger.objects.filter(submission=queued).values_list("delta", flat=True))
+
+    runner.score_submission(queued.pk)
+
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED  # waiting, not measured
+    assert not Run.objects.filter(submission=queued).exists()  # nothing claimed
+    assert fake.calls == []  # no container was created
+    assert waiting_notes(queued) == [
+        "waiting for the scoring machine: health check cpu_idle failed (next try in 5 minutes)"
+    ]
+    after = list(AttemptLedger.objects.filter(submission=queued).values_list("delta", flat=True))
+    assert after == charges  # nothing charged for the wait
+    assert not machine_held(lock)
+
+
+def test_a_lenient_class_lets_the_same_busy_host_score(
+    queued, host, no_builds, strict_class, busy_core, monkeypatch, sent
+):
+    FakeEngine().install(monkeypatch)
+    HardwareClass.objects.filter(pk=strict_class.pk).update(
+        cpu_gate_busy_max=None, cpu_gate_noise_band=False
+    )
+
+    runner.score_submission(queued.pk)
+
+    assert the_run(queued).verdict == "passed"  # the platform's default allows 1024 CPUs
+
+
+def test_a_quiet_host_passes_a_strict_class_and_a_little_work_past_its_band_does_not(
+    queued, host, no_builds, strict_class, monkeypatch, sent
+):
+    FakeEngine().install(monkeypatch)
+    monkeypatch.setattr(health, "noise_band_percent", lambda name: 2.0)
+    monkeypatch.setattr(health.cpus, "configured", lambda: cpus.decide("shared", {0, 1}))
+    monkeypatch.setattr(health.gates, "cpu_count", lambda proc_stat: 2)
+    seen: list[float] = []
+
+    def samples(maximum: float, sample_s: float, tries: int = 3, only: Any = None) -> list[float]:
+        seen.append(maximum)
+        return [busy]
+
+    monkeypatch.setattr(health, "busy_cpu_samples", samples)
+    busy = 0.2  # under the class's 0.5, but it would slow a run on both CPUs by 11 %
+    runner.score_submission(queued.pk)
+    queued.refresh_from_db()
+    assert queued.status == Submission.QUEUED
+    assert not Run.objects.filter(submission=queued).exists()
+    assert seen == [pytest.approx(2 * 2.0 / 102)]
+
+    busy = 0.02  # a quiet host
+    runner.score_submission(queued.pk, 1)
+    run = the_run(queued)
+    assert run.verdict == "passed"
+    assert run.readings["cpu_idle"]["ok"] is True
+    assert "the noise band ±2 % on 2 CPUs" in run.readings["cpu_idle"]["detail"]
 
 
 def test_pins_that_do_not_match_keep_the_machine_waiting(

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from portal.contests import sandbox
 from scoring.run import meter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,6 +213,16 @@ def test_the_deadline_kills_the_entrant(native: Native) -> None:
     assert SECOND // 2 <= r["wall_ns"] < 5 * SECOND
     assert run.elapsed < 5
     assert r["output_error"] == "missing"
+
+
+def test_a_run_may_use_its_whole_limit(native: Native) -> None:
+    # A 2-second limit, as the scoring host passes it: a run that ends at 1.8 s (955 s of
+    # 960, scaled) is not killed and keeps its exit status, its output and its time.
+    deadline_ms = sandbox.supervisor_deadline_ms(2)
+    run = native.run(f"sleep 1.8; printf '{sh_bytes(VALID)}' > \"$3\"", deadline_ms=deadline_ms)
+    r = run.result
+    assert (r["killed"], r["exit_code"], r["output_error"]) == (False, 0, "")
+    assert int(1.8 * SECOND) <= r["wall_ns"] < 2 * SECOND
 
 
 def test_the_deadline_kills_daemons_that_left_the_process_group(native: Native) -> None:

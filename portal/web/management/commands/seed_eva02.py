@@ -32,6 +32,10 @@ HARDWARE = {
     "platform": HardwareClass.ARM64,
     "gpus": 1,
     "gpu_model": "NVIDIA H200",
+    # The strict CPU-idleness gate: at most half a CPU of other work, and never more
+    # than would slow a run on every CPU by the class's published noise band.
+    "cpu_gate_busy_max": 0.5,
+    "cpu_gate_noise_band": True,
 }
 HARDWARE_DESCRIPTION = "One NVIDIA H200 per scored run, on an ARM64 host (linux/arm64)."
 # The class's pins, by option: (option, HardwareClass field, where a host shows it).
