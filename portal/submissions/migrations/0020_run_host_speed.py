@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('submissions', '0018_run_final_purpose'),
+        ('submissions', '0019_attempt_ledger_team'),
     ]
 
     operations = [
