@@ -4,12 +4,24 @@ how it is measured and kept, and what it does to a verification's timing verdict
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 import pytest
+from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from portal import jobs
 from portal.contests import rules
+from portal.contests.models import Cohort
 from portal.hosts import noise
+from portal.hosts.models import ReferenceSpread
+from portal.hosts.reference import reference_due, reference_image, reference_spread_record
+from portal.hosts.selectors import reference_spread
+from portal.submissions.models import Submission
+from tests import factories
+from tests.submissions.test_verification import passes, queued, status, verifies
 
 SECOND = 1_000_000_000
 MS = 1_000_000
@@ -176,3 +188,122 @@ def test_a_spread_of_nothing_is_refused():
         noise.spread_pct([])
     with pytest.raises(ValueError, match="positive"):
         noise.spread_pct([0, 10])
+
+
+# The measurement, kept and applied -----------------------------------------------------
+
+T0 = dt.datetime(2026, 8, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def contest(db: Any) -> Any:
+    benchmark = factories.BenchmarkFactory(verify_top=20, verify_tolerance_pct=10)
+    Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
+    Cohort.objects.create(benchmark=benchmark, kind=Cohort.PRACTICE)
+    return benchmark
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs.app, "send_task", lambda *args, **kwargs: None)
+
+
+def measured(benchmark: Any, walls_ms: list[float], *, size: int = 100, **kwargs: Any) -> Any:
+    now = timezone.now()
+    return reference_spread_record(
+        benchmark=benchmark,
+        host="host-1",
+        image="kit:1",
+        cohort_size=size,
+        started_at=now - dt.timedelta(seconds=30),
+        finished_at=now,
+        wall_ns=[round(wall * MS) for wall in walls_ms],
+        **kwargs,
+    )
+
+
+def test_a_lucky_official_run_ranks_once_the_kit_spread_was_measured(contest, alice, bob, tmp_path):
+    # Today's rule rejects it: three verification runs 32 % and 113 ms or more slower.
+    before = queued(contest, bob, tmp_path)
+    passes(before, 0.351)
+    for wall in (0.464, 0.472, 0.486):
+        verifies(before, wall)
+    assert status(before) == Submission.REJECTED_VERIFICATION
+
+    measured(contest, [370, 430, 505, 440])  # 36.49 % on this class, 100 images
+    submission = queued(contest, alice, tmp_path)
+    passes(submission, 0.351)
+    run = verifies(submission, 0.464)
+
+    assert status(submission) == Submission.PASSED
+    assert run.verification_note == (
+        "confirmed (1 of 3): fastest 0.464 s, within 36.49% (at least 100 ms) of the official run"
+    )
+    submission.refresh_from_db()
+    assert submission.runs.get(purpose="score").wall_time_ns == 351 * MS  # what ranks
+
+
+def test_a_cheat_is_still_rejected_under_the_measured_spread(contest, alice, tmp_path):
+    measured(contest, [370, 430, 505])
+    cheat = queued(contest, alice, tmp_path)
+    passes(cheat, 0.351)
+    for wall in (0.527, 0.531, 0.522):  # 1.5 x: its official run skipped work
+        verifies(cheat, wall)
+
+    cheat.refresh_from_db()
+    assert cheat.status == Submission.REJECTED_VERIFICATION
+    assert cheat.failure_reason == (
+        "Verification failed: the fastest of 3 verification runs took 0.522 s against the "
+        "official 0.351 s, more than 36.49% slower and more than 100 ms (the tolerance: the "
+        "reference kit's measured spread on this class and cohort size). The run stays off "
+        "the leaderboard; the attempt counts."
+    )
+
+
+def test_a_spread_of_another_cohort_size_or_class_does_not_apply(contest, alice, tmp_path):
+    measured(contest, [370, 505], size=10_000)  # the full cohort's, not these 100 images'
+    other = factories.BenchmarkFactory(hardware_class="other-class")
+    measured(other, [370, 505])
+    submission = queued(contest, alice, tmp_path)
+    passes(submission, 0.351)
+    run = verifies(submission, 0.464)
+
+    assert status(submission) == Submission.VERIFYING  # today's 10 % and 100 ms: re-measured
+    assert "more than 10% slower and more than 100 ms." in run.verification_note
+
+
+def test_a_failed_measurement_changes_no_tolerance(contest):
+    good = measured(contest, [400, 460])
+    failed = measured(contest, [], error="not measured: the kit's run 3 failed (12 of 100)")
+
+    assert (good.ok, good.spread_pct, good.median_ns) == (True, 15.0, 430 * MS)
+    assert (failed.ok, failed.spread_pct, failed.reason) == (
+        False,
+        None,
+        "not measured: the kit's run 3 failed (12 of 100)",
+    )
+    assert reference_spread(contest.hardware_class_id, 100) == good
+
+
+def test_the_latest_measurement_applies_at_once(contest):
+    measured(contest, [400, 460])
+    assert reference_spread(contest.hardware_class_id, 100).spread_pct == 15.0  # cached now
+    measured(contest, [400, 420])
+    assert reference_spread(contest.hardware_class_id, 100).spread_pct == 5.0
+    assert reference_spread(contest.hardware_class_id, 1000) is None
+
+
+def test_a_measurement_is_due_when_none_was_made_or_the_last_is_old():
+    day = 24 * 3600.0
+    assert reference_due(last_finished_at=None, now=T0, every_s=day)
+    assert not reference_due(last_finished_at=T0 - dt.timedelta(hours=23), now=T0, every_s=day)
+    assert reference_due(last_finished_at=T0 - dt.timedelta(hours=24), now=T0, every_s=day)
+    assert not reference_due(last_finished_at=None, now=T0, every_s=0)  # only when asked
+
+
+def test_a_new_measurement_runs_the_image_the_last_one_ran(contest):
+    assert reference_image(contest.hardware_class_id, 100) == ""
+    measured(contest, [400, 460])
+    assert reference_image(contest.hardware_class_id, 100) == "kit:1"
+    assert reference_image(contest.hardware_class_id, 10_000) == ""
+    assert ReferenceSpread.objects.count() == 1
