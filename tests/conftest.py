@@ -134,6 +134,8 @@ def quiet_machine_gates(settings) -> None:
     settings.PODIUM_HOST_NAME = f"test-{os.getpid()}"
     # Calibration has its own tests (tests/*/test_calibration.py), which turn it on.
     settings.PODIUM_CALIBRATION = False
+    # So has the reference kit's spread (tests/submissions/test_reference_spread.py).
+    settings.PODIUM_REFERENCE_EVERY_S = 0
 
 
 @pytest.fixture

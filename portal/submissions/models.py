@@ -283,7 +283,7 @@ class Run(models.Model):
     # scoring.run.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
     resources = models.JSONField(default=dict, blank=True)
     # Where the host's time went, ms by phase: taking the machine (lock, freeze, gates,
-    # calibration, claim), the run off the clock (pull, staging, create, collect,
+    # calibration, reference, claim), the run off the clock (pull, staging, create, collect,
     # compare) and giving it back (release).
     overhead_ms = models.JSONField(default=dict, blank=True)
     # A verification run's decision (rules.verification_decision), for staff: "confirmed

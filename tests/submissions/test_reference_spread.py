@@ -8,6 +8,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -307,3 +308,26 @@ def test_a_new_measurement_runs_the_image_the_last_one_ran(contest):
     assert reference_image(contest.hardware_class_id, 100) == "kit:1"
     assert reference_image(contest.hardware_class_id, 10_000) == ""
     assert ReferenceSpread.objects.count() == 1
+
+
+def spread_text(client: Any, benchmark: Any) -> str:
+    page = client.get(f"/b/{benchmark.slug}/").content.decode()
+    start = page.index('<span id="reference-spread">')
+    return " ".join(page[start : page.index("</span>", start)].split())
+
+
+def test_the_rules_page_says_the_spread_or_that_the_old_rule_applies(client, contest):
+    official = contest.cohorts.get(kind=Cohort.OFFICIAL)
+    for position in range(100):
+        official.items.create(
+            position=position, canonical_name=f"{position}.jpg", sha256="0" * 64, reference_class=7
+        )
+    assert "is not measured yet: until it is, 3 times the hardware class's published noise" in (
+        spread_text(client, contest)
+    )
+
+    measured(contest, [370, 430, 505, 440])
+    cache.clear()  # the rules are drawn again at most a minute later (RULES_CACHE_S)
+    text = spread_text(client, contest)
+    assert "at 100 images: 36.49%: the benchmark's starter kit, unchanged, ran 4 times" in text
+    assert "its slowest run took that much longer than its fastest" in text
