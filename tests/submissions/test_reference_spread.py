@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.urls import reverse
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -331,3 +332,15 @@ def test_the_rules_page_says_the_spread_or_that_the_old_rule_applies(client, con
     text = spread_text(client, contest)
     assert "at 100 images: 36.49%: the benchmark's starter kit, unchanged, ran 4 times" in text
     assert "its slowest run took that much longer than its fastest" in text
+
+
+def test_staff_see_every_measurement_in_the_admin(client, contest, staff):
+    measured(contest, [370, 430, 505, 440])
+    measured(contest, [], error="not measured: the kit did not pass: 12 of 100 matched")
+    client.force_login(staff)
+
+    listing = client.get(reverse("admin:hosts_referencespread_changelist")).content.decode()
+
+    assert "36.49" in listing and "435.0" in listing  # the spread and the median (ms)
+    assert "the kit did not pass: 12 of 100 matched" in listing
+    assert client.get(reverse("admin:hosts_referencespread_add")).status_code == 403
