@@ -182,6 +182,9 @@ def keep_measured(session: machine.Session, submission_id: int) -> ReferenceSpre
     """Before the claim of ``submission_id`` (the next waiting one), holding the machine:
     measure its benchmark's kit when a measurement of the class and cohort size is due
     and its image is known; the row, or None when none was made."""
+    every_s = float(settings.PODIUM_REFERENCE_EVERY_S)
+    if every_s <= 0:
+        return None  # only when staff ask
     submission = Submission.objects.select_related("benchmark").filter(pk=submission_id).first()
     if submission is None:
         return None
@@ -196,7 +199,6 @@ def keep_measured(session: machine.Session, submission_id: int) -> ReferenceSpre
         .values_list("finished_at", flat=True)
         .first()
     )
-    every_s = float(settings.PODIUM_REFERENCE_EVERY_S)
     if not reference_due(last_finished_at=last, now=timezone.now(), every_s=every_s):
         return None
     image = kit_image(benchmark, size)
