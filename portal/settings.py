@@ -385,7 +385,9 @@ PODIUM_CALIBRATION_MAX_NOISE_PCT = env.float("PODIUM_CALIBRATION_MAX_NOISE_PCT",
 PODIUM_NOISE_BAND_CALIBRATIONS = env.int("PODIUM_NOISE_BAND_CALIBRATIONS", default=20)
 # Verification before ranking (portal/contests/rules.py verification_decision): a
 # verification may be slower than its official run by the benchmark's verify_tolerance_pct
-# or PODIUM_VERIFY_NOISE_FACTOR times the class's noise band, whichever is larger, and is
+# or the reference kit's measured spread on the class and cohort size (where none was
+# measured yet: PODIUM_VERIFY_NOISE_FACTOR times the class's noise band), whichever is
+# larger, and is
 # judged on the fastest of up to PODIUM_VERIFY_MAX_RUNS verification runs (a timing miss
 # is re-measured on a fresh permutation; a correctness failure rejects at once). Whatever
 # the percentage, it may be PODIUM_VERIFY_SLACK_MS slower: a fresh sandboxed process
@@ -394,6 +396,12 @@ PODIUM_NOISE_BAND_CALIBRATIONS = env.int("PODIUM_NOISE_BAND_CALIBRATIONS", defau
 PODIUM_VERIFY_SLACK_MS = env.int("PODIUM_VERIFY_SLACK_MS", default=100)
 PODIUM_VERIFY_NOISE_FACTOR = env.float("PODIUM_VERIFY_NOISE_FACTOR", default=3.0)
 PODIUM_VERIFY_MAX_RUNS = env.int("PODIUM_VERIFY_MAX_RUNS", default=3)
+# The reference kit's spread (scoring/run/reference.py): PODIUM_REFERENCE_RUNS counted runs
+# of a benchmark's reference kit on its official cohort (after one warm-up run), measured
+# again by a scoring host of the class, before a claim, once the latest measurement of
+# that class and cohort size is PODIUM_REFERENCE_EVERY_S old (0: only when asked for).
+PODIUM_REFERENCE_RUNS = env.int("PODIUM_REFERENCE_RUNS", default=10)
+PODIUM_REFERENCE_EVERY_S = env.int("PODIUM_REFERENCE_EVERY_S", default=24 * 3600)
 # Tests only (never from the environment): a CPU quota (and the lowest CPU weight) for the
 # calibration's container, to slow the real workload on purpose. None: as a scored run.
 PODIUM_CALIBRATION_CPUS: float | None = None

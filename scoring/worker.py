@@ -36,7 +36,7 @@ from scoring.cohort import rewrite
 from scoring.host import hosts
 from scoring.host import machine as machine_lock
 from scoring.host.hosts import HostHeartbeat
-from scoring.run import calibration, runner
+from scoring.run import calibration, reference, runner
 from scoring.upkeep import reaper
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,9 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
     gates) notes the wait on the next waiting submission's timeline and sends the
     wake-up again with backoff (``waits`` counts the tries). Holding the machine, before
     it claims, a host calibrates when due (``scoring.run.calibration.keep_calibrated``); one
-    that its calibration drained claims nothing and sends the wake-up back too.
+    that its calibration drained claims nothing and sends the wake-up back too. Then it
+    measures the next waiting run's reference kit when due
+    (``scoring.run.reference.keep_measured``).
 
     A waiting submission that no host could run (``run_claim_next``: its cohort is gone,
     say) is ended and refunded there, and the next one is claimed in the same wake-up.
@@ -180,6 +182,9 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
                 score_wake(hardware_class=hardware_class, countdown=settings.PODIUM_DRAIN_REQUEUE_S)
                 return
             phases.done("calibration")
+            waiting = next_waiting_id(hardware_class=hardware_class)
+            if waiting is not None and reference.keep_measured(session, waiting) is not None:
+                phases.done("reference")
             run = run_claim_next(hardware_class=hardware_class, lease_s=lease_s, host=host)
             if run is None:
                 return

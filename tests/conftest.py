@@ -137,6 +137,8 @@ def quiet_machine_gates(settings) -> None:
     # So does the host-speed probe (tests/scoring/test_host_speed.py): on a busy test
     # machine it would mark runs and requeue their submissions at random.
     settings.PODIUM_HOST_SPEED_PROBE = False
+    # So has the reference kit's spread (tests/submissions/test_reference_spread.py).
+    settings.PODIUM_REFERENCE_EVERY_S = 0
 
 
 @pytest.fixture

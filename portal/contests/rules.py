@@ -278,13 +278,22 @@ class VerificationVerdict:
 
 
 def verification_tolerance_pct(
-    *, tolerance_pct: float, noise_band_pct: float | None, noise_factor: float
+    *,
+    tolerance_pct: float,
+    noise_band_pct: float | None,
+    noise_factor: float,
+    reference_spread_pct: float | None = None,
 ) -> float:
     """How much slower than the official run a verification may be, in percent: at least
-    the benchmark's ``tolerance_pct`` and at least ``noise_factor`` times the class's
-    published noise band (none published yet: the benchmark's tolerance alone). Rounded
-    to hundredths, as it is shown."""
-    widened = noise_factor * noise_band_pct if noise_band_pct is not None else 0.0
+    the benchmark's ``tolerance_pct``, and at least the reference kit's measured spread on
+    the class and cohort size (``reference_spread_pct``, see
+    ``portal.hosts.noise.spread_pct``). Where none was measured yet, at least
+    ``noise_factor`` times the class's published noise band instead (none published
+    either: the benchmark's tolerance alone). Rounded to hundredths, as it is shown."""
+    if reference_spread_pct is not None:
+        widened = reference_spread_pct
+    else:
+        widened = noise_factor * noise_band_pct if noise_band_pct is not None else 0.0
     return round(max(float(tolerance_pct), widened), 2)
 
 
@@ -303,6 +312,7 @@ def verification_decision(
     noise_factor: float,
     max_runs: int,
     slack_ns: int = 0,
+    reference_spread_pct: float | None = None,
 ) -> VerificationVerdict:
     """The decision after a verification run: confirm, re-measure or reject.
 
@@ -313,8 +323,12 @@ def verification_decision(
     - a latest run that did not pass the gate (or has no wall time) rejects at once:
       correctness is not a matter of noise;
     - timing is judged on the fastest run so far, against the larger of the benchmark's
-      tolerance and ``noise_factor`` times the class's noise band
-      (:func:`verification_tolerance_pct`). Only a slower verification tells against
+      tolerance and the reference kit's measured spread on the class and this cohort's
+      size (``reference_spread_pct``: how much slower one honest run of the same image
+      was than another; where none was measured, ``noise_factor`` times the class's
+      noise band) (:func:`verification_tolerance_pct`). An official run that was itself
+      a fast outlier is noise of the same kind: its verification runs lie within the
+      spread of it. Only a slower verification tells against
       the official time (answers replayed, or work done by something the shuffled,
       re-encoded input defeats); a faster one only shows that the official run, which is
       what ranks, was its image's first on a cold host;
@@ -331,7 +345,10 @@ def verification_decision(
     count = len(walls_ns)
     limit = max(1, max_runs)
     tolerance = verification_tolerance_pct(
-        tolerance_pct=tolerance_pct, noise_band_pct=noise_band_pct, noise_factor=noise_factor
+        tolerance_pct=tolerance_pct,
+        noise_band_pct=noise_band_pct,
+        noise_factor=noise_factor,
+        reference_spread_pct=reference_spread_pct,
     )
     latest = walls_ns[-1]
     slack = max(0, slack_ns)
@@ -356,7 +373,9 @@ def verification_decision(
     )
     if slack:
         why += f" and more than {slack / 1e6:g} ms"
-    if tolerance > tolerance_pct:
+    if tolerance > tolerance_pct and reference_spread_pct is not None:
+        why += " (the tolerance: the reference kit's measured spread on this class and cohort size)"
+    elif tolerance > tolerance_pct:
         why += (
             f" (the tolerance: {_percent(noise_factor)} x the class's noise band of "
             f"{_percent(noise_band_pct or 0.0)}%)"

@@ -22,7 +22,7 @@ from portal import errors
 from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.hosts import calibrations, services
-from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
+from portal.hosts.models import CalibrationFlag, HostCalibration, ReferenceSpread, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text
 from portal.submissions.staff import RESCORE
 
@@ -212,6 +212,41 @@ class HostCalibrationAdmin(ReadOnlyMixin, admin.ModelAdmin[HostCalibration]):
     @admin.display(description="Drift (%)", ordering="drift_pct")
     def drift(self, calibration: HostCalibration) -> str:
         return "" if calibration.drift_pct is None else f"{calibration.drift_pct:+.2f}"
+
+
+@admin.register(ReferenceSpread)
+class ReferenceSpreadAdmin(ReadOnlyMixin, admin.ModelAdmin[ReferenceSpread]):
+    """Each measurement of a reference kit's spread, as recorded (hosts write them; nobody
+    edits them). The latest good one of a class and cohort size is its verification
+    tolerance (docs/rules.md, "Verification before ranking")."""
+
+    list_display = [
+        "hardware_class",
+        "cohort_size",
+        "finished_at",
+        "spread",
+        "median",
+        "runs",
+        "ok",
+        "host",
+        "image",
+        "reason",
+    ]
+    list_filter = ["ok", "hardware_class", "cohort_size"]
+    search_fields = ["hardware_class", "host", "image"]
+    date_hierarchy = "finished_at"
+
+    @admin.display(description="Spread (%)", ordering="spread_pct")
+    def spread(self, row: ReferenceSpread) -> str:
+        return "" if row.spread_pct is None else f"{row.spread_pct:.2f}"
+
+    @admin.display(description="Median (ms)", ordering="median_ns")
+    def median(self, row: ReferenceSpread) -> str:
+        return "" if row.median_ns is None else f"{row.median_ns / 1e6:.1f}"
+
+    @admin.display(description="Runs")
+    def runs(self, row: ReferenceSpread) -> int:
+        return len(row.wall_ns)
 
 
 FlagService = Callable[..., CalibrationFlag]

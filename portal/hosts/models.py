@@ -200,3 +200,58 @@ class MachineLease(models.Model):
 
     def __str__(self) -> str:
         return f"machine lock of {self.host} ({self.holder or 'free'})"
+
+
+class ReferenceSpread(models.Model):
+    """One measurement of how much a benchmark's reference kit (its starter kit image)
+    spreads on a hardware class at a cohort size: the kit run ``wall_ns``'s count of times,
+    back to back on one host, on that benchmark's official cohort, through a scored run's
+    sandbox and timed by its supervisor (``scoring.run.reference``), after one warm-up run
+    that is not counted.
+
+    ``spread_pct`` (``noise.spread_pct``: the slowest run over the fastest, minus one) is
+    the verification tolerance of every benchmark of the class with that cohort size
+    (``rules.verification_tolerance_pct``), from the latest ``ok`` row. ``ok`` is false
+    when the kit could not be measured or did not pass (``reason`` says why). Rows are
+    written once by ``portal.hosts.reference.reference_spread_record``.
+    """
+
+    # A record of the past, like a calibration's: the names as they were.
+    hardware_class = models.CharField(max_length=64)
+    cohort_size = models.PositiveIntegerField(help_text="Images in each run.")
+    benchmark = models.ForeignKey(
+        "contests.Benchmark",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The benchmark whose official cohort the kit ran on.",
+    )
+    host = models.CharField(max_length=200)
+    image = models.CharField(max_length=300, help_text="The reference kit image that ran.")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(db_index=True)
+    wall_ns = models.JSONField(
+        default=list, blank=True, help_text="Each counted run's trusted wall time (ns), in order."
+    )
+    median_ns = models.PositiveBigIntegerField(null=True, blank=True)
+    spread_pct = models.FloatField(
+        null=True, blank=True, help_text="The slowest run over the fastest, minus one, in percent."
+    )
+    ok = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-finished_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["hardware_class", "cohort_size", "-finished_at"],
+                name="hosts_refspread_class_size",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.hardware_class} reference spread ({self.cohort_size} images) at "
+            f"{self.finished_at:%Y-%m-%d %H:%M}"
+        )

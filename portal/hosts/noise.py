@@ -101,3 +101,22 @@ def noise_band_pct(calibrations: Sequence[Sequence[int]]) -> float | None:
     if middle <= 0:
         raise ValueError("a wall time must be positive")
     return max(abs(wall - middle) for wall in pooled) / middle * 100
+
+
+def spread_pct(walls: Sequence[int]) -> float:
+    """How much slower one of repeated runs of the same image on the same cohort was than
+    another: the slowest over the fastest, minus one, in percent (0 for one run).
+
+    It is the reference kit's **spread** on a class and cohort size, the tolerance of a
+    verification (``rules.verification_tolerance_pct``): an honest entry's official run
+    and its verification runs are two such runs, and either may be the fast one. The
+    worst case seen, like the noise band: a skewed noise (a run is only ever slowed, a
+    short run's process start jitters most) has no standard deviation worth quoting, and
+    "every one of N runs was within x % of every other" can be checked against the row.
+    """
+    if not walls:
+        raise ValueError("no runs")
+    fastest = min(walls)
+    if fastest <= 0:
+        raise ValueError("a wall time must be positive")
+    return (max(walls) - fastest) / fastest * 100

@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.db.models import Count, OuterRef, Subquery
 
 from portal.hosts import noise
-from portal.hosts.models import HostCalibration, ScoringHost
+from portal.hosts.models import HostCalibration, ReferenceSpread, ScoringHost
 from portal.submissions.models import Run, Submission
 
 ONLINE = "online"
@@ -248,6 +248,36 @@ def noise_band_percent(hardware_class: str) -> float | None:
     """The class's published noise band in percent (:func:`noise_band`); None before any."""
     band = noise_band(hardware_class)
     return band.percent if band else None
+
+
+def reference_spread_cache_key(hardware_class: str, cohort_size: int) -> str:
+    return f"podium:reference-spread:{hardware_class}:{cohort_size}"
+
+
+def reference_spread(hardware_class: str, cohort_size: int) -> ReferenceSpread | None:
+    """The latest good measurement of the reference kit's spread on ``hardware_class`` at
+    ``cohort_size`` images (``portal.hosts.reference``); None before the first. One query,
+    then cached (a new measurement of the class and size clears it)."""
+    key = reference_spread_cache_key(hardware_class, cohort_size)
+    cached = cache.get(key)
+    if cached is not None:
+        return cached or None  # False: known to have none
+    row = (
+        ReferenceSpread.objects.filter(
+            hardware_class=hardware_class, cohort_size=cohort_size, ok=True
+        )
+        .order_by("-finished_at", "-id")
+        .first()
+    )
+    cache.set(key, row or False, NOISE_BAND_CACHE_S)
+    return row
+
+
+def reference_spread_percent(hardware_class: str, cohort_size: int) -> float | None:
+    """The reference kit's measured spread in percent (:func:`reference_spread`); None
+    where none was measured on the class at that cohort size."""
+    row = reference_spread(hardware_class, cohort_size)
+    return row.spread_pct if row else None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ functions from their ``AppConfig.ready()``; this floor never imports them.
 - **A final run settled** (:func:`final_run_settled`): called inside the transaction that
   wrote a final-rerun run's verdict or platform fault (``portal.standings`` asks for extra
   runs once the rerun's queued runs are done).
-- **The fleet** (:func:`hosts_online`, :func:`noise_band_pct`): the live hosts of a
-  hardware class and the class's timing noise, answered by ``portal.hosts``.
+- **The fleet** (:func:`hosts_online`, :func:`noise_band_pct`,
+  :func:`reference_spread_pct`): the live hosts of a hardware class, the class's timing
+  noise and its reference kit's measured spread at a cohort size, answered by
+  ``portal.hosts``.
 """
 
 from __future__ import annotations
@@ -106,10 +108,13 @@ def final_run_settled(*, benchmark_id: int) -> None:
 @dataclass(frozen=True)
 class Fleet:
     """``hosts_online(hardware_class, now)``: how many hosts of the class are live;
-    ``noise_band_pct(hardware_class)``: its timing noise in percent, None before any."""
+    ``noise_band_pct(hardware_class)``: its timing noise in percent, None before any;
+    ``reference_spread_pct(hardware_class, cohort_size)``: how much its reference kit's
+    runs at that cohort size spread, in percent, None before any measurement."""
 
     hosts_online: Callable[[str, dt.datetime], int]
     noise_band_pct: Callable[[str], float | None]
+    reference_spread_pct: Callable[[str, int], float | None]
 
 
 _fleet: list[Fleet] = []
@@ -131,3 +136,7 @@ def hosts_online(hardware_class: str, now: dt.datetime) -> int:
 
 def noise_band_pct(hardware_class: str) -> float | None:
     return _the_fleet().noise_band_pct(hardware_class)
+
+
+def reference_spread_pct(hardware_class: str, cohort_size: int) -> float | None:
+    return _the_fleet().reference_spread_pct(hardware_class, cohort_size)

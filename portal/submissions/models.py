@@ -292,7 +292,7 @@ class Run(models.Model):
     # scoring.run.meter): CPU seconds, peak memory and PIDs, bytes read and written, OOMs.
     resources = models.JSONField(default=dict, blank=True)
     # Where the host's time went, ms by phase: taking the machine (lock, freeze, gates,
-    # calibration, claim), the run off the clock (pull, staging, create, collect,
+    # calibration, reference, claim), the run off the clock (pull, staging, create, collect,
     # compare) and giving it back (release).
     overhead_ms = models.JSONField(default=dict, blank=True)
     # The host's own speed, probed off the clock before and after the run

@@ -100,9 +100,10 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
 
     The decision is ``rules.verification_decision``'s: a run that did not pass the gate
     rejects at once; timing is judged on the fastest verification run so far against
-    the larger of the benchmark's ``verify_tolerance_pct`` and
-    ``PODIUM_VERIFY_NOISE_FACTOR`` times the class's noise band (and never less than
-    ``PODIUM_VERIFY_SLACK_MS``). Within it, the
+    the larger of the benchmark's ``verify_tolerance_pct`` and the reference kit's
+    measured spread on the class at the official run's cohort size (none measured yet:
+    ``PODIUM_VERIFY_NOISE_FACTOR`` times the class's noise band), and never less than
+    ``PODIUM_VERIFY_SLACK_MS``. Within it, the
     submission ranks (``verifying`` -> ``passed``, with its official time). A timing miss
     queues one more verification run (staged as a fresh permutation) while fewer than
     ``PODIUM_VERIFY_MAX_RUNS`` were judged; after that it ends ``rejected_verification``:
@@ -124,7 +125,14 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             return False
         submission = run.submission
         official = official_run(submission)
-        band_pct = hooks.noise_band_pct(submission.benchmark.hardware_class_id)
+        hardware_class = submission.benchmark.hardware_class_id
+        band_pct = hooks.noise_band_pct(hardware_class)
+        # The reference kit's spread at the size the official run had (its cohort's).
+        spread_pct = (
+            hooks.reference_spread_pct(hardware_class, official.total)
+            if official is not None and official.total
+            else None
+        )
         verdict = rules.verification_decision(
             official_ns=(official.wall_time_ns or 0) if official else 0,
             status=status,
@@ -137,6 +145,7 @@ def run_record_verification(*, run_id: int, status: str, reason: str, **fields: 
             noise_factor=float(settings.PODIUM_VERIFY_NOISE_FACTOR),
             max_runs=int(settings.PODIUM_VERIFY_MAX_RUNS),
             slack_ns=int(settings.PODIUM_VERIFY_SLACK_MS) * 1_000_000,
+            reference_spread_pct=spread_pct,
         )
         which = f"{verdict.run} of {verdict.of}"
         if verdict.action == rules.REMEASURE:

@@ -34,8 +34,8 @@ from portal.web.chart import progress_chart
 BOARD_PREVIEW_ROWS = 20
 BOARD_PAGE_ROWS = 100
 # The rules are cached per version of the benchmark's row (an edit shows at once); what
-# they say of the hosts (hardware, pins, noise band, CPUs) and of the build network's last
-# check may be this much older than the page.
+# they say of the hosts (hardware, pins, noise band, reference spread, CPUs) and of the
+# build network's last check may be this much older than the page.
 RULES_CACHE_S = 60
 
 

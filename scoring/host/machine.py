@@ -240,7 +240,8 @@ class Session:
     heartbeat: LockHeartbeat = field(repr=False)
     freezer: BuildFreezer | None = field(default=None, repr=False)
     # How long taking the machine took, by phase ("lock", "freeze", "gates"), in ms; the
-    # claim adds its own ("calibration", "claim") and the run keeps them in overhead_ms.
+    # claim adds its own ("calibration", "reference", "claim") and the run keeps them in
+    # overhead_ms.
     phases_ms: dict[str, float] = field(default_factory=dict)
 
     def spare(self, container_id: str) -> None:

@@ -819,7 +819,10 @@ def test_the_settings_set_the_runs_and_the_noise_factor(
     )
     page = " ".join(client.get(f"/b/{contest.slug}/").content.decode().split())
     assert "judged on the fastest of up to 1 verification runs" in page
-    assert "(or 4 times the hardware class's published noise band, when that is wider)" in (page)
+    assert (
+        "not measured yet: until it is, 4 times the hardware class's published noise band "
+        "applies instead, when that is wider."
+    ) in page
 
 
 def test_cancelling_a_submission_that_waits_for_verification_withdraws_its_queued_run(

@@ -1,11 +1,16 @@
 """``{% noise_band_of benchmark.hardware_class_id as band %}``: a class's timing noise for the
-benchmark page (``portal.hosts.selectors.noise_band``; cached, one query when cold)."""
+benchmark page (``portal.hosts.selectors.noise_band``; cached, one query when cold).
+``{% reference_spread_of benchmark as spread %}``: its reference kit's measured spread at
+its official cohort's size (``portal.hosts.selectors.reference_spread``), the verification
+tolerance."""
 
 from __future__ import annotations
 
 from django import template
 
-from portal.hosts.selectors import NoiseBand, noise_band
+from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.hosts.models import ReferenceSpread
+from portal.hosts.selectors import NoiseBand, noise_band, reference_spread
 
 register = template.Library()
 
@@ -13,3 +18,11 @@ register = template.Library()
 @register.simple_tag
 def noise_band_of(hardware_class: str) -> NoiseBand | None:
     return noise_band(hardware_class)
+
+
+@register.simple_tag
+def reference_spread_of(benchmark: Benchmark) -> ReferenceSpread | None:
+    size = CohortItem.objects.filter(
+        cohort__benchmark=benchmark, cohort__kind=Cohort.OFFICIAL
+    ).count()
+    return reference_spread(benchmark.hardware_class_id, size) if size else None
