@@ -300,7 +300,7 @@ class Run(models.Model):
     # probe's own noise and the band it was judged against; {} when not probed.
     host_speed = models.JSONField(default=dict, blank=True)
     # The host changed speed beyond the class's noise band during the run: its time is not
-    # the entry's alone (a free rescore is queued; rules.md, "The scored run").
+    # the entry's alone (a free rescore is queued; docs/rules.md, "The scored run").
     host_speed_changed = models.BooleanField(default=False, db_index=True)
     # A verification run's decision (rules.verification_decision), for staff: "confirmed
     # (1 of 3): ...", "timing miss (1 of 3), re-measuring: ...", "rejected (3 of 3): ...".

@@ -61,6 +61,7 @@ def test_the_probe_is_short_and_puts_the_affinity_back():
     assert os.sched_getaffinity(0) == allowed
 
 
+@pytest.mark.serial  # another test process would load the probed CPU too
 def test_a_core_taken_during_the_run_marks_it():
     cpu = min(os.sched_getaffinity(0))
     before = speed.probe([cpu])
