@@ -4,8 +4,9 @@ An entry that knew it was being verified could behave honestly only then. A prob
 records, from inside the real sandbox, everything about its input that ``stat`` and
 ``/proc`` show (links, modes, owners, timestamps, the folders, the mount's options) and
 answers right, so that its official run passes and is verified. Its official run, its
-verification run and a practice run must report the same observations. (A campaign round's slices are staged by the same
-code, ``staging.stage_items``: tests/scoring/test_staging.py compares their files.)
+verification run and a practice run must report the same observations. (A campaign
+round's slices are staged by the same code, ``staging.stage_items``:
+tests/scoring/test_staging.py compares their files.)
 """
 
 from __future__ import annotations
