@@ -77,8 +77,10 @@ INPUT = "input"
 IMAGES = "images"
 MANIFEST = storage.RUN_MANIFEST
 # A prepared set's record of its files: one line per row, "position<TAB>sha256" for a
-# member (its file named by its position), "canary-N<TAB>sha256<TAB>position" for canary
-# N of the canary cohort in the place of the member at position (its file: canary-N).
+# member (its file named by its position), "canary-N<TAB>sha256<TAB>position<TAB>frozen"
+# for canary N of the canary cohort (its file: canary-N) in the place of the member at
+# position, frozen being the canary's own frozen SHA-256 (a pool imported again since
+# the set was prepared no longer matches it).
 SET_MEMBERS = "members.tsv"
 CANARY_PREFIX = "canary-"
 
@@ -313,20 +315,19 @@ def _set_sources(run: Run, items: list[CohortItem]) -> tuple[int, list[Place], l
     try:
         lines = (folder / SET_MEMBERS).read_text(encoding="utf-8").splitlines()
         recorded: dict[int, tuple[str, str]] = {}
+        canary_shas: dict[int, str] = {}  # canary position: its frozen SHA-256
         for line in lines:
             name, sha, *place = line.split("\t")
             recorded[int(place[0] if place else name)] = (name, sha)
-        canary_positions = [
-            int(name.removeprefix(CANARY_PREFIX))
-            for name, _sha in recorded.values()
-            if name.startswith(CANARY_PREFIX)
-        ]
+            if name.startswith(CANARY_PREFIX):
+                canary_shas[int(name.removeprefix(CANARY_PREFIX))] = place[1]
     except (OSError, ValueError, IndexError) as exc:
         log.error("staging: set %s of run %s cannot be read: %s", taken.pk, run.pk, exc)
         raise StagingError("The prepared verification cohort could not be read.") from exc
     canaries = {item.position: item for item in canary_pool(int(run.cohort_id))}
-    if set(recorded) != {item.position for item in items} or not canaries.keys() >= set(
-        canary_positions
+    if set(recorded) != {item.position for item in items} or any(
+        position not in canaries or canaries[position].sha256 != frozen
+        for position, frozen in canary_shas.items()
     ):
         log.error("staging: set %s does not hold cohort %s's members", taken.pk, run.cohort_id)
         raise StagingError("The prepared verification cohort does not match its cohort.")

@@ -131,7 +131,7 @@ def prepare(cohort_id: int, pause: Callable[[], object] | None = None) -> int | 
         (folder / staging.SET_MEMBERS).write_text(
             "".join(
                 f"{place.set_name}\t{sha}"
-                + (f"\t{place.member.position}\n" if place.canary else "\n")
+                + (f"\t{place.member.position}\t{place.item.sha256}\n" if place.canary else "\n")
                 for place, (sha, _) in zip(places, written, strict=True)
             ),
             encoding="utf-8",

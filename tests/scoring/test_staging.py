@@ -891,3 +891,22 @@ def test_without_a_canary_pool_a_verification_carries_none(alice, benchmark, jpe
 
     assert staged.canaries == []
     assert sorted(staged.positions) == list(range(len(CLASSES)))
+
+
+def test_a_set_whose_canary_pool_was_imported_again_stops_the_verification(
+    alice, benchmark, jpeg_cohort, canary_cohort
+):
+    """The set's canaries were answered by the pool it was prepared from: a pool imported
+    again (other images at the same positions) would judge them against other answers."""
+    run = make_run(
+        make_submission(alice, benchmark, status=Submission.VERIFYING),
+        jpeg_cohort,
+        purpose=Run.VERIFY,
+    )
+    take_prepared_set(run)
+    canary_cohort.delete()
+    make_cohort(benchmark, [c + 1 for c in CANARY_CLASSES], kind=Cohort.CANARY, jpeg=True, seed=98)
+
+    with pytest.raises(staging.StagingError, match="does not match its cohort"):
+        staging.stage(run, verification=True)
+    assert not VerificationSet.objects.exists()  # deleted whatever happened
