@@ -23,7 +23,7 @@ verification call over its official call's (the median). Timing figures on a mac
 shared with other work are noisy.
 
     .venv/bin/python bench/lookup.py [--tries 5] [--honest 5] [--images 100]
-        [--cpu-busy-max 2.5]
+        [--cpu-busy-max 2.5] [--no-freezer]
 
 Exit status: 0 when every lookup entry was rejected and no honest one was, 1 otherwise.
 """
@@ -31,6 +31,7 @@ Exit status: 0 when every lookup entry was rejected and no honest one was, 1 oth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import shlex
@@ -111,6 +112,12 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="the cpu_idle gate's limit of busy CPUs (on a machine shared with other work,"
         " which the gate would rightly wait for)",
+    )
+    parser.add_argument(
+        "--no-freezer",
+        action="store_true",
+        help="pause no other container while a score runs (an engine shared with other"
+        " work, whose containers are not this portal's to pause)",
     )
     return parser.parse_args()
 
@@ -204,6 +211,7 @@ def main() -> int:
         f"cd {shlex.quote(str(repo))} && .venv/bin/python bench/lookup.py --tries {args.tries}"
         f" --honest {args.honest} --images {args.images}"
         + (f" --cpu-busy-max {args.cpu_busy_max:g}" if args.cpu_busy_max is not None else "")
+        + (" --no-freezer" if args.no_freezer else "")
     )
     print(f"reproduce: {command}\n")
     work = Path(tempfile.mkdtemp(prefix="podium-bench-lookup-"))
@@ -246,7 +254,13 @@ def main() -> int:
                 entry.save()
                 cheats[mode].append(int(entry.pk))
         # Nothing may reach a broker from here: each verification is run by hand.
-        with mock.patch.object(app, "send_task"):
+        from scoring.host.freezer import BuildFreezer
+
+        frozen = contextlib.ExitStack()
+        if args.no_freezer:
+            frozen.enter_context(mock.patch.object(BuildFreezer, "start"))
+            frozen.enter_context(mock.patch.object(BuildFreezer, "stop", return_value=0))
+        with frozen, mock.patch.object(app, "send_task"):
             honest_rows = measuring.measure(honest)
             cheat_rows = {mode: measuring.measure(ids) for mode, ids in cheats.items()}
         good = True
