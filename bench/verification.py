@@ -23,8 +23,9 @@ honest submissions, one entrant each:
 cpu_idle health gate's limit is raised by as many CPUs, or it would hold every run.
 ``--calibrations N`` first calibrates this machine N times (as an active host of its
 class), so the verification reads a noise band measured here, under the same load.
-``--replay`` adds one submission that writes back the cohort's answers in the fixed
-official order: it passes its official run and must be rejected by its verification.
+``--replay`` adds one submission that writes back the cohort's answers in the order of
+their positions: every run shows the images in a fresh random order, so it must fail
+its official run (or, by a one-in-N! chance, be rejected by its verification).
 ``--framework`` adds ``--runs`` more honest entries that read the images as a vision
 framework feeds a model (RGB, resized to 224 x 224, normalized per channel), judged
 like the kit's.
@@ -118,7 +119,8 @@ def timed_score(submission_id: int) -> float:
 
 def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
     """Score each submission, then run each of its verification runs (one call each, as
-    the scoring worker takes them) until it leaves ``verifying``."""
+    the scoring worker takes them) until it leaves ``verifying``. A submission that does
+    not reach ``verifying`` (a cheat failed by its official run) has no verification."""
     from portal.submissions.models import Run, Submission
     from scoring.cohort import verifysets
 
@@ -126,7 +128,7 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
     for submission_id in submission_ids:
         official_ms = timed_score(submission_id)
         status = Submission.objects.values_list("status", flat=True).get(pk=submission_id)
-        if status != Submission.VERIFYING:
+        if status not in (Submission.VERIFYING, Submission.FAILED):
             raise SystemExit(f"submission {submission_id} is {status}, not verifying")
         verify_ms: list[float] = []
         prepare_ms: list[float] = []
@@ -161,7 +163,11 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
                 "entrant": Submission.objects.values_list("entrant__username", flat=True).get(
                     pk=submission_id
                 ),
-                "note": verifications[-1].verification_note if verifications else "",
+                "note": (
+                    verifications[-1].verification_note
+                    if verifications
+                    else official.verdict_reason
+                ),
             }
         )
     return rows
@@ -266,7 +272,8 @@ def _image_with(sub_image: str, tag: str, files: dict[str, tuple[bytes, int]]) -
 
 def replay_image(sub_image: str, tag_root: str, made: list[str]) -> str:
     """The starter kit's submission image with a ``run`` that ignores its input and writes
-    back the official cohort's answers in its fixed order (learned elsewhere)."""
+    back the official cohort's answers in the order of their positions (learned
+    elsewhere)."""
     from portal.contests.models import CohortItem
 
     answers = b"".join(

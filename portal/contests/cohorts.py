@@ -11,7 +11,9 @@ The scoring order (``CohortItem.position``) is fixed at import: the members sort
 their sorted content hashes (one hex digest per line). So the order depends only on the
 images, never on their names, the answers file's order or the time of import, and
 re-importing the same images gives the same order; names that sort by class do not
-leak into it.
+leak into it. A run never shows that order: each stages its members in a fresh random
+order (``scoring.cohort.staging``); the position names a member in a run's private
+mapping and in a campaign round's request set.
 
 :func:`imagenet_import` makes both cohorts of a benchmark at once from what staff hold:
 the ImageNet validation JPEGs, a frozen reference file (the deterministic reference

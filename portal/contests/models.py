@@ -377,7 +377,10 @@ class Cohort(models.Model):
     OFFICIAL = "official"
     PRACTICE = "practice"
     FINAL = "final"  # a second private cohort for the final rerun (portal.standings)
-    KINDS = [(OFFICIAL, "official"), (PRACTICE, "practice"), (FINAL, "final")]
+    # Images no public set holds, with the reference model's answers: mixed among a
+    # verification's and a final run's images (rules.canary_count), never run alone.
+    CANARY = "canary"
+    KINDS = [(OFFICIAL, "official"), (PRACTICE, "practice"), (FINAL, "final"), (CANARY, "canary")]
 
     benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="cohorts")
     kind = models.CharField(max_length=16, choices=KINDS)

@@ -247,6 +247,27 @@ def needs_verification(
 # it on every JPEG shape they cover).
 VERIFY_PSNR_FLOOR_DB = 45.0
 
+# The share of a verification's and a final run's images that are canaries (images no
+# public set holds, judged against the reference model's answers), in percent. An entry
+# that answers the images it knows from a table at l seconds each and runs a model of m
+# seconds an image on the rest has an official run of N*l; with a share f of canaries its
+# verification takes N*((1-f)*l + f*m), which the timing rule rejects once f*(m-l) is more
+# than the tolerance t times l, i.e. once the table makes it more than 1 + t/f times
+# faster than it is. At 50% and the least tolerance (10%) that is 1.2: a table gains at
+# most twice what noise is allowed anyway. A larger share needs a larger private pool and
+# leaves fewer re-encoded cohort images to hold an entry to its own official answers.
+CANARY_SHARE_PCT = 50
+
+
+def canary_count(members: int, pool: int) -> int:
+    """Canaries among the ``members`` images of a verification or final run when the
+    benchmark's canary pool holds ``pool``: ``CANARY_SHARE_PCT`` of them rounded up, at
+    most the pool (0 without one)."""
+    if members < 0 or pool < 0:
+        raise ValueError("members and pool must not be negative")
+    return min(pool, -(-members * CANARY_SHARE_PCT // 100))
+
+
 CONFIRM = "confirm"
 REMEASURE = "re-measure"
 REJECT = "reject"
@@ -381,6 +402,45 @@ def verification_decision(
             f"{_percent(noise_band_pct or 0.0)}%)"
         )
     return verdict(REMEASURE if count < limit else REJECT, why + ".", fastest)
+
+
+def final_run_problem(
+    *,
+    official_ns: int,
+    final_ns: int,
+    tolerance_pct: float,
+    noise_band_pct: float | None,
+    noise_factor: float,
+    slack_ns: int = 0,
+    reference_spread_pct: float | None = None,
+) -> str:
+    """Why a passing final run must not rank (empty when it may): it was faster than its
+    submission's official run by more than a verification may be slower.
+
+    :func:`verification_decision` with the roles turned: the final run stands where the
+    official run stands there, and the official run is the one judged against it. A
+    final run much faster than the official time is a program that behaves otherwise
+    after the close (answers looked up once the cohort could be known); one slower than
+    it only ranks with its slower time.
+    """
+    verdict = verification_decision(
+        official_ns=final_ns,
+        status="passed",
+        reason="",
+        walls_ns=[official_ns],
+        tolerance_pct=tolerance_pct,
+        noise_band_pct=noise_band_pct,
+        noise_factor=noise_factor,
+        max_runs=1,
+        slack_ns=slack_ns,
+        reference_spread_pct=reference_spread_pct,
+    )
+    if verdict.action == CONFIRM:
+        return ""
+    return (
+        f"the final run took {final_ns / 1e9:.3f} s against the official {official_ns / 1e9:.3f}"
+        f" s: the official run was more than {verdict.within} slower than it"
+    )
 
 
 def boundary_sha256(text: str) -> str:

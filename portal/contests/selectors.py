@@ -17,7 +17,7 @@ from django.db.models import Count, F, Q
 from django.db.models.fields.json import KeyTransform
 
 from portal.contests import rules
-from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
+from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
 
 
 @dataclass(frozen=True)
@@ -287,3 +287,10 @@ def practice_cohort(benchmark: Benchmark) -> tuple[int, str] | None:
         .first()
     )
     return None if row is None else (int(row[0]), str(row[1]))
+
+
+def verification_canaries(benchmark: Benchmark) -> int:
+    """How many canaries a verification (or final run) of ``benchmark`` carries: its
+    share of the cohort as far as the canary pool goes (``rules.canary_count``)."""
+    pool = CohortItem.objects.filter(cohort__benchmark=benchmark, cohort__kind=Cohort.CANARY)
+    return rules.canary_count(benchmark.cohort_size, pool.count())

@@ -5,6 +5,12 @@ many runs; this stage queues them, records each verdict and retries a platform f
 
 A final run never changes its submission's status, attempts or the board: its
 verdict is kept on the run (and a timeline note), and the standings read the runs.
+
+A final run is held to what verifies an official run: it carries canaries (judged
+against the reference answers, ``scoring.cohort.staging``), and a passing one much
+faster than its submission's official run (``rules.final_run_problem``) is recorded as
+failed, the reason kept on the run (``verdict_reason`` and ``verification_note``), so
+the standings drop the submission with it.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
+from portal.contests import rules
 from portal.submissions import hooks
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import event_record, run_finish
@@ -63,12 +71,61 @@ def final_runs_queue(*, submission_ids: Iterable[int], cohort_id: int, count: in
     return queued
 
 
+def final_timing_problem(submission: Submission, wall_time_ns: int | None, total: int) -> str:
+    """Why a passing final run of ``wall_time_ns`` on ``total`` images must not rank
+    (``rules.final_run_problem`` against the submission's latest passing official run,
+    with the tolerance a verification of it has: the reference kit's spread at the
+    final run's size where one is measured); empty when it may, or when there is no
+    official time. A final cohort of another size than the official one is compared per
+    image: the official time is scaled to ``total`` images."""
+    official = (
+        submission.runs.filter(
+            purpose=Run.SCORE, status=Run.FINISHED, passed=True, wall_time_ns__isnull=False
+        )
+        .order_by("-try_number")
+        .values_list("wall_time_ns", "total")
+        .first()
+    )
+    if official is None or not wall_time_ns:
+        return ""
+    official_ns, official_total = int(official[0] or 0), int(official[1] or 0)
+    if total and official_total and total != official_total:
+        official_ns = official_ns * total // official_total
+    hardware_class = submission.benchmark.hardware_class_id
+    return rules.final_run_problem(
+        official_ns=official_ns,
+        final_ns=int(wall_time_ns),
+        tolerance_pct=submission.benchmark.verify_tolerance_pct,
+        noise_band_pct=hooks.noise_band_pct(hardware_class),
+        noise_factor=float(settings.PODIUM_VERIFY_NOISE_FACTOR),
+        slack_ns=int(settings.PODIUM_VERIFY_SLACK_MS) * 1_000_000,
+        reference_spread_pct=(
+            hooks.reference_spread_pct(hardware_class, total or official_total)
+            if total or official_total
+            else None
+        ),
+    )
+
+
 def run_record_final(*, run_id: int, status: str, reason: str, **fields: Any) -> bool:
     """Write a final run's verdict once (passed, failed or errored), holding the
     submission's row lock (``run_finish``); the submission stays ``passed``. Tells
-    ``portal.standings`` (``hooks.final_run_settled``) in the same transaction."""
-    if not Run.objects.filter(pk=run_id, purpose=Run.FINAL).exists():
+    ``portal.standings`` (``hooks.final_run_settled``) in the same transaction.
+
+    A passing run that :func:`final_timing_problem` finds too fast is written as
+    ``failed`` with that reason, also kept as its ``verification_note``."""
+    run = Run.objects.filter(pk=run_id, purpose=Run.FINAL).select_related("submission").first()
+    if run is None:
         return False
+    problem = ""
+    if status == Submission.PASSED:
+        problem = final_timing_problem(
+            run.submission, fields.get("wall_time_ns"), int(run.total or 0)
+        )
+    if problem:
+        status = Submission.FAILED
+        reason = f"Not ranked: {problem}."
+        fields = fields | {"verification_note": f"rejected: {problem}"}
     with transaction.atomic():
         run = run_finish(
             run_id,

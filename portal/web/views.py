@@ -21,6 +21,7 @@ from portal.contests.selectors import (
     leaderboard_version,
     practice_cohort,
     schedule_at,
+    verification_canaries,
 )
 from portal.environments.selectors import build_network_state
 from portal.standings.selectors import board_state, final_outline
@@ -106,6 +107,8 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "verify_noise_factor": settings.PODIUM_VERIFY_NOISE_FACTOR,
         "verify_slack_ms": settings.PODIUM_VERIFY_SLACK_MS,
         "psnr_floor_db": rules.VERIFY_PSNR_FLOOR_DB,
+        "canaries": functools.cache(lambda: verification_canaries(benchmark)),
+        "canary_share_pct": rules.CANARY_SHARE_PCT,
     }
     return render(request, "contests/benchmark_detail.html", context)
 

@@ -21,10 +21,11 @@ from the official run finds nothing. Each call draws a fresh re-encode from ``rn
   (within a few per cent).
 - Code it as the original was coded, with ``jpegtran -copy none``: progressive stays
   progressive, arithmetic coding stays arithmetic (Pillow writes neither), optimized
-  Huffman tables stay optimized and standard ones standard; restart markers every
-  ``N`` MCUs (``N`` drawn at random); then a COM segment of 16 to 64 random bytes goes
-  after the leading APPn segments (JFIF or Adobe; never before them, since format
-  sniffers read the JFIF tag at a fixed offset).
+  Huffman tables stay optimized and standard ones standard, and restart markers come
+  at the original's interval (none without one). Nothing is added that the original
+  lacks: a re-encode carries the segments a frozen file carries once staging has
+  dropped its metadata (:func:`strip_metadata`), so a run cannot tell a re-encode from
+  a frozen file by its segments.
 - Check the result as a model would see it: its decoded pixels and its 1/8-scale
   picture (made from the DC coefficients alone) must differ from the original's, and
   its PSNR (:func:`psnr_db`) must reach ``PSNR_FLOOR_DB``. Otherwise draw again
@@ -33,8 +34,10 @@ from the official run finds nothing. Each call draws a fresh re-encode from ``rn
   nudged by one level (:func:`_nudged`).
 
 All metadata (EXIF, ICC, XMP, comments, thumbnails) is dropped: it would identify the
-file. Some decoders act on an EXIF orientation or an ICC profile, so a cohort should
-carry none; ``cohort_import`` copies files as they are, and the demo cohort has none.
+file. Staging drops it from every other staged JPEG too (:func:`strip_metadata`), so
+every kind of run sees the same metadata: none. Some decoders act on an EXIF
+orientation or an ICC profile, so a cohort should carry none; ``cohort_import`` copies
+files as they are, and the demo cohort has none.
 
 What it defeats: answers keyed on a file's bytes or hash, its header or metadata, its
 quantization tables, its DCT coefficients (quantized or dequantized, DC alone
@@ -84,9 +87,6 @@ JPEGTRAN = "jpegtran"
 PACKAGE = "libjpeg-turbo-progs"
 # A JPEG starts with SOI (FF D8) followed by the next marker's FF.
 JPEG_MAGIC = b"\xff\xd8\xff"
-COMMENT_BYTES = (16, 64)
-# The DRI segment holds the restart interval in 16 bits.
-MAX_RESTART_BLOCKS = 0xFFFF
 TIMEOUT_S = 60.0
 
 # What every re-encode keeps (checked on each one): the PSNR of its decoded picture
@@ -116,8 +116,11 @@ _UNBLUR_STEP = np.float32(4 / 3)
 _SOI = 0xD8
 _SOS = 0xDA
 _DHT = 0xC4
+_DRI = 0xDD
 _COM = 0xFE
-_APP0, _APP15 = 0xE0, 0xEF
+_APP0, _APP14, _APP15 = 0xE0, 0xEE, 0xEF
+# The APPn segments a staged JPEG keeps: the ones jpegtran itself writes (JFIF, Adobe).
+_KEPT_APP = {(_APP0, b"JFIF\x00"), (_APP14, b"Adobe")}
 _STANDALONE = {0x01, *range(0xD0, 0xD8)}  # TEM and RST0-7 carry no length
 # SOFn: every C0-CF except DHT (C4), JPG (C8) and DAC (CC).
 _SOF = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -140,6 +143,7 @@ class _Frame:
     # Whether its Huffman tables are its own (optimized), not the standard ones (K.3).
     optimized: bool
     mcus: int  # MCUs in an interleaved scan of the whole image
+    restart: int  # the restart interval in MCUs (its DRI segment's); 0 without one
     width: int
     height: int
     factors: tuple[tuple[int, int], ...]  # (horizontal, vertical) sampling of each component
@@ -229,6 +233,7 @@ def _frame(data: bytes) -> _Frame:
                 if kind == _DHT
             ),
             mcus=max(1, across * down),
+            restart=_restart_interval(data, segments),
             width=width,
             height=height,
             factors=factors,
@@ -314,25 +319,50 @@ def _decodable_size(data: bytes, frame: _Frame, block_size: tuple[int, int]) -> 
     return -(-frame.width // across) * across, -(-frame.height // down) * down
 
 
-def _with_comment(data: bytes, comment: bytes) -> bytes:
-    """``data`` with a COM segment holding ``comment`` after its leading APPn segments."""
-    at = 2
-    for marker, _start, end in _segments(data)[1:]:
-        if not _APP0 <= marker <= _APP15:
-            break
-        at = end
-    segment = bytes([0xFF, _COM]) + struct.pack(">H", len(comment) + 2) + comment
-    return data[:at] + segment + data[at:]
+def _restart_interval(data: bytes, segments: list[tuple[int, int, int]]) -> int:
+    """The restart interval (MCUs) of the last DRI segment before the first scan; 0: none."""
+    interval = 0
+    for marker, start, end in segments:
+        if marker == _DRI and end - start >= 6:
+            (interval,) = struct.unpack_from(">H", data, start + 4)
+    return interval
 
 
-def _jpegtran_arguments(frame: _Frame, rng: random.Random, *, transpose: bool) -> list[str]:
+def strip_metadata(data: bytes) -> bytes:
+    """``data`` without the header segments that carry metadata: every COM segment and
+    every APPn segment but a JFIF APP0 or an Adobe APP14 (the ones jpegtran writes).
+
+    Lossless: the coded picture is untouched. ``data`` itself when it is not a JPEG or
+    has nothing to drop; :class:`RewriteError` for a JPEG whose header cannot be read.
+    """
+    if not is_jpeg(data):
+        return data
+    kept: list[bytes] = []
+    dropped = False
+    segments = _segments(data)
+    for marker, start, end in segments:
+        body = data[start + 4 : end]
+        app = _APP0 <= marker <= _APP15
+        if marker == _COM or (
+            app and not any(marker == m and body.startswith(tag) for m, tag in _KEPT_APP)
+        ):
+            dropped = True
+            continue
+        kept.append(data[start:end])
+    if not dropped:
+        return data
+    return b"".join(kept) + data[segments[-1][2] :]
+
+
+def _jpegtran_arguments(frame: _Frame, *, transpose: bool) -> list[str]:
     """The jpegtran options that code a re-encode as the original (``frame``) was coded.
 
-    Random: the restart interval is drawn from ``rng`` (see the module doc).
-    ``transpose`` turns a re-encode made transposed (a 4:4:0 original) the right way.
+    Restart markers at the original's interval, none without one. ``transpose`` turns
+    a re-encode made transposed (a 4:4:0 original) the right way.
     """
-    restart = rng.randint(1, min(frame.mcus, MAX_RESTART_BLOCKS))
-    arguments = ["-copy", "none", "-restart", f"{restart}B"]
+    arguments = ["-copy", "none"]
+    if frame.restart:
+        arguments += ["-restart", f"{frame.restart}B"]
     if frame.arithmetic:
         arguments.append("-arithmetic")
     elif frame.optimized or frame.progressive:  # libjpeg optimizes any progressive file
@@ -691,10 +721,9 @@ def rewrite_jpeg_data(data: bytes, rng: random.Random, *, jpegtran: str | None =
 
     New bytes, tables, coefficients and pixels, at a PSNR of at least ``PSNR_FLOOR_DB``:
     each draw is decoded and checked, and drawn again (gentler, or nudged) up to
-    ``ATTEMPTS`` times. ``rng`` draws the tables, the restart interval and the comment;
-    pass ``secrets.SystemRandom()`` in production (a seeded ``random.Random`` only in
-    tests). ``jpegtran`` is its path (:func:`find_jpegtran` when omitted). Raises
-    :class:`RewriteError`.
+    ``ATTEMPTS`` times. ``rng`` draws the tables; pass ``secrets.SystemRandom()`` in
+    production (a seeded ``random.Random`` only in tests). ``jpegtran`` is its path
+    (:func:`find_jpegtran` when omitted). Raises :class:`RewriteError`.
     """
     if not is_jpeg(data):
         raise RewriteError("not a JPEG file")
@@ -720,10 +749,8 @@ def rewrite_jpeg_data(data: bytes, rng: random.Random, *, jpegtran: str | None =
             encoded = _encode(picture, tables, planes)
         except (OSError, ValueError) as exc:
             raise RewriteError(f"Pillow cannot encode it: {exc}") from exc
-        arguments = _jpegtran_arguments(frame, rng, transpose=picture.transposed)
+        arguments = _jpegtran_arguments(frame, transpose=picture.transposed)
         rewritten = _transcoded(program, arguments, encoded)
-        low, high = COMMENT_BYTES
-        rewritten = _with_comment(rewritten, rng.randbytes(rng.randint(low, high)))
         try:
             psnr = _psnr(before, _comparable(rewritten))
             same_dc = np.array_equal(before_dc, _dc_picture(rewritten))

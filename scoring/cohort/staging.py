@@ -3,21 +3,28 @@
 Contract (docs/architecture.md, "The scored run", step 3; docs/rules.md,
 "The runtime ABI" and "Verification before ranking"):
 
-- One fixed order per cohort: ``CohortItem.position``. Every scored run (official or
-  practice) on a cohort sees its images in that order, so timings are comparable
-  between runs. A *verification* run (``stage(run, verification=True)``, a
-  ``Run.VERIFY`` run) sees the same members in a fresh random order
-  (``secrets.SystemRandom``).
-- Every run gets fresh random file names and fresh random request ids, so nothing an
-  entrant learns in one run (which name held which image) carries over to the next.
-- **Runs cannot tell themselves apart.** Every kind of run (official, practice,
-  verification, and a campaign round's slices through :func:`stage_items`) gets its
-  inputs the same way: each file is a fresh copy written at staging (one link, a new
-  inode, mode 0644), and every file, the images folder and the manifest carry one
-  timestamp, the moment staging began (atime and mtime; the kernel sets ctime to the
-  same moment, give or take the staging's length). Nothing a run can ``stat`` says
-  whether its files are the frozen cohort's bytes or a verification's re-encodes.
-- The bytes: a scored run's files are the frozen cohort files. A verification run's
+- Every run (official, practice, verification or final) sees its members in a fresh
+  random order (``secrets.SystemRandom``) under fresh random file names and fresh random
+  request ids, so nothing an entrant learns in one run (which row or name held which
+  image) carries over to the next, and no order tells one kind of run from another.
+- **Runs cannot tell themselves apart.** Every kind of run (and a campaign round's
+  slices through :func:`stage_items`) gets its inputs the same way: each file is a fresh
+  copy written at staging (one link, a new inode, mode 0644) with its metadata dropped
+  (``rewrite.strip_metadata``: every COM and APPn segment but JFIF and Adobe, which is
+  what a re-encode carries too), and every file, the images folder and the manifest
+  carry one fixed timestamp, ``STAMP_NS`` (atime and mtime; the kernel sets ctime to
+  the moment of staging, for every kind alike). Nothing a run can ``stat`` or parse in
+  a header says whether its files are the frozen cohort's bytes or a verification's
+  re-encodes.
+- Canaries: a verification run and a final run carry ``rules.canary_count`` canaries,
+  images of the benchmark's canary cohort (none without one), each in the place of a
+  member drawn at random (:func:`canary_places`), so the run has as many rows as its
+  cohort. A canary's staged name keeps the suffix of the member whose place it takes,
+  and its file is staged as every other (a verification's re-encoded with its set, a
+  final run's frozen and stripped): nothing in the files tells a canary from a member.
+  ``StagedRun.canaries`` says which rows are canaries; it never leaves the host.
+- The bytes: a scored run's files are the frozen cohort files, and a final run's too
+  (its canaries' frozen files among them). A verification run's
   are one *prepared set* (``portal.submissions.pool``, written ahead of need on the
   builds side by ``scoring.cohort.verifysets``): every JPEG member re-encoded with a fresh
   imperceptible perturbation (``scoring.cohort.rewrite``), other members as they are. The set
@@ -45,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import random
 import re
 import secrets
 import shutil
@@ -57,7 +65,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from portal import storage
-from portal.contests.models import CohortItem
+from portal.contests import rules
+from portal.contests.models import Cohort, CohortItem
 from portal.submissions import pool
 from portal.submissions.models import Run
 from scoring.cohort import rewrite
@@ -67,8 +76,17 @@ log = logging.getLogger(__name__)
 INPUT = "input"
 IMAGES = "images"
 MANIFEST = storage.RUN_MANIFEST
-# A prepared set's record of its files: one line per member, "position<TAB>sha256".
+# A prepared set's record of its files: one line per row, "position<TAB>sha256" for a
+# member (its file named by its position), "canary-N<TAB>sha256<TAB>position<TAB>frozen"
+# for canary N of the canary cohort (its file: canary-N) in the place of the member at
+# position, frozen being the canary's own frozen SHA-256 (a pool imported again since
+# the set was prepared no longer matches it).
 SET_MEMBERS = "members.tsv"
+CANARY_PREFIX = "canary-"
+
+# The atime and mtime of everything staged (2000-01-01 00:00:00 UTC): a fixed value, so
+# the time of staging does not tell one run from another.
+STAMP_NS = 946_684_800 * 1_000_000_000
 
 # Staged names keep the member's extension (decoders may look at it) but only a plain
 # one: anything else could smuggle part of the canonical name into the container.
@@ -102,9 +120,12 @@ class StagedRun:
     references: list[int]  # reference classes in manifest order; never leaves the host
     request_ids: list[str]
     staged_names: list[str]  # file names under input_dir/"images", in manifest order
-    # Each row's CohortItem.position, in manifest order (ascending unless verification).
+    # Each row's CohortItem.position (a canary's in the canary cohort), in manifest order.
     positions: list[int] = field(default_factory=list)
     verification: bool = False
+    # Whether each row is a canary (judged against the reference answers), in manifest
+    # order; empty: none is.
+    canaries: list[bool] = field(default_factory=list)
     rewritten: int = 0  # members re-encoded (a verification's set); the rest are as frozen
     copy_ms: float = 0.0  # reading, checking and writing the files
 
@@ -121,6 +142,56 @@ class Source:
     path: Path
     sha256: str
     where: str
+
+
+@dataclass(frozen=True)
+class Place:
+    """One row of a run: the image staged there, a cohort member or a canary that takes
+    the place of ``replaced``."""
+
+    item: CohortItem
+    replaced: CohortItem | None = None
+
+    @property
+    def canary(self) -> bool:
+        return self.replaced is not None
+
+    @property
+    def member(self) -> CohortItem:
+        """The cohort member whose place this is (its name's suffix is kept)."""
+        return self.replaced or self.item
+
+    @property
+    def set_name(self) -> str:
+        """The file's name in a prepared set."""
+        return f"{CANARY_PREFIX}{self.item.position}" if self.canary else str(self.item.position)
+
+
+def canary_pool(cohort_id: int) -> list[CohortItem]:
+    """The canaries of the benchmark of cohort ``cohort_id`` (its canary cohort's members)."""
+    return list(
+        CohortItem.objects.filter(
+            cohort__kind=Cohort.CANARY,
+            cohort__benchmark__cohorts__pk=cohort_id,
+        ).order_by("position")
+    )
+
+
+def canary_places(items: list[CohortItem], rng: random.Random) -> list[Place]:
+    """``items`` (one cohort's members, in the order given) with ``rules.canary_count`` of
+    them, drawn with ``rng``, each replaced in its place by a canary drawn with ``rng``
+    from the benchmark's canary cohort, no canary twice. ``items`` as they are without
+    a canary cohort."""
+    if not items:
+        return []
+    pool = canary_pool(int(items[0].cohort_id))
+    count = rules.canary_count(len(items), len(pool))
+    replaced = set(rng.sample(range(len(items)), count))
+    canaries = iter(rng.sample(pool, count))
+    return [
+        Place(next(canaries), replaced=item) if row in replaced else Place(item)
+        for row, item in enumerate(items)
+    ]
 
 
 def _staged_name(canonical_name: str) -> str:
@@ -179,6 +250,11 @@ def read_member(source: Source) -> bytes:
 def _copy(source: Source, dest: Path) -> None:
     data = read_member(source)
     try:
+        data = rewrite.strip_metadata(data)
+    except rewrite.RewriteError as exc:
+        log.error("staging: %s has an unreadable JPEG header: %s", source.where, exc)
+        raise StagingError("A cohort file's JPEG header could not be read.") from exc
+    try:
         rewrite.write_file(dest, data)
     except OSError as exc:
         log.error("staging: cannot write %s to %s: %s", source.where, dest, exc)
@@ -227,9 +303,10 @@ def _copy_all(sources: list[Source], images_dir: Path, names: list[str]) -> floa
     return (time.perf_counter_ns() - started) / 1e6
 
 
-def _set_sources(run: Run, items: list[CohortItem]) -> tuple[int, list[Source]]:
-    """The files of the prepared set ``run`` took in its claim, in the order of ``items``,
-    with how many of them were re-encoded."""
+def _set_sources(run: Run, items: list[CohortItem]) -> tuple[int, list[Place], list[Source]]:
+    """The rows of the prepared set ``run`` took in its claim, in the places of ``items``
+    (a canary in the place of the member it replaced), their files, and how many of them
+    were re-encoded."""
     taken = pool.set_of_run(int(run.pk))
     if taken is None:
         log.error("staging: verification run %s has no prepared set", run.pk)
@@ -237,22 +314,35 @@ def _set_sources(run: Run, items: list[CohortItem]) -> tuple[int, list[Source]]:
     folder = storage.verification_set_dir(int(taken.pk))
     try:
         lines = (folder / SET_MEMBERS).read_text(encoding="utf-8").splitlines()
-        recorded = {int(position): sha for position, sha in (line.split("\t") for line in lines)}
-    except (OSError, ValueError) as exc:
+        recorded: dict[int, tuple[str, str]] = {}
+        canary_shas: dict[int, str] = {}  # canary position: its frozen SHA-256
+        for line in lines:
+            name, sha, *place = line.split("\t")
+            recorded[int(place[0] if place else name)] = (name, sha)
+            if name.startswith(CANARY_PREFIX):
+                canary_shas[int(name.removeprefix(CANARY_PREFIX))] = place[1]
+    except (OSError, ValueError, IndexError) as exc:
         log.error("staging: set %s of run %s cannot be read: %s", taken.pk, run.pk, exc)
         raise StagingError("The prepared verification cohort could not be read.") from exc
-    if set(recorded) != {item.position for item in items}:
+    canaries = {item.position: item for item in canary_pool(int(run.cohort_id))}
+    if set(recorded) != {item.position for item in items} or any(
+        position not in canaries or canaries[position].sha256 != frozen
+        for position, frozen in canary_shas.items()
+    ):
         log.error("staging: set %s does not hold cohort %s's members", taken.pk, run.cohort_id)
         raise StagingError("The prepared verification cohort does not match its cohort.")
-    sources = [
-        Source(
-            path=folder / str(item.position),
-            sha256=recorded[item.position],
-            where=f"set {taken.pk} position {item.position}",
+    places: list[Place] = []
+    sources: list[Source] = []
+    for item in items:
+        name, sha = recorded[item.position]
+        canary = name.startswith(CANARY_PREFIX)
+        places.append(
+            Place(canaries[int(name.removeprefix(CANARY_PREFIX))], replaced=item)
+            if canary
+            else Place(item)
         )
-        for item in items
-    ]
-    return int(taken.perturbed), sources
+        sources.append(Source(path=folder / name, sha256=sha, where=f"set {taken.pk} {name}"))
+    return int(taken.perturbed), places, sources
 
 
 def _discard_set(run: Run) -> None:
@@ -321,14 +411,14 @@ def _write_manifest(input_dir: Path, request_ids: list[str], names: list[str]) -
 
 
 def _stage_files(
-    root: Path, items: list[CohortItem], sources: list[Source], stamp_ns: int
+    root: Path, places: list[Place], sources: list[Source], stamp_ns: int
 ) -> tuple[Path, list[str], list[str], float]:
-    """Copy ``sources`` (one per item, in manifest order) under fresh names into a fresh
+    """Copy ``sources`` (one per place, in manifest order) under fresh names into a fresh
     ``root/input`` with a manifest of fresh request ids, all stamped ``stamp_ns``:
     ``(input_dir, request_ids, names, copy_ms)``. Leaves no input folder on failure."""
     input_dir = _fresh_input(root)
-    names = [_staged_name(item.canonical_name) for item in items]
-    request_ids = _fresh_ids(len(items))
+    names = [_staged_name(place.member.canonical_name) for place in places]
+    request_ids = _fresh_ids(len(places))
     try:
         copy_ms = _copy_all(sources, input_dir / IMAGES, names)
         _write_manifest(input_dir, request_ids, names)
@@ -339,20 +429,21 @@ def _stage_files(
     return input_dir, request_ids, names, copy_ms
 
 
-def stage(run: Run, *, verification: bool = False) -> StagedRun:
+def stage(run: Run, *, verification: bool = False, canaries: bool = False) -> StagedRun:
     """Stage ``run``'s cohort under ``storage.run_dir(run.id)/input``; return what was staged.
 
-    ``verification=False`` (official and practice scores): the cohort's fixed order and
-    its frozen files. ``verification=True`` (a ``Run.VERIFY`` run): a fresh random order
-    and the files of the prepared set the run took in its claim, which is deleted here
-    whatever happens. Either way fresh copies, names and ids (see the module doc).
+    ``verification=False`` (official, practice and final runs): the cohort's frozen
+    files, with ``canaries`` (a final run) canaries in some members' places (see
+    :func:`canary_places`). ``verification=True`` (a ``Run.VERIFY`` run): the files of
+    the prepared set the run took in its claim, canaries included, which is deleted here
+    whatever happens. Either way a fresh random order and fresh copies, names and ids
+    (see the module doc).
 
     Raises :class:`StagingError` (and leaves no input folder behind) when a member is
     missing, is not a regular file, cannot be read or written, or no longer matches its
     hash, or when a verification run's set is missing or does not match its cohort.
     A leftover input folder of the same run (a crashed earlier attempt) is replaced.
     """
-    stamp_ns = time.time_ns()
     root = storage.run_dir(run.pk)
     private_dir = storage.run_private_dir(run.pk)
     try:
@@ -361,12 +452,14 @@ def stage(run: Run, *, verification: bool = False) -> StagedRun:
             log.error("staging: cohort %s has no members", run.cohort_id)
             raise StagingError("The cohort has no members.")
         rewritten = 0
+        rng = secrets.SystemRandom()
+        rng.shuffle(items)
         if verification:
-            secrets.SystemRandom().shuffle(items)
-            rewritten, sources = _set_sources(run, items)
+            rewritten, places, sources = _set_sources(run, items)
         else:
-            sources = [member_source(item) for item in items]
-        input_dir, request_ids, names, copy_ms = _stage_files(root, items, sources, stamp_ns)
+            places = canary_places(items, rng) if canaries else [Place(item) for item in items]
+            sources = [member_source(place.item) for place in places]
+        input_dir, request_ids, names, copy_ms = _stage_files(root, places, sources, STAMP_NS)
     finally:
         if verification:
             _discard_set(run)
@@ -389,10 +482,12 @@ def stage(run: Run, *, verification: bool = False) -> StagedRun:
     kept.write_text(_manifest_text(request_ids, names), encoding="utf-8")
     kept.chmod(0o600)
     mapping = private_dir / storage.RUN_MAPPING
+    # A canary's row names it "canary:" and its position in the canary cohort.
     mapping.write_text(
         "".join(
-            f"{item.position}\t{rid}\t{name}\t{item.canonical_name}\n"
-            for item, rid, name in zip(items, request_ids, names, strict=True)
+            f"{'canary:' if place.canary else ''}{place.item.position}\t{rid}\t{name}"
+            f"\t{place.item.canonical_name}\n"
+            for place, rid, name in zip(places, request_ids, names, strict=True)
         ),
         encoding="utf-8",
     )
@@ -402,12 +497,13 @@ def stage(run: Run, *, verification: bool = False) -> StagedRun:
         root=root,
         input_dir=input_dir,
         manifest=input_dir / MANIFEST,
-        rows=len(items),
-        references=[item.reference_class for item in items],
+        rows=len(places),
+        references=[place.item.reference_class for place in places],
         request_ids=request_ids,
         staged_names=names,
-        positions=[item.position for item in items],
+        positions=[place.item.position for place in places],
         verification=verification,
+        canaries=[place.canary for place in places] if any(p.canary for p in places) else [],
         rewritten=rewritten,
         copy_ms=copy_ms,
     )
@@ -425,16 +521,17 @@ def unstage(staged: StagedRun) -> None:
 
 def stage_items(items: list[CohortItem], root: Path) -> StagedRun:
     """Stage ``items``, in the order given, under ``root/input`` as a scored run's cohort
-    is staged: fresh copies checked against their frozen hashes, fresh random names and
-    request ids, one timestamp, a manifest. For the slices of a campaign round
-    (``scoring.campaign.rounds``): each slice is one such folder, mounted by itself, and a round
-    sees inputs of the same kind as any other run.
+    is staged: fresh copies checked against their frozen hashes, their metadata dropped,
+    fresh random names and request ids, the fixed timestamp, a manifest. For the slices
+    of a campaign round (``scoring.campaign.rounds``): each slice is one such folder,
+    mounted by itself, and a round sees inputs of the same kind as any other run.
 
     Raises :class:`StagingError` (and leaves no input folder behind) as :func:`stage`
     does; a leftover input folder under ``root`` is replaced.
     """
     sources = [member_source(item) for item in items]
-    input_dir, request_ids, names, copy_ms = _stage_files(root, items, sources, time.time_ns())
+    places = [Place(item) for item in items]
+    input_dir, request_ids, names, copy_ms = _stage_files(root, places, sources, STAMP_NS)
     return StagedRun(
         run_id=0,
         root=root,

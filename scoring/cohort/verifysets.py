@@ -1,13 +1,17 @@
 """Preparing verification cohorts ahead of need, on the builds side.
 
-A *set* is every member of an official cohort, each JPEG re-encoded with a fresh
-imperceptible perturbation (``scoring.cohort.rewrite``: new bytes, tables, coefficients and
-pixels, a PSNR of at least ``rewrite.PSNR_FLOOR_DB``) and any other member as frozen, in
-``storage.verification_set_dir(id)``: one file per member named by its position (mode
-0600, never mounted) and ``members.tsv`` with each file's SHA-256, which the scoring
-host checks as it copies the set into a verification run's input
-(``scoring.cohort.staging``). The database side (which cohorts keep a pool, a set's states,
-who takes it) is ``portal.submissions.pool``.
+A *set* is as many images as an official cohort has members: the cohort's members but
+``rules.canary_count`` of them, drawn at random, and in their places as many canaries
+drawn at random from the benchmark's canary cohort (none without one). Each JPEG is
+re-encoded with a fresh imperceptible perturbation (``scoring.cohort.rewrite``: new
+bytes, tables, coefficients and pixels, a PSNR of at least ``rewrite.PSNR_FLOOR_DB``),
+canaries and members alike, and any other file is kept as frozen. It lives in
+``storage.verification_set_dir(id)``: one file per image (mode 0600, never mounted),
+named by the member's position or ``canary-`` and the canary's position, and
+``members.tsv`` with each file's SHA-256 (a canary's line also names the member whose
+place it takes), which the scoring host checks as it copies the set into a verification
+run's input (``scoring.cohort.staging``). The database side (which cohorts keep a pool,
+a set's states, who takes it) is ``portal.submissions.pool``.
 
 - :func:`fill` tops up one cohort's pool (the task ``scoring.verification_pool_fill``,
   sent when a verification is queued or a set is taken): it prepares sets until the
@@ -111,9 +115,10 @@ def prepare(cohort_id: int, pause: Callable[[], object] | None = None) -> int | 
         folder.mkdir(parents=True)
         folder.chmod(0o700)
         rng = secrets.SystemRandom()
+        places = staging.canary_places(items, rng)
         calls = [
-            (staging.member_source(item), folder / str(item.position), rng, jpegtran)
-            for item in items
+            (staging.member_source(place.item), folder / place.set_name, rng, jpegtran)
+            for place in places
         ]
         written: list[tuple[str, bool]] = []
         chunk = CHUNK_PER_THREAD * staging.threads_for(len(calls))
@@ -125,7 +130,9 @@ def prepare(cohort_id: int, pause: Callable[[], object] | None = None) -> int | 
             )
         (folder / staging.SET_MEMBERS).write_text(
             "".join(
-                f"{item.position}\t{sha}\n" for item, (sha, _) in zip(items, written, strict=True)
+                f"{place.set_name}\t{sha}"
+                + (f"\t{place.member.position}\t{place.item.sha256}\n" if place.canary else "\n")
+                for place, (sha, _) in zip(places, written, strict=True)
             ),
             encoding="utf-8",
         )
@@ -146,10 +153,12 @@ def prepare(cohort_id: int, pause: Callable[[], object] | None = None) -> int | 
         shutil.rmtree(folder, ignore_errors=True)  # dropped as stale meanwhile
         return None
     log.info(
-        "verification set %s of cohort %s ready: %d members, %d re-encoded, in %.0f ms",
+        "verification set %s of cohort %s ready: %d members (%d canaries), %d re-encoded,"
+        " in %.0f ms",
         set_id,
         cohort_id,
         len(items),
+        sum(place.canary for place in places),
         perturbed,
         prepare_ms,
     )

@@ -497,18 +497,30 @@ def pull(submission: Submission, measured: Measured) -> Image:
 
 
 def stage(run: Run, measured: Measured) -> StagedRun:
-    """Step 3: the cohort, in the cohort's order, or a prepared set shuffled to verify.
+    """Step 3: the cohort (or, to verify, a prepared set), in a fresh random order.
 
     A verification's yardstick is the entrant's own official answers for the same
     members (its images are re-encoded, so the reference answers are not): they replace
     the references, read from the official run's kept evidence before anything is staged.
+    A verification and a final run carry canaries, which keep their reference answers.
     """
     started = time.perf_counter_ns()
     verification = run.purpose == Run.VERIFY
     own = _official_answers(run) if verification else None
-    staged = staging.stage(run, verification=verification)
+    staged = staging.stage(
+        run, verification=verification, canaries=verification or run.purpose == Run.FINAL
+    )
     if own is not None:
-        staged = replace(staged, references=[own[position] for position in staged.positions])
+        canaries = staged.canaries or [False] * staged.rows
+        staged = replace(
+            staged,
+            references=[
+                reference if canary else own[position]
+                for reference, canary, position in zip(
+                    staged.references, canaries, staged.positions, strict=True
+                )
+            ],
+        )
     measured.overhead_ms["staging"] = elapsed_ms(started)
     measured.total = staged.rows
     return staged
@@ -726,12 +738,16 @@ def judge(
 ) -> Outcome:
     """Step 7, off the clock: validate the output, compare it, decide."""
     started = time.perf_counter_ns()
+    canaries = sum(staged.canaries)
+    members = staged.rows - canaries
     if staged.verification:  # agreement with its own official answers (see stage)
-        needed = rules.pass_threshold(staged.rows, benchmark.verify_self_agreement_pct, 100)
+        needed = rules.pass_threshold(members, benchmark.verify_self_agreement_pct, 100)
     else:
-        needed = rules.pass_threshold(
-            staged.rows, benchmark.pass_min_matches, benchmark.cohort_size
-        )
+        needed = rules.pass_threshold(members, benchmark.pass_min_matches, benchmark.cohort_size)
+    # Canaries: the official pass rule, against the reference answers.
+    canaries_needed = rules.pass_threshold(
+        canaries, benchmark.pass_min_matches, benchmark.cohort_size
+    )
     expected_bytes = 4 * staged.rows
     output_error = result.output_error
     if not output_error and result.output_bytes > expected_bytes:
@@ -749,6 +765,8 @@ def judge(
         references=staged.references,
         needed=needed,
         yardstick="its official answers" if staged.verification else "the reference",
+        canaries=staged.canaries,
+        canaries_needed=canaries_needed,
     )
     output_sha256 = "" if result.output is None else hashlib.sha256(result.output).hexdigest()
     measured.overhead_ms["compare"] = elapsed_ms(started)

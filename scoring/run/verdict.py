@@ -107,6 +107,8 @@ def decide(
     references: Sequence[int],
     needed: int,
     yardstick: str = "the reference",
+    canaries: Sequence[bool] = (),
+    canaries_needed: int = 0,
 ) -> Verdict:
     """The verdict of one run, from what the supervisor and the runner observed.
 
@@ -124,12 +126,25 @@ def decide(
        ``yardstick`` names what ``references`` are in the reason: "the reference", or,
        for a verification, "its official answers".
 
-    ``needed`` must lie within ``[0, len(references)]`` (``ValueError`` otherwise: that is
-    a configuration fault, not the entrant's).
+    With ``canaries`` (one flag per row, a verification's or a final run's), the rows
+    flagged are judged apart, against the reference answers that ``references`` holds
+    for them: passed only when the other rows reach ``needed`` and the canaries
+    ``canaries_needed``. The reason gives both counts, never which rows are which.
+
+    ``needed`` must lie within ``[0, rows judged against the yardstick]`` and
+    ``canaries_needed`` within ``[0, canaries]`` (``ValueError`` otherwise: that is a
+    configuration fault, not the entrant's).
     """
     total = len(references)
-    if not 0 <= needed <= total:
-        raise ValueError(f"needed must be within [0, {total}], got {needed}")
+    if canaries and len(canaries) != total:
+        raise ValueError(f"{len(canaries)} canary flags for {total} rows")
+    canary_rows = sum(1 for flag in canaries if flag)
+    if not 0 <= needed <= total - canary_rows:
+        raise ValueError(f"needed must be within [0, {total - canary_rows}], got {needed}")
+    if not 0 <= canaries_needed <= canary_rows:
+        raise ValueError(
+            f"canaries_needed must be within [0, {canary_rows}], got {canaries_needed}"
+        )
 
     def errored(reason: str) -> Verdict:
         return Verdict(status="errored", matches=None, total=total, reason=reason)
@@ -156,6 +171,8 @@ def decide(
     except InvalidOutput as exc:
         return errored(str(exc))
 
+    if canary_rows:
+        return _with_canaries(predictions, references, canaries, needed, canaries_needed, yardstick)
     matches = count_matches(predictions, references)
     summary = f"{matches} of {total} predictions match {yardstick}"
     if matches >= needed:
@@ -170,4 +187,33 @@ def decide(
         matches=matches,
         total=total,
         reason=f"{summary}; at least {needed} are needed.",
+    )
+
+
+def _with_canaries(
+    predictions: Sequence[int],
+    references: Sequence[int],
+    canaries: Sequence[bool],
+    needed: int,
+    canaries_needed: int,
+    yardstick: str,
+) -> Verdict:
+    """Rule 5 with canaries (see :func:`decide`)."""
+    rows = [
+        (p, r) for p, r, flag in zip(predictions, references, canaries, strict=True) if not flag
+    ]
+    birds = [(p, r) for p, r, flag in zip(predictions, references, canaries, strict=True) if flag]
+    matches = count_matches([p for p, _ in rows], [r for _, r in rows])
+    canary_matches = count_matches([p for p, _ in birds], [r for _, r in birds])
+    summary = (
+        f"{matches} of {len(rows)} predictions match {yardstick} and {canary_matches} of "
+        f"{len(birds)} on images no public set holds match the reference"
+    )
+    passed = matches >= needed and canary_matches >= canaries_needed
+    return Verdict(
+        status="passed" if passed else "failed",
+        matches=matches + canary_matches,
+        total=len(references),
+        reason=f"{summary}; at least {needed} and {canaries_needed} "
+        + ("were needed." if passed else "are needed."),
     )

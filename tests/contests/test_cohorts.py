@@ -296,11 +296,17 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
     assert demo.attempts_per_day == 2
     official = demo.cohorts.get(kind="official")
     practice = demo.cohorts.get(kind="practice")
+    canaries = demo.cohorts.get(kind="canary")
     assert official.items.count() == 40
     assert practice.items.count() == 12
-    for item in official.items.all():
+    assert canaries.items.count() == 20  # as many as a verification of 40 carries
+    for item in [*official.items.all(), *canaries.items.all()]:
         data = cohort_path(item).read_bytes()
         assert democohort.decode_class_image(data) == item.reference_class
+    # Canaries are images apart from the cohort's.
+    assert not set(official.items.values_list("sha256", flat=True)) & set(
+        canaries.items.values_list("sha256", flat=True)
+    )
 
     flagship = Benchmark.objects.get(slug="eva02-imagenet1k-v3")
     seoul = ZoneInfo("Asia/Seoul")
@@ -317,7 +323,7 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
         "seed_demo", "--official-count=40", "--practice-count=12", "--campaign-count=6", stdout=out
     )
 
-    assert set(demo.cohorts.all()) == {official, practice}
+    assert set(demo.cohorts.all()) == {official, practice, canaries}
     assert Benchmark.objects.count() == 3  # demo, demo-campaign, the flagship
     assert "in place" in out.getvalue()
 

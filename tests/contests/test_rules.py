@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from portal.contests import rules
 from portal.contests.rules import (
     Candidate,
     attempt_day,
@@ -381,3 +382,77 @@ def test_purge_allowed_from_refuses_naive_times_and_negative_days() -> None:
         purge_allowed_from(dt.datetime(2026, 8, 31, 9, 0), 90)  # noqa: DTZ001 - on purpose
     with pytest.raises(ValueError, match="retention_days must not be negative, got -1"):
         purge_allowed_from(CLOSES_AT, -1)
+
+
+@pytest.mark.parametrize(
+    ("members", "pool", "canaries"),
+    [
+        (10_000, 50_000, 5_000),
+        (100, 50, 50),
+        (101, 1_000, 51),
+        (100, 20, 20),
+        (100, 0, 0),
+        (1, 9, 1),
+    ],
+)
+def test_half_of_a_verification_is_canaries_as_far_as_the_pool_goes(members, pool, canaries):
+    assert rules.CANARY_SHARE_PCT == 50
+    assert rules.canary_count(members, pool) == canaries
+
+
+def test_the_canary_share_makes_a_table_that_runs_its_model_only_on_canaries_miss_the_timing():
+    """Hostile: a table at 0.2 ms an image plus a 5 ms model on the images it does not
+    know. Its official run is all table; its verification pays the model on every canary,
+    and the timing rule rejects it even on the fastest cohort, where the slack matters."""
+    for members in (100, 1_000, 10_000):
+        canaries = rules.canary_count(members, members)
+        official_ns = members * 200_000
+        verification_ns = (members - canaries) * 200_000 + canaries * 5_000_000
+        verdict = rules.verification_decision(
+            official_ns=official_ns,
+            status="passed",
+            reason="",
+            walls_ns=[verification_ns] * 3,
+            tolerance_pct=10,
+            noise_band_pct=None,
+            noise_factor=3.0,
+            max_runs=3,
+            slack_ns=100_000_000,
+        )
+        assert verdict.action == rules.REJECT, members
+
+
+def test_a_final_run_far_faster_than_its_official_run_has_a_problem():
+    problem = rules.final_run_problem(
+        official_ns=2_000_000_000,
+        final_ns=500_000_000,
+        tolerance_pct=10,
+        noise_band_pct=2.0,
+        noise_factor=3.0,
+        slack_ns=100_000_000,
+    )
+    assert problem == (
+        "the final run took 0.500 s against the official 2.000 s: the official run was more"
+        " than 10% (at least 100 ms) slower than it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("official_ns", "final_ns"),
+    [
+        (2_000_000_000, 1_830_000_000),  # 9.3% faster: within 10%
+        (2_000_000_000, 1_700_000_000),  # 17.6%: within 3 x the 6% band
+        (300_000_000, 210_000_000),  # 43% but 90 ms: within the slack
+        (2_000_000_000, 9_000_000_000),  # slower: it ranks with its slower time
+    ],
+)
+def test_an_honest_final_run_has_none(official_ns, final_ns):
+    problem = rules.final_run_problem(
+        official_ns=official_ns,
+        final_ns=final_ns,
+        tolerance_pct=10,
+        noise_band_pct=6.0,
+        noise_factor=3.0,
+        slack_ns=100_000_000,
+    )
+    assert problem == ""

@@ -176,10 +176,15 @@ def test_it_says_what_staff_must_still_do(db, imported: bool) -> None:
 
     out = seed()
 
-    assert ("import_cohort" in out) is not imported
+    assert ("--imagenet-val" in out) is not imported
     assert ("Cohorts in place: official 3 images, practice 2" in out) is imported
     assert ("Final cohort in place: 4 images" in out) is imported
     assert "Start a scoring host of class gpu-h200" in out
+    # No canary pool: it says how to import one, and why.
+    wanted = "2" if imported else "5,000"  # half the official cohort (3, else 10,000)
+    assert f"Import a canary pool of at least {wanted} images" in out
+    assert "import_cohort --benchmark eva02-imagenet1k-v3 --kind canary" in out
+    assert "verification cannot stop a lookup table" in out
 
 
 def test_without_a_final_cohort_it_says_how_to_import_one(db) -> None:
@@ -196,3 +201,23 @@ def test_without_a_final_cohort_it_says_how_to_import_one(db) -> None:
         in out
     )
     assert "not fresh" in out
+
+
+def test_it_says_nothing_of_canaries_once_the_pool_is_imported(db) -> None:
+    seed()
+    flagship = Benchmark.objects.get(slug=SLUG)
+    cohort = Cohort.objects.create(benchmark=flagship, kind=Cohort.CANARY)
+    CohortItem.objects.bulk_create(
+        CohortItem(
+            cohort=cohort,
+            position=n,
+            canonical_name=f"{n}.JPEG",
+            sha256="0" * 64,
+            reference_class=n % 1000,
+        )
+        for n in range(5_000)
+    )
+
+    out = seed()
+
+    assert "--kind canary" not in out

@@ -2,11 +2,11 @@
 
 An entry that knew it was being verified could behave honestly only then. A probe entry
 records, from inside the real sandbox, everything about its input that ``stat`` and
-``/proc`` show (links, modes, owners, timestamps, how long after their writing they
-were stamped, the folders, the mount's options) and answers right, so that its official
-run passes and is verified. Its official run, its verification run and a practice run
-must report the same observations. (A campaign round's slices are staged by the same
-code, ``staging.stage_items``: tests/scoring/test_staging.py compares their files.)
+``/proc`` show (links, modes, owners, timestamps, the folders, the mount's options) and
+answers right, so that its official run passes and is verified. Its official run, its
+verification run and a practice run must report the same observations. (A campaign
+round's slices are staged by the same code, ``staging.stage_items``:
+tests/scoring/test_staging.py compares their files.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from portal import storage
 from portal.contests.models import Cohort
 from portal.submissions.models import Run, Submission
-from scoring.cohort import verifysets
+from scoring.cohort import staging, verifysets
 from scoring.run import runner
 from tests.hostile.conftest import CLASS, ROWS, script
 from tests.scoring.test_staging import make_cohort, make_submission
@@ -39,11 +39,11 @@ modes=$(cut -d' ' -f2 /tmp/stat | sort -u | tr '\n' ,)
 owners=$(cut -d' ' -f3 /tmp/stat | sort -u | tr '\n' ,)
 stamps=$( (cut -d' ' -f4,5 /tmp/stat | tr ' ' '\n'; stat -c '%X
 %Y' "$man" "$root") | sort -u | wc -l)
-late=$(awk '{ d = $6 - $5; if (d > m) m = d } END { print (m <= 5) ? "no" : "yes" }' /tmp/stat)
+mtimes=$(cut -d' ' -f5 /tmp/stat | sort -u | tr '\n' ,)
 folders=$(stat -c '%h:%a:%u' "$root" "$(dirname "$man")" | tr '\n' ,)
 mount=$(awk '$5 == "/contest/input" { print $6 }' /proc/self/mountinfo)
-printf 'PROBE links=%s modes=%s owners=%s stamps=%s stamped_late=%s ' \
-  "$links" "$modes" "$owners" "$stamps" "$late"
+printf 'PROBE links=%s modes=%s owners=%s stamps=%s mtimes=%s ' \
+  "$links" "$modes" "$owners" "$stamps" "$mtimes"
 echo "folders=$folders mount=$mount"
 exec answer "$3"
 """
@@ -89,9 +89,9 @@ def test_official_verification_and_practice_runs_observe_the_same_inputs(hostile
         "practice": observed(practice.runs.get()),
     }
     assert seen["official"] == seen["verification"] == seen["practice"], seen
-    # And what they observe: single-link files of one mode, one timestamp for
-    # everything, stamped as they were written, on a read-only mount.
+    # And what they observe: single-link files of one mode, one fixed timestamp for
+    # everything (never the time of staging), on a read-only mount.
     line = seen["official"]
     assert "links=1, " in line and "modes=644, " in line, line
-    assert "stamps=1 " in line and "stamped_late=no " in line, line
+    assert "stamps=1 " in line and f"mtimes={staging.STAMP_NS // 10**9}, " in line, line
     assert re.search(r"mount=ro\b", line), line

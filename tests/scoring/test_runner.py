@@ -427,6 +427,63 @@ def test_a_correct_run_passes_with_its_trusted_time(queued, monkeypatch, sent):
     assert LeaderboardEntry.objects.filter(run=run).exists()
 
 
+@pytest.mark.parametrize(("canary_class", "verdict"), [(8, "failed"), (7, "passed")])
+def test_a_verification_judges_its_canaries_against_the_reference_answers(
+    queued, monkeypatch, sent, canary_class, verdict
+):
+    """Hostile (8): an entry that answers every image as it answered the official cohort
+    (class 7, a table of it) misses the canaries, whose reference answer is 8. Honest (7):
+    the same answers are right on canaries of class 7, and it ranks."""
+    benchmark = queued.benchmark
+    benchmark.verify_top = 20
+    benchmark.save()
+    make_cohort(benchmark, [canary_class] * 8, kind=Cohort.CANARY, seed=3)
+    FakeEngine().install(monkeypatch)
+    runner.score_submission(queued.pk)
+    queued.refresh_from_db()
+    assert queued.status == Submission.VERIFYING
+    assert verifysets.prepare(the_run(queued).cohort_id) is not None
+
+    runner.score_submission(queued.pk)
+
+    verification = Run.objects.get(submission=queued, purpose=Run.VERIFY)
+    assert (verification.verdict, verification.total) == (verdict, 10)
+    canaries_right = 5 if canary_class == 7 else 0
+    assert verification.verdict_reason.startswith(
+        f"5 of 5 predictions match its official answers and {canaries_right} of 5 on images"
+        " no public set holds match the reference"
+    )
+    canary_rows = [line for line in mapping(verification) if line.startswith("canary:")]
+    assert len(canary_rows) == 5
+    queued.refresh_from_db()
+    if verdict == "failed":
+        assert queued.status == Submission.REJECTED_VERIFICATION
+        assert not LeaderboardEntry.objects.filter(benchmark=benchmark).exists()
+    else:
+        assert queued.status == Submission.PASSED, queued.failure_reason
+        assert LeaderboardEntry.objects.filter(benchmark=benchmark).exists()
+
+
+def test_a_final_run_is_staged_with_canaries_that_keep_their_reference_answers(queued):
+    benchmark = queued.benchmark
+    make_cohort(benchmark, [8] * 8, kind=Cohort.CANARY, seed=3)
+    Submission.objects.filter(pk=queued.pk).update(status=Submission.PASSED)
+    final = Run.objects.create(
+        submission=queued,
+        cohort=Cohort.objects.get(benchmark=benchmark, kind=Cohort.OFFICIAL),
+        try_number=2,
+        purpose=Run.FINAL,
+        status=Run.STAGING,
+    )
+
+    staged = runner.stage(final, runner.Measured())
+
+    assert staged.rows == 10 and sum(staged.canaries) == 5
+    assert [
+        reference for reference, canary in zip(staged.references, staged.canaries, strict=True)
+    ] == [8 if canary else 7 for canary in staged.canaries]
+
+
 def test_a_redelivered_task_does_nothing(queued, monkeypatch, sent):
     fake = FakeEngine().install(monkeypatch)
     runner.score_submission(queued.pk)

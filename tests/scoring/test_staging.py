@@ -30,11 +30,17 @@ from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.environments.models import Environment
 from portal.submissions import pool
 from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
-from scoring.cohort import staging, verifysets
+from scoring.cohort import rewrite, staging, verifysets
 
 
 def make_cohort(
-    benchmark: Benchmark, classes: list[int], *, kind: str = Cohort.OFFICIAL, jpeg: bool = False
+    benchmark: Benchmark,
+    classes: list[int],
+    *,
+    kind: str = Cohort.OFFICIAL,
+    jpeg: bool = False,
+    suffix: str = ".jpg",
+    seed: int | None = None,
 ) -> Cohort:
     """A cohort whose files sit at ``cohort_dir(id)/canonical_name`` with real hashes.
 
@@ -44,9 +50,9 @@ def make_cohort(
     """
     cohort = Cohort.objects.create(benchmark=benchmark, kind=kind)
     root = storage.cohort_dir(cohort.pk)
-    rng = random.Random(len(classes))
+    rng = random.Random(len(classes) if seed is None else seed)
     for index, reference_class in enumerate(classes):
-        name = f"part00/val_{index:08d}.jpg"
+        name = f"part00/val_{index:08d}{suffix}"
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if jpeg:
@@ -211,7 +217,7 @@ def take_prepared_set(run: Run) -> dict[int, str]:
     return {
         int(path.name): sha(path.read_bytes())
         for path in folder.iterdir()
-        if path.name != staging.SET_MEMBERS
+        if path.name != staging.SET_MEMBERS and not path.name.startswith(staging.CANARY_PREFIX)
     }
 
 
@@ -261,11 +267,11 @@ def test_no_kind_of_run_can_tell_its_inputs_from_another_kinds_by_stat(
         assert seen.files == {(stat.S_IFREG, 0o644, 1, uid, gid)}, name
         assert seen.folders == seen_all[0].folders, name
         assert [folder[:2] for folder in seen.folders] == [(stat.S_IFDIR, 0o755)] * 2, name
-        # One timestamp, atime and mtime alike, of the moment its staging began.
+        # One fixed timestamp, atime and mtime alike: never the moment of staging.
         stamps = {mtime for _atime, mtime in seen.times.values()}
-        assert len(stamps) == 1, name
-        (stamp,) = stamps
-        assert before <= stamp <= after, name
+        assert stamps == {staging.STAMP_NS}, name
+        stamp = staging.STAMP_NS
+        assert not before <= stamp <= after, name
         assert [path for path, (atime, _m) in seen.times.items() if atime != stamp] == [], name
         assert not seen.inodes & originals, name
         assert seen.entries == ({"images", "manifest.tsv"}, set(staged.staged_names)), name
@@ -276,6 +282,92 @@ def test_no_kind_of_run_can_tell_its_inputs_from_another_kinds_by_stat(
     official, verified = kinds["official"][0], kinds["verification"][0]
     assert verified.rows == official.rows == len(CLASSES)
     assert verified.rewritten == len(CLASSES)
+
+
+def with_metadata(cohort: Cohort) -> None:
+    """Give every member of ``cohort`` what a camera or a data set leaves in a file (EXIF,
+    an ICC profile, a comment) and restart markers, its recorded hash updated."""
+    exif = Image.Exif()
+    exif[0x010E] = "val_00000042"
+    for item in cohort.items.all():
+        path = storage.cohort_dir(cohort.pk) / item.canonical_name
+        buffer = io.BytesIO()
+        with Image.open(path) as image:
+            image.save(
+                buffer,
+                format="JPEG",
+                quality=90,
+                exif=exif.tobytes(),
+                icc_profile=b"\1" * 300,
+                comment=b"taken 2012-05-01",
+                restart_marker_blocks=2,
+            )
+        path.write_bytes(buffer.getvalue())
+        item.sha256 = sha(buffer.getvalue())
+        item.save(update_fields=["sha256"])
+
+
+def segments(data: bytes) -> tuple[tuple[int, bytes], ...]:
+    """Each header segment's marker, with an APPn's tag and a DRI's interval."""
+    found = []
+    for marker, start, end in rewrite._segments(data):
+        if 0xE0 <= marker <= 0xEF:
+            found.append((marker, data[start + 4 : start + 9]))
+        elif marker == 0xDD:
+            found.append((marker, data[start + 4 : end]))
+        else:
+            found.append((marker, b""))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Looks:
+    headers: frozenset[tuple[tuple[int, bytes], ...]]
+    stamps: frozenset[int]
+    rows_follow_names: bool
+    suffixes: frozenset[str]
+    entries: frozenset[str]
+
+
+def distinguisher(staged: staging.StagedRun) -> Looks:
+    """What a program inside the container could key "official or verification" on:
+    its files' header segments (APPn and COM segments, restart intervals, their order),
+    their timestamps, whether the rows follow the names' order, and what lies beside."""
+    files = [staged.images_dir / name for name in staged.staged_names]
+    return Looks(
+        headers=frozenset(segments(path.read_bytes()) for path in files),
+        stamps=frozenset(path.stat().st_mtime_ns for path in [*files, staged.manifest]),
+        rows_follow_names=staged.staged_names == sorted(staged.staged_names),
+        suffixes=frozenset(path.suffix for path in files),
+        entries=frozenset(path.name for path in staged.input_dir.iterdir()),
+    )
+
+
+def test_a_program_cannot_tell_an_official_staging_from_a_verification_by_its_files(
+    alice, bob, benchmark, jpeg_cohort
+):
+    """Hostile: files that carried metadata and restart markers, staged for an official
+    run and for a verification, look alike to everything but their pictures."""
+    with_metadata(jpeg_cohort)
+    verification = make_run(
+        make_submission(bob, benchmark, status=Submission.VERIFYING),
+        jpeg_cohort,
+        purpose=Run.VERIFY,
+    )
+    take_prepared_set(verification)
+
+    official = staging.stage(make_run(make_submission(alice, benchmark), jpeg_cohort))
+    official_seen = distinguisher(official)
+    verified = staging.stage(verification, verification=True)
+
+    assert distinguisher(verified) == official_seen
+    assert verified.rewritten == len(CLASSES)
+    (shape,) = official_seen.headers  # one header shape: no marker of metadata left
+    assert [m for m, _ in shape if 0xE1 <= m <= 0xEF or m == 0xFE] == []
+    assert (0xDD, b"\x00\x02") in shape  # the originals' restart interval, kept by both
+    assert official_seen.stamps == {staging.STAMP_NS}
+    for name in official.staged_names:
+        assert b"val_00000042" not in (official.images_dir / name).read_bytes()
 
 
 def test_a_staged_file_is_a_copy_of_its_own_with_the_frozen_bytes(alice, benchmark, cohort):
@@ -295,20 +387,30 @@ def test_a_staged_file_is_a_copy_of_its_own_with_the_frozen_bytes(alice, benchma
 # Scored runs (official and practice) -----------------------------------------------------
 
 
-def test_every_run_sees_the_cohort_in_its_fixed_order_under_fresh_names(
+def test_every_run_sees_the_cohort_in_a_fresh_order_under_fresh_names(
     alice, bob, benchmark, cohort
 ):
-    first = staging.stage(make_run(make_submission(alice, benchmark), cohort))
-    second = staging.stage(make_run(make_submission(bob, benchmark), cohort))
+    runs = [
+        staging.stage(make_run(make_submission(entrant, benchmark), cohort))
+        for entrant in (alice, bob, alice, bob)
+    ]
 
     by_position = list(cohort.items.order_by("position"))
-    assert shown_members(first, cohort) == by_position
-    assert shown_members(second, cohort) == by_position
-    assert first.references == second.references == [item.reference_class for item in by_position]
-    assert first.rows == second.rows == len(CLASSES)
+    orders = set()
+    for staged in runs:
+        shown = shown_members(staged, cohort)
+        assert sorted(shown, key=lambda item: item.position) == by_position
+        assert staged.references == [item.reference_class for item in shown]
+        assert staged.positions == [item.position for item in shown]
+        assert staged.rows == len(CLASSES)
+        assert len(set(staged.request_ids)) == len(CLASSES)
+        orders.add(tuple(staged.positions))
+    # The row of an image says nothing: four runs of 20 members all in one order would
+    # happen once in 20!^3 (about 10^55) draws.
+    assert len(orders) > 1
+    first, second = runs[0], runs[1]
     assert not set(first.staged_names) & set(second.staged_names)
     assert not set(first.request_ids) & set(second.request_ids)
-    assert len(set(first.request_ids)) == len(CLASSES)
 
 
 def test_round_slices_see_their_items_in_the_order_given(benchmark, cohort, tmp_path):
@@ -428,7 +530,7 @@ def test_unstage_removes_the_copies_and_keeps_the_cohort_and_the_run_folder(
 def test_a_scored_run_records_its_positions_and_is_no_verification(alice, benchmark, cohort):
     staged = staging.stage(make_run(make_submission(alice, benchmark), cohort))
 
-    assert staged.positions == list(range(len(CLASSES)))
+    assert sorted(staged.positions) == list(range(len(CLASSES)))
     assert staged.verification is False
     assert staged.rewritten == 0
 
@@ -683,3 +785,128 @@ def test_a_damaged_set_stops_the_verification_and_is_deleted(
     # A retry of the run takes a fresh set; the one it had is not there to reuse.
     with pytest.raises(staging.StagingError, match="missing"):
         staging.stage(run, verification=True)
+
+
+# Canaries -----------------------------------------------------------------------------
+
+# A canary pool larger than half the cohort, named otherwise than its members.
+CANARY_CLASSES = [500 + index for index in range(15)]
+
+
+@pytest.fixture
+def canary_cohort(benchmark: Benchmark) -> Cohort:
+    return make_cohort(
+        benchmark, CANARY_CLASSES, kind=Cohort.CANARY, jpeg=True, suffix=".JPEG", seed=99
+    )
+
+
+def shown_items(staged: staging.StagedRun, *cohorts: Cohort) -> list[CohortItem]:
+    """Which item (of any of ``cohorts``) each staged row is, by its position and flag."""
+    members = {item.position: item for item in cohorts[0].items.all()}
+    canaries = {item.position: item for cohort in cohorts[1:] for item in cohort.items.all()}
+    flags = staged.canaries or [False] * staged.rows
+    return [
+        (canaries if canary else members)[position]
+        for position, canary in zip(staged.positions, flags, strict=True)
+    ]
+
+
+def test_a_verification_carries_half_its_rows_as_canaries_that_look_like_members(
+    alice, benchmark, jpeg_cohort, canary_cohort
+):
+    """Hostile: a program that keys on the files' headers or names to tell the canaries
+    (images no table holds) from the members it could look up finds nothing."""
+    run = make_run(
+        make_submission(alice, benchmark, status=Submission.VERIFYING),
+        jpeg_cohort,
+        purpose=Run.VERIFY,
+    )
+    take_prepared_set(run)
+
+    staged = staging.stage(run, verification=True)
+
+    assert staged.rows == len(CLASSES)
+    assert sum(staged.canaries) == len(CLASSES) // 2
+    assert staged.rewritten == len(CLASSES)  # canaries re-encoded like the members
+    shown = shown_items(staged, jpeg_cohort, canary_cohort)
+    canaries = [item for item, flag in zip(shown, staged.canaries, strict=True) if flag]
+    members = [item for item, flag in zip(shown, staged.canaries, strict=True) if not flag]
+    assert {item.cohort_id for item in canaries} == {canary_cohort.pk}
+    assert len(set(canaries)) == len(canaries) and len(set(members)) == len(members)
+    assert {item.cohort_id for item in members} == {jpeg_cohort.pk}
+    assert staged.references == [item.reference_class for item in shown]
+    paths = [staged.images_dir / name for name in staged.staged_names]
+    looks = {
+        flag: {
+            (segments(path.read_bytes()), path.suffix)
+            for path, f in zip(paths, staged.canaries, strict=True)
+            if f == flag
+        }
+        for flag in (True, False)
+    }
+    assert looks[True] == looks[False] == {(next(iter(looks[False]))[0], ".jpg")}
+    frozen = {
+        sha(cohort_path.read_bytes())
+        for cohort_path in storage.cohort_dir(canary_cohort.pk).rglob("*.JPEG")
+    }
+    assert not {sha(path.read_bytes()) for path in paths} & frozen  # re-encoded
+    mapping = (storage.run_private_dir(run.pk) / storage.RUN_MAPPING).read_text().splitlines()
+    assert sum(line.startswith("canary:") for line in mapping) == len(CLASSES) // 2
+
+
+def test_a_final_run_carries_frozen_canaries_in_members_places(
+    alice, benchmark, jpeg_cohort, canary_cohort
+):
+    run = make_run(
+        make_submission(alice, benchmark, status=Submission.PASSED), jpeg_cohort, purpose=Run.FINAL
+    )
+
+    staged = staging.stage(run, canaries=True)
+
+    assert staged.rows == len(CLASSES) and sum(staged.canaries) == len(CLASSES) // 2
+    shown = shown_items(staged, jpeg_cohort, canary_cohort)
+    for item, name in zip(shown, staged.staged_names, strict=True):
+        frozen = storage.cohort_dir(item.cohort_id) / item.canonical_name
+        assert (staged.images_dir / name).read_bytes() == frozen.read_bytes()
+        assert name.endswith(".jpg")
+    assert staged.references == [item.reference_class for item in shown]
+
+
+def test_a_scored_run_never_carries_canaries(alice, benchmark, jpeg_cohort, canary_cohort):
+    staged = staging.stage(make_run(make_submission(alice, benchmark), jpeg_cohort))
+
+    assert staged.canaries == []
+    assert sorted(staged.positions) == list(range(len(CLASSES)))
+
+
+def test_without_a_canary_pool_a_verification_carries_none(alice, benchmark, jpeg_cohort):
+    run = make_run(
+        make_submission(alice, benchmark, status=Submission.VERIFYING),
+        jpeg_cohort,
+        purpose=Run.VERIFY,
+    )
+    take_prepared_set(run)
+
+    staged = staging.stage(run, verification=True)
+
+    assert staged.canaries == []
+    assert sorted(staged.positions) == list(range(len(CLASSES)))
+
+
+def test_a_set_whose_canary_pool_was_imported_again_stops_the_verification(
+    alice, benchmark, jpeg_cohort, canary_cohort
+):
+    """The set's canaries were answered by the pool it was prepared from: a pool imported
+    again (other images at the same positions) would judge them against other answers."""
+    run = make_run(
+        make_submission(alice, benchmark, status=Submission.VERIFYING),
+        jpeg_cohort,
+        purpose=Run.VERIFY,
+    )
+    take_prepared_set(run)
+    canary_cohort.delete()
+    make_cohort(benchmark, [c + 1 for c in CANARY_CLASSES], kind=Cohort.CANARY, jpeg=True, seed=98)
+
+    with pytest.raises(staging.StagingError, match="does not match its cohort"):
+        staging.stage(run, verification=True)
+    assert not VerificationSet.objects.exists()  # deleted whatever happened

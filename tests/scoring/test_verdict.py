@@ -241,3 +241,73 @@ def test_the_supervisors_output_errors_read_as_sentences_for_the_entrant() -> No
         "The program wrote no output file at /contest/output/predictions.i32."
     )
     assert linked.status == "errored" and "not a regular file" in linked.reason
+
+
+# Canaries (a verification's or a final run's) -------------------------------------------
+
+# Rows 0-5: members judged against the entrant's official answers; rows 6-9: canaries,
+# judged against the reference model's answers.
+CANARIES = [False] * 6 + [True] * 4
+MIXED = [7, 7, 7, 7, 7, 7, 2, 6, 5, 3]
+
+
+def with_canaries(predictions: Sequence[int]) -> Verdict:
+    return decide(
+        output=encode(predictions),
+        output_error="",
+        exit_code=0,
+        signal=None,
+        killed=False,
+        references=MIXED,
+        needed=6,
+        yardstick="its official answers",
+        canaries=CANARIES,
+        canaries_needed=4,
+    )
+
+
+def test_a_table_that_knows_the_members_but_not_the_canaries_fails():
+    """Hostile: a lookup table answers every member as its official run did and guesses
+    the canaries, which no public set holds."""
+    verdict = with_canaries([7, 7, 7, 7, 7, 7, 0, 0, 0, 3])
+
+    assert verdict.status == "failed"
+    assert verdict.matches == 7
+    assert verdict.reason == (
+        "6 of 6 predictions match its official answers and 1 of 4 on images no public set"
+        " holds match the reference; at least 6 and 4 are needed."
+    )
+
+
+def test_an_entry_that_really_infers_passes_on_both_counts():
+    verdict = with_canaries(MIXED)
+
+    assert verdict.status == "passed"
+    assert (verdict.matches, verdict.total) == (10, 10)
+    assert verdict.reason.endswith("at least 6 and 4 were needed.")
+
+
+def test_canaries_do_not_make_up_for_members():
+    """Right on every canary but off its own official answers: still failed."""
+    verdict = with_canaries([7, 7, 7, 7, 7, 1, 2, 6, 5, 3])
+
+    assert verdict.status == "failed"
+    assert verdict.reason.startswith("5 of 6 predictions match its official answers and 4 of 4")
+
+
+def test_canary_thresholds_outside_their_rows_are_a_configuration_fault():
+    common = {
+        "output": encode(MIXED),
+        "output_error": "",
+        "exit_code": 0,
+        "signal": None,
+        "killed": False,
+        "references": MIXED,
+        "canaries": CANARIES,
+    }
+    with pytest.raises(ValueError, match="needed must be within"):
+        decide(**common, needed=7, canaries_needed=0)
+    with pytest.raises(ValueError, match="canaries_needed must be within"):
+        decide(**common, needed=0, canaries_needed=5)
+    with pytest.raises(ValueError, match="canary flags"):
+        decide(**common | {"canaries": [True]}, needed=0)

@@ -150,6 +150,47 @@ def test_a_failed_final_run_drops_the_submission(closing, alice, bob, staff, aft
     assert decision.dropped == {a.pk: "980 of 1000 matched"}
 
 
+SECOND = 1_000_000_000
+
+
+def test_a_final_run_far_faster_than_its_official_run_does_not_rank(
+    closing, alice, bob, staff, after_close
+):
+    """Hostile: honest until the close (2 s official runs), a lookup table after it
+    (0.5 s final runs). Its runs are recorded as failed, the reason kept, and it drops."""
+    table = official_run(closing, alice, 2 * SECOND).submission
+    honest = official_run(closing, bob, 3 * SECOND).submission
+    start(closing, staff, after_close)
+
+    play({table.pk: [SECOND // 2], honest.pk: [3 * SECOND]})
+
+    decision = final_rerun_decision(closing)
+    assert [r.entrant for r in decision.rows] == ["bob"]
+    reason = decision.dropped[table.pk]
+    assert reason.startswith("Not ranked: the final run took 0.500 s against the official 2.000 s")
+    assert "more than 10% (at least 100 ms) slower" in reason
+    runs = Run.objects.filter(submission=table, purpose=Run.FINAL)
+    assert {(run.passed, run.verdict) for run in runs} == {(False, Submission.FAILED)}
+    assert all(run.verification_note.startswith("rejected: the final run took") for run in runs)
+    assert Submission.objects.get(pk=table.pk).status == Submission.PASSED  # never charged
+
+
+def test_a_final_run_within_the_tolerance_of_its_official_run_ranks(
+    closing, alice, bob, staff, after_close
+):
+    """Honest: a little faster (a warm host, 9% under 10%) or slower, both rank."""
+    faster = official_run(closing, alice, 2 * SECOND).submission
+    slower = official_run(closing, bob, 2 * SECOND).submission
+    start(closing, staff, after_close)
+
+    play({faster.pk: [int(1.83 * SECOND)], slower.pk: [5 * SECOND]})
+
+    decision = final_rerun_decision(closing)
+    assert decision.dropped == {}
+    assert [r.entrant for r in decision.rows] == ["alice", "bob"]
+    assert not Run.objects.filter(purpose=Run.FINAL).exclude(verification_note="").exists()
+
+
 def test_close_neighbours_get_extra_runs_then_tie(closing, alice, bob, staff, after_close, band):
     band(2.0)
     a = official_run(closing, alice, 100).submission

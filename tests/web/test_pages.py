@@ -378,7 +378,7 @@ def _fill_board(benchmark, count: int) -> None:
 #   benchmark page: rows, chart (leaders, their runs), practice cohort, and for the rules
 #                   build network checks, hardware class, noise band (cached), the class's
 #                   CPU isolation, the cohort deciding the final standings, public
-#                   write-ups (cached)
+#                   write-ups (cached); the canary pool too where the benchmark verifies
 #                   + signed in: team members, the day's attempts (one read), own row, rank
 #   leaderboard:    rows, runs being verified, public write-ups (cached)
 #                   + signed in: team members, own row, rank
@@ -596,3 +596,25 @@ def test_the_build_network_block_passes_the_accessibility_checks(
     client.force_login(staff)
 
     assert problems(client.get(f"/b/{benchmark.slug}/").content.decode()) == []
+
+
+def test_the_rules_say_how_many_canaries_a_verification_carries(client, benchmark):
+    benchmark.verify_top, benchmark.cohort_size, benchmark.pass_min_matches = 20, 100, 99
+    benchmark.save()
+    text = client.get(f"/b/{benchmark.slug}/").content.decode()
+    assert "This benchmark has no canary pool yet" in text
+    assert "cannot stop a lookup table" in text
+
+    canaries = Cohort.objects.create(benchmark=benchmark, kind=Cohort.CANARY)
+    for position in range(80):
+        CohortItem.objects.create(
+            cohort=canaries,
+            position=position,
+            canonical_name=f"c/{position}.JPEG",
+            sha256=f"{position:064x}",
+            reference_class=position,
+        )
+    cache.clear()
+    text = client.get(f"/b/{benchmark.slug}/").content.decode()
+    assert "no canary pool" not in text
+    assert "50 of its images (up to 50%) are\n      <strong>canaries</strong>" in text

@@ -70,7 +70,11 @@ class Command(BaseCommand):
         prepared.add_argument(
             "--kind",
             choices=[value for value, _label in Cohort.KINDS],
-            help="official, practice, or final (a second private cohort for the final rerun)",
+            help=(
+                "official, practice, final (a second private cohort for the final rerun), "
+                "or canary (images no public set holds, with the reference model's answers, "
+                "mixed among verification and final runs)"
+            ),
         )
         prepared.add_argument("--images", type=Path, metavar="DIR")
         prepared.add_argument(

@@ -3,7 +3,8 @@
 Idempotent, and fast when there is nothing to do (``make run`` calls it every time):
 
 - ``demo`` is created, or updated to the settings below; its window is moved to "open
-  from a minute ago for 30 days" only when it is not open now. Each cohort is
+  from a minute ago for 30 days" only when it is not open now. Each cohort (official,
+  practice, and a canary pool of as many images as a verification carries) is
   generated (fixed seeds) and imported only when it is missing or has another size;
   an existing cohort that a run has used is never replaced (a warning says so).
 - ``demo-campaign`` is the same game scored in rounds (a campaign benchmark with its own
@@ -35,7 +36,7 @@ from django.utils import timezone
 from portal import storage
 from portal.campaigns.creation import campaign_create
 from portal.campaigns.models import Campaign, Round
-from portal.contests import democohort
+from portal.contests import democohort, rules
 from portal.contests.cohorts import cohort_import
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
@@ -44,6 +45,9 @@ from portal.submissions.models import Run
 DEMO_SLUG = "demo"
 DEMO_OFFICIAL_SEED = 20260810
 DEMO_PRACTICE_SEED = 20260811
+# The demo's canaries (mixed among a verification's and a final run's images): as many as
+# a verification of the official cohort carries (rules.canary_count), generated apart.
+DEMO_CANARY_SEED = 20260812
 DEMO_PASS_RATIO = 0.99
 DEMO_DESCRIPTION = """\
 A practice ground for the whole path: environment, build, timed run, verdict.
@@ -149,6 +153,8 @@ class Command(BaseCommand):
         try:
             self._seed_demo_cohort(demo, Cohort.OFFICIAL, official_count, DEMO_OFFICIAL_SEED)
             self._seed_demo_cohort(demo, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
+            canaries = rules.canary_count(official_count, official_count)
+            self._seed_demo_cohort(demo, Cohort.CANARY, canaries, DEMO_CANARY_SEED)
         except ValueError as error:
             raise CommandError(str(error)) from error
         self._seed_demo_campaign(demo, campaign_count, practice_count)

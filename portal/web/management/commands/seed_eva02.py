@@ -19,6 +19,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from portal.contests import rules
 from portal.contests.models import GIB, Benchmark, Cohort, HardwareClass
 from portal.web.management.commands.seed_demo import (
     FLAGSHIP_CLOSES_AT,
@@ -209,6 +210,16 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Final cohort in place: {final:,} images.")
+        canaries = sizes.get(Cohort.CANARY, 0)
+        needed = rules.canary_count(official or FLAGSHIP["cohort_size"], 1 << 62)
+        if canaries < needed:
+            steps.append(
+                f"Import a canary pool of at least {needed:,} images that no public set holds"
+                f" (now {canaries:,}), with the reference model's answers; without one,"
+                " verification cannot stop a lookup table:\n"
+                f"    manage.py import_cohort --benchmark {FLAGSHIP_SLUG} --kind canary "
+                "--images DIR --answers FILE"
+            )
         steps.append(
             f"Start a scoring host of class {HARDWARE_CLASS} (PODIUM_HARDWARE_CLASS="
             f"{HARDWARE_CLASS}, PODIUM_GPU_DEVICES naming its GPU) on an ARM64 machine."
