@@ -191,6 +191,26 @@ def test_a_final_run_within_the_tolerance_of_its_official_run_ranks(
     assert not Run.objects.filter(purpose=Run.FINAL).exclude(verification_note="").exists()
 
 
+def test_a_final_cohort_of_another_size_is_compared_per_image(
+    closing, alice, bob, staff, after_close
+):
+    """The official runs took 2 s on 10,000 images; the final cohort has 5,000. A final
+    run of 1.0 s is the same speed an image and ranks; one of 0.5 s is twice as fast an
+    image (a table after the close) and drops, its reason naming the scaled time."""
+    same = official_run(closing, alice, 2 * SECOND).submission
+    table = official_run(closing, bob, 2 * SECOND).submission
+    start(closing, staff, after_close)
+    Run.objects.filter(purpose=Run.FINAL).update(total=5_000)
+
+    play({same.pk: [SECOND], table.pk: [SECOND // 2]})
+
+    decision = final_rerun_decision(closing)
+    assert [r.entrant for r in decision.rows] == ["alice"]
+    assert decision.dropped[table.pk].startswith(
+        "Not ranked: the final run took 0.500 s against the official 1.000 s"
+    )
+
+
 def test_close_neighbours_get_extra_runs_then_tie(closing, alice, bob, staff, after_close, band):
     band(2.0)
     a = official_run(closing, alice, 100).submission
