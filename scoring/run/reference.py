@@ -10,7 +10,7 @@ one's spread by a few. The calibration workload's spread says neither.
 One measurement (:func:`measure`): one warm-up run, not counted (an image's first run on
 a host is cold), then ``PODIUM_REFERENCE_RUNS`` (10) counted runs, each on the cohort
 staged afresh (``staging.stage_items``: fresh copies, names and request ids, as a scored
-run's), in a scored run's sandbox (``runner.container_spec``: the benchmark's limits, the
+run's), in a scored run's sandbox (``runner.sandbox_spec``: the benchmark's limits, the
 host's GPUs) under the trusted supervisor, started under the host's outer timer
 (``runner.supervise``). Every run must pass the benchmark's gate, or the measurement
 is not ``ok``: a kit that fails measures nothing. What a result does is
@@ -26,7 +26,6 @@ reference_spread SLUG [--image TAG]``, which names the kit the first time.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import shutil
@@ -43,7 +42,7 @@ from portal.hosts.reference import reference_due, reference_image, reference_spr
 from portal.submissions.models import Submission
 from scoring import engine
 from scoring.cohort import staging
-from scoring.host import health, machine
+from scoring.host import machine
 from scoring.run import calibration, runner, verdict
 
 log = logging.getLogger(__name__)
@@ -81,24 +80,10 @@ def one_run(
     Raises :class:`KitNotMeasured` (or ``engine.EngineError``, ``runner.SupervisorError``,
     ``staging.StagingError``) when it cannot be trusted or did not pass."""
     root = Path(settings.PODIUM_DATA_DIR) / "reference" / secrets.token_hex(8)
-    supervisor = Path(settings.PODIUM_SUPERVISOR)
-    try:
-        supervisor_sha256 = hashlib.sha256(supervisor.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise runner.SupervisorError("the supervisor binary is missing") from exc
     try:
         staged = staging.stage_items(items, root)
         try:
-            spec = runner.container_spec(
-                image=image,
-                staged=staged,
-                benchmark=benchmark,
-                supervisor=supervisor,
-                expect_bytes=4 * staged.rows,
-                gpu_devices=health.gpu_devices(),
-                gpu_cdi=settings.PODIUM_GPU_CDI,
-                image_volumes=runner.declared_volumes(image),
-            )
+            spec, supervisor_sha256 = runner.sandbox_spec(image, staged, benchmark)
             # Removed by the reaper as a calibration's are: unless the machine is held.
             spec["labels"] = {calibration.LABEL: session.host, machine.HOST_LABEL: session.host}
             container_id = engine.create_container(**spec)

@@ -567,22 +567,15 @@ def declared_volumes(image: str) -> list[str]:
         return []
 
 
-def create(
-    run: Run,
-    image: str,
-    staged: StagedRun,
-    benchmark: Benchmark,
-    measured: Measured,
-    *,
-    host: str = "",
-    spare: Callable[[str], None] | None = None,
-) -> Container:
-    """Step 4: the sandboxed container, created (not started) off the clock."""
+def sandbox_spec(image: str, staged: StagedRun, benchmark: Benchmark) -> tuple[dict[str, Any], str]:
+    """A scored run's container spec for ``image`` over ``staged`` on this host
+    (:func:`container_spec` with the benchmark's limits and the host's GPUs), and the
+    SHA-256 of the supervisor it mounts. Raises :class:`SupervisorError` when the
+    supervisor cannot be read."""
     supervisor = Path(settings.PODIUM_SUPERVISOR)
     try:
         supervisor_sha256 = _sha256_file(supervisor)
     except OSError as exc:
-        log.error("run %s: cannot read the supervisor %s: %s", run.pk, supervisor, exc)
         raise SupervisorError("the supervisor binary is missing") from exc
     spec = container_spec(
         image=image,
@@ -594,6 +587,30 @@ def create(
         gpu_cdi=settings.PODIUM_GPU_CDI,
         image_volumes=declared_volumes(image),
     )
+    return spec, supervisor_sha256
+
+
+def create(
+    run: Run,
+    image: str,
+    staged: StagedRun,
+    benchmark: Benchmark,
+    measured: Measured,
+    *,
+    host: str = "",
+    spare: Callable[[str], None] | None = None,
+) -> Container:
+    """Step 4: the sandboxed container, created (not started) off the clock."""
+    try:
+        spec, supervisor_sha256 = sandbox_spec(image, staged, benchmark)
+    except SupervisorError as exc:
+        log.error(
+            "run %s: cannot read the supervisor %s: %s",
+            run.pk,
+            settings.PODIUM_SUPERVISOR,
+            exc.__cause__,
+        )
+        raise
     if host:  # whose machine it runs on: the reaper finds it by run and host
         spec["labels"] = {**spec.get("labels", {}), machine_lock.HOST_LABEL: host}
     started = time.perf_counter_ns()
