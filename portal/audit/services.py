@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import models
 from django.http import HttpRequest
 
 from portal.audit.models import AuditEvent
@@ -55,3 +57,26 @@ def audit_record(
         reason=reason,
         details=details or {},
     )
+
+
+def plain(value: Any) -> Any:
+    """A stored value as an audit event's JSON holds it (datetimes as ISO 8601)."""
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def stored_value(row: models.Model, name: str) -> Any:
+    """Field ``name`` of ``row`` as its column holds it: a foreign key's own value (the
+    related row's key), as ``QuerySet.values`` gives it, not the related row."""
+    return getattr(row, getattr(row._meta.get_field(name), "attname", name))
+
+
+def field_changes(row: models.Model, before: dict[str, Any]) -> dict[str, list[Any]]:
+    """Each field of ``before`` (its stored values, as ``QuerySet.values`` gives them)
+    whose value on ``row`` now differs, as ``[old, new]`` in JSON's terms (:func:`plain`);
+    empty when nothing changed."""
+    changes = {}
+    for name, old in before.items():
+        new = stored_value(row, name)
+        if old != new:
+            changes[name] = [plain(old), plain(new)]
+    return changes

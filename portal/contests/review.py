@@ -7,7 +7,6 @@ records an audit event first; so is every change of a benchmark's rules.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from portal import errors
-from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.audit.services import NOWHERE, Origin, audit_record, field_changes
 from portal.contests.models import Benchmark, Cohort, CohortItem
 
 
@@ -88,17 +87,6 @@ def cohort_answers_export(
     )
 
 
-def _plain(value: Any) -> Any:
-    """A rule's value as JSON holds it (the window's datetimes as ISO 8601)."""
-    return value.isoformat() if isinstance(value, dt.datetime) else value
-
-
-def _stored(benchmark: Benchmark, name: str) -> Any:
-    """The field's value as its column holds it: a foreign key's own value (the hardware
-    class's name), as ``QuerySet.values`` gives ``before``, not the related row."""
-    return getattr(benchmark, getattr(Benchmark._meta.get_field(name), "attname", name))
-
-
 def benchmark_save(
     *,
     benchmark: Benchmark,
@@ -122,11 +110,7 @@ def benchmark_save(
                 origin=origin,
             )
             return benchmark
-        changes = {
-            name: [_plain(old), _plain(_stored(benchmark, name))]
-            for name, old in before.items()
-            if old != _stored(benchmark, name)
-        }
+        changes = field_changes(benchmark, before)
         if changes:
             audit_record(
                 actor=actor,

@@ -3,27 +3,26 @@ standings"): the numbers that decide the end of a contest change only on the rec
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.db import transaction
 
-from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.audit.services import (
+    NOWHERE,
+    Origin,
+    audit_record,
+    field_changes,
+    plain,
+    stored_value,
+)
 from portal.standings.models import FinalSettings
-
-
-def _stored(settings: FinalSettings, name: str) -> Any:
-    """The field's value as its column holds it (the benchmark's id, as ``QuerySet.values``
-    gives ``before``), as JSON holds it (the deadline as ISO 8601)."""
-    value = getattr(settings, getattr(FinalSettings._meta.get_field(name), "attname", name))
-    return value.isoformat() if isinstance(value, dt.datetime) else value
 
 
 def _values(settings: FinalSettings) -> dict[str, Any]:
     names = [
         f.name for f in FinalSettings._meta.concrete_fields if f.name not in ("id", "benchmark")
     ]
-    return {name: _stored(settings, name) for name in names}
+    return {name: plain(stored_value(settings, name)) for name in names}
 
 
 def _target(settings: FinalSettings) -> str:
@@ -50,12 +49,7 @@ def final_settings_save(
                 details={"values": _values(settings)},
             )
             return settings
-        changes = {}
-        for name, old in before.items():
-            new = _stored(settings, name)
-            old = old.isoformat() if isinstance(old, dt.datetime) else old
-            if old != new:
-                changes[name] = [old, new]
+        changes = field_changes(settings, before)
         if changes:
             audit_record(
                 actor=actor,
