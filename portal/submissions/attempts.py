@@ -47,12 +47,6 @@ def identity_rows(identity: Identity) -> Q:
     return rows
 
 
-def net_charged_on(entrant: Any, benchmark: Benchmark, kind: str, day: dt.date) -> int:
-    """Charges minus refunds of ``kind`` on one attempt day, as the entrant's team counts
-    them (``identity_rows``; only the entrant's own rows when on their own)."""
-    return net_charged_of(identity_of(benchmark.pk, entrant.pk), benchmark, kind, day)
-
-
 def net_charged_of(identity: Identity, benchmark: Benchmark, kind: str, day: dt.date) -> int:
     """Charges minus refunds of ``kind`` on one attempt day, over the rows ``identity``
     counts (``identity_rows``)."""

@@ -25,7 +25,7 @@ from portal.environments.services import entrant_check_build_slots, entrant_chec
 from portal.submissions.attempts import attempt_charge, quota_for
 from portal.submissions.models import Submission
 from portal.submissions.services import cohort_kind_for, event_record
-from portal.teams.locks import lock_allowance
+from portal.teams.locks import lock_identity
 from portal.teams.selectors import identity_of, teammate_ids
 
 SOURCE_FILE = "source.archive"
@@ -138,7 +138,7 @@ def submission_accept(
     :func:`_check_acceptable` (the window, the cohort of ``kind``: ``no_cohort``
     without one, the day's allowance, a free build slot). Only then is the archive
     inspected (nothing charged when it is bad). Then, holding a lock on the entrant's
-    row and, in a team, on the team's row (:func:`lock_allowance`), so that concurrent
+    row and, in a team, on the team's row (:func:`lock_identity`), so that concurrent
     uploads of one allowance serialize, :func:`_check_acceptable` decides again (the
     earlier pass only spares the inspection: an attempt spent meanwhile is refused
     here), the submission and its ledger charge are written, and the file is put in
@@ -173,7 +173,7 @@ def submission_accept(
     dest: Path | None = None
     try:
         with transaction.atomic():
-            team = lock_allowance(entrant_id=entrant.pk, benchmark=benchmark)
+            team = lock_identity(entrant_id=entrant.pk, benchmark=benchmark)
             if environment.owner_id not in teammate_ids(benchmark.pk, entrant.pk):
                 raise errors.NotFound("No such environment.")  # the owner left the team
             _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)

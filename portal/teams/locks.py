@@ -35,7 +35,9 @@ def lock_identity(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
     do to the team's shared state (an upload's charge, its nominations) serializes on it;
     the user row comes first because a change of membership locks the entrant's row first
     too: while it is held, the entrant cannot join or leave, so the team found here stays
-    theirs until the commit, and both orders agree (no deadlock).
+    theirs until the commit, and both orders agree (no deadlock). Under READ COMMITTED,
+    each statement after the lock reads what the previous holder committed, so a quota
+    counted next includes the charge of a concurrent upload that got the lock first.
     """
     lock_user(entrant_id)
     team_id = (
@@ -44,11 +46,3 @@ def lock_identity(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
         .first()
     )
     return None if team_id is None else lock_team(team_id)
-
-
-def lock_allowance(*, entrant_id: int, benchmark: Benchmark) -> Team | None:
-    """Lock the rows that guard the entrant's daily allowance (:func:`lock_identity`) and
-    return their team (the team the attempt is charged in). Under READ COMMITTED, each
-    statement after the lock reads what the previous holder committed, so the quota
-    counted next includes the charge of a concurrent upload that got the lock first."""
-    return lock_identity(entrant_id=entrant_id, benchmark=benchmark)

@@ -148,10 +148,6 @@ def test_a_name_that_starts_like_a_formula_is_exported_as_text(name: str) -> Non
 
     assert cell == "'" + name  # a spreadsheet shows it as the text it is
     assert rules.neutral_cell("\r" + name) == "'\r" + name
-    assert (
-        rules.digest_of(rows)
-        == "sha256:" + hashlib.sha256(rules.canonical_csv(rows).encode()).hexdigest()
-    )
 
 
 def test_honest_names_are_exported_as_they_are() -> None:
