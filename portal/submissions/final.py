@@ -26,6 +26,7 @@ from portal.contests import rules
 from portal.submissions import hooks
 from portal.submissions.models import Run, Submission
 from portal.submissions.services import event_record, run_finish
+from portal.submissions.verification import official_run
 from portal.submissions.wakeups import score_wake
 
 # A final run's platform faults in a row that are retried; the next one stands (the
@@ -78,17 +79,10 @@ def final_timing_problem(submission: Submission, wall_time_ns: int | None, total
     final run's size where one is measured); empty when it may, or when there is no
     official time. A final cohort of another size than the official one is compared per
     image: the official time is scaled to ``total`` images."""
-    official = (
-        submission.runs.filter(
-            purpose=Run.SCORE, status=Run.FINISHED, passed=True, wall_time_ns__isnull=False
-        )
-        .order_by("-try_number")
-        .values_list("wall_time_ns", "total")
-        .first()
-    )
-    if official is None or not wall_time_ns:
+    official = official_run(submission)
+    if official is None or not official.wall_time_ns or not wall_time_ns:
         return ""
-    official_ns, official_total = int(official[0] or 0), int(official[1] or 0)
+    official_ns, official_total = int(official.wall_time_ns), int(official.total or 0)
     if total and official_total and total != official_total:
         official_ns = official_ns * total // official_total
     hardware_class = submission.benchmark.hardware_class_id

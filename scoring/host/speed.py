@@ -23,11 +23,12 @@ pure.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from portal.hosts import noise
 
 LOOP = 400_000
 SAMPLES = 5
@@ -66,15 +67,6 @@ def probe(cpus: Collection[int] | None = None) -> dict[int, list[int]]:
     return samples
 
 
-def _median(values: list[int]) -> int:
-    return int(statistics.median(values))
-
-
-def _noise_pct(values: list[int]) -> float:
-    middle = statistics.median(values)
-    return (max(values) - min(values)) / 2 / middle * 100 if middle > 0 else 0.0
-
-
 @dataclass(frozen=True)
 class Judgement:
     """Before and after, compared (see the module doc)."""
@@ -90,8 +82,8 @@ class Judgement:
         """As kept on ``Run.host_speed``: each CPU's median before and after, and the
         judgement."""
         return {
-            "before_ns": {str(cpu): _median(values) for cpu, values in before.items()},
-            "after_ns": {str(cpu): _median(values) for cpu, values in after.items()},
+            "before_ns": {str(cpu): noise.median_ns(values) for cpu, values in before.items()},
+            "after_ns": {str(cpu): noise.median_ns(values) for cpu, values in after.items()},
             "change_pct": round(self.change_pct, 2),
             "noise_pct": round(self.noise_pct, 2),
             "band_pct": round(self.band_pct, 2),
@@ -108,12 +100,14 @@ def judge(
     common = [cpu for cpu in before if before[cpu] and after.get(cpu)]
     if not common:
         raise ValueError("the two probes share no CPU")
-    changes = [(_median(after[cpu]) / _median(before[cpu]) - 1) * 100 for cpu in common]
+    changes = [
+        (noise.median_ns(after[cpu]) / noise.median_ns(before[cpu]) - 1) * 100 for cpu in common
+    ]
     change = max(changes, key=abs)
-    noise = max(_noise_pct(list(side[cpu])) for side in (before, after) for cpu in common)
+    jitter = max(noise.noise_pct(list(side[cpu])) for side in (before, after) for cpu in common)
     return Judgement(
         change_pct=change,
-        noise_pct=noise,
+        noise_pct=jitter,
         band_pct=band_pct,
-        changed=abs(change) > max(band_pct, noise),
+        changed=abs(change) > max(band_pct, jitter),
     )
