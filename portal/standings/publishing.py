@@ -163,11 +163,11 @@ def standings_correct(
             raise errors.NotFound("No final standings are published for this benchmark.")
         _, rows = standings_source(benchmark)
         prize_gate(benchmark, rows, settled=_prized(benchmark))
-        digest = rules.digest_of(rows)
-        if digest == standings.digest:
+        if rules.is_digest_of(rows, standings.digest):
             raise errors.InvalidParameter(
                 "Nothing would change: the standings computed now are the published ones."
             )
+        digest = rules.digest_of(rows)
         correction = Correction.objects.create(
             standings=standings,
             at=now,

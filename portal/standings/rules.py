@@ -227,3 +227,9 @@ def published_csv(rows: Sequence[Row], digest: str) -> str:
         if _sha256(plain) == digest:
             return plain
     return text
+
+
+def is_digest_of(rows: Sequence[Row], digest: str) -> bool:
+    """Whether ``digest`` is of these rows, in either form :func:`published_csv` serves:
+    rows that match the published digest would change nothing."""
+    return _sha256(published_csv(rows, digest)) == digest

@@ -120,6 +120,12 @@ def test_standings_published_before_cells_were_neutralised_still_verify(
     assert exported.content.decode() == plain
     assert "sha256:" + hashlib.sha256(exported.content).hexdigest() == standings.digest
     assert exported["X-Podium-Digest"] == standings.digest
+    # The same rows in the old form change nothing: a correction is refused, the digest kept.
+    with time_machine.travel(after_close, tick=False):
+        corrected = client_for(staff).post(f"{base}standings/correct/", {"reason": "again"})
+    assert corrected.status_code == 400, corrected.content
+    assert "Nothing would change" in corrected.json()["detail"]
+    assert Standings.objects.get(benchmark=closing).digest == standings.digest
 
 
 def test_staff_without_the_permission_get_permission_denied(closing, client_for, after_close):
