@@ -168,7 +168,7 @@ def import_canaries(images: int, work: Path) -> int:
     from portal.contests import cohorts, democohort, rules
     from portal.contests.models import Benchmark, Cohort
 
-    count = rules.canary_count(images, images)
+    count = rules.canaries_wanted(images)
     source = work / "canaries"
     members = democohort.generate(source, count, CANARY_SEED)
     cohorts.cohort_import(

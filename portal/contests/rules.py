@@ -259,13 +259,21 @@ VERIFY_PSNR_FLOOR_DB = 45.0
 CANARY_SHARE_PCT = 50
 
 
+def canaries_wanted(members: int) -> int:
+    """Canaries a verification or final run of ``members`` images carries with a large
+    enough pool: ``CANARY_SHARE_PCT`` of them rounded up (what a pool must hold)."""
+    if members < 0:
+        raise ValueError("members must not be negative")
+    return -(-members * CANARY_SHARE_PCT // 100)
+
+
 def canary_count(members: int, pool: int) -> int:
     """Canaries among the ``members`` images of a verification or final run when the
-    benchmark's canary pool holds ``pool``: ``CANARY_SHARE_PCT`` of them rounded up, at
-    most the pool (0 without one)."""
-    if members < 0 or pool < 0:
-        raise ValueError("members and pool must not be negative")
-    return min(pool, -(-members * CANARY_SHARE_PCT // 100))
+    benchmark's canary pool holds ``pool``: :func:`canaries_wanted`, at most the pool (0
+    without one)."""
+    if pool < 0:
+        raise ValueError("pool must not be negative")
+    return min(pool, canaries_wanted(members))
 
 
 CONFIRM = "confirm"

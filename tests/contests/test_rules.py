@@ -400,6 +400,15 @@ def test_half_of_a_verification_is_canaries_as_far_as_the_pool_goes(members, poo
     assert rules.canary_count(members, pool) == canaries
 
 
+def test_a_pool_must_hold_half_a_run_rounded_up_and_counts_are_never_negative():
+    assert [rules.canaries_wanted(n) for n in (0, 1, 3, 10_000)] == [0, 1, 2, 5_000]
+    assert rules.canary_count(3, 1 << 62) == rules.canaries_wanted(3)
+    with pytest.raises(ValueError):
+        rules.canaries_wanted(-1)
+    with pytest.raises(ValueError):
+        rules.canary_count(10, -1)
+
+
 def test_the_canary_share_makes_a_table_that_runs_its_model_only_on_canaries_miss_the_timing():
     """Hostile: a table at 0.2 ms an image plus a 5 ms model on the images it does not
     know. Its official run is all table; its verification pays the model on every canary,

@@ -153,7 +153,7 @@ class Command(BaseCommand):
         try:
             self._seed_demo_cohort(demo, Cohort.OFFICIAL, official_count, DEMO_OFFICIAL_SEED)
             self._seed_demo_cohort(demo, Cohort.PRACTICE, practice_count, DEMO_PRACTICE_SEED)
-            canaries = rules.canary_count(official_count, official_count)
+            canaries = rules.canaries_wanted(official_count)
             self._seed_demo_cohort(demo, Cohort.CANARY, canaries, DEMO_CANARY_SEED)
         except ValueError as error:
             raise CommandError(str(error)) from error

@@ -211,7 +211,7 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"Final cohort in place: {final:,} images.")
         canaries = sizes.get(Cohort.CANARY, 0)
-        needed = rules.canary_count(official or FLAGSHIP["cohort_size"], 1 << 62)
+        needed = rules.canaries_wanted(official or FLAGSHIP["cohort_size"])
         if canaries < needed:
             steps.append(
                 f"Import a canary pool of at least {needed:,} images that no public set holds"
