@@ -361,6 +361,14 @@ def test_the_published_spec_runs_under_the_template_with_its_limits() -> None:
         ("mem_limit", "1g; rm -rf /"),
         ("tmpfs", {"/tmp": "rw,size=1g,X-mount.mkdir=/host"}),
         ("log_config", {"type": "syslog", "config": {"syslog-address": "tcp://x:514"}}),
+        ("cpuset_cpus", "0;rm -rf /"),
+        ("oom_score_adj", 1001),
+        ("pids_limit", True),
+        ("tmpfs", {"/a/../etc": "size=1"}),
+        ("tmpfs", {"relative": "size=1"}),
+        ("working_dir", "relative/dir"),
+        ("entrypoint", "sh -c 'curl evil'"),
+        ("command", ["ok", 1]),
     ],
 )
 def test_a_portal_cannot_widen_the_local_sandbox(key: str, value: Any) -> None:
@@ -372,6 +380,18 @@ def test_a_portal_cannot_widen_the_local_sandbox(key: str, value: Any) -> None:
 
     assert f"sets `{key}` to" in str(refused.value)
     assert "Nothing was run" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("privileged", True), ("binds", ["/:/host:rw"]), ("network_mode", "host")]
+)
+def test_a_portal_cannot_widen_the_local_build_container(key: str, value: Any) -> None:
+    build = {"mem_limit": 2**31, key: value}
+
+    with pytest.raises(local.CliError) as refused:
+        local.builder_args({"build": build}, image="env", network="bridge")
+
+    assert f"sets `{key}` to" in str(refused.value)
 
 
 def test_run_local_refuses_a_portal_spec_that_binds_the_host_and_creates_nothing(
