@@ -92,35 +92,19 @@ def merge_counts(
 
 
 def _day_nets(
-    user_ids: Sequence[int], benchmark: Benchmark, day: dt.date
+    rows: Q, benchmark: Benchmark, day: dt.date, *, user_ids: Sequence[int] = ()
 ) -> dict[int, dict[str, int]]:
-    """Each entrant's charges minus refunds of one attempt day, by kind (a kind with no row
-    is absent; an entrant with none maps to {}). One query."""
+    """The ledger ``rows`` of one attempt day: each entrant's charges minus refunds, by
+    kind (a kind with no row is absent; each of ``user_ids`` maps at least to {}). One
+    query."""
     nets: dict[int, dict[str, int]] = {user_id: {} for user_id in user_ids}
-    rows = (
-        AttemptLedger.objects.filter(
-            entrant_id__in=list(user_ids), benchmark=benchmark, attempt_day=day
-        )
+    found = (
+        AttemptLedger.objects.filter(rows, benchmark=benchmark, attempt_day=day)
         .values("entrant_id", "kind")
         .annotate(net=Sum("delta"))
         .order_by()
     )
-    for row in rows:
-        nets[row["entrant_id"]][row["kind"]] = int(row["net"] or 0)
-    return nets
-
-
-def _team_day_nets(team_id: int, benchmark: Benchmark, day: dt.date) -> dict[int, dict[str, int]]:
-    """The rows of one attempt day charged in the team: each uploader's charges minus
-    refunds, by kind. One query."""
-    nets: dict[int, dict[str, int]] = {}
-    rows = (
-        AttemptLedger.objects.filter(team_id=team_id, benchmark=benchmark, attempt_day=day)
-        .values("entrant_id", "kind")
-        .annotate(net=Sum("delta"))
-        .order_by()
-    )
-    for row in rows:
+    for row in found:
         nets.setdefault(row["entrant_id"], {})[row["kind"]] = int(row["net"] or 0)
     return nets
 
@@ -168,10 +152,10 @@ def quotas_for(
     fresh: dict[str, Any] = {}
     missing = [user_id for user_id, key in keys.items() if key not in found]
     if missing:
-        read = _day_nets(missing, benchmark, day)
+        read = _day_nets(Q(entrant_id__in=list(missing)), benchmark, day, user_ids=missing)
         fresh.update({keys[user_id]: nets for user_id, nets in read.items()})
     if identity.team_id is not None and team_key not in found:
-        fresh[team_key] = _team_day_nets(identity.team_id, benchmark, day)
+        fresh[team_key] = _day_nets(Q(team_id=identity.team_id), benchmark, day)
     if fresh:
         cache.set_many(fresh, DAY_CACHE_S)
         found.update(fresh)
