@@ -277,6 +277,13 @@ def benchmark_schedules(now: dt.datetime) -> list[tuple[Benchmark, Schedule]]:
     return sorted(pairs, key=lambda pair: order[pair[1].status])
 
 
+def official_cohort_size(benchmark: Benchmark) -> int:
+    """How many images the benchmark's official cohort holds (0 before one is imported)."""
+    return CohortItem.objects.filter(
+        cohort__benchmark=benchmark, cohort__kind=Cohort.OFFICIAL
+    ).count()
+
+
 def practice_cohort(benchmark: Benchmark) -> tuple[int, str] | None:
     """The published practice cohort's size and the public seed it was drawn with ("" for
     a prepared cohort), in one query; None before one is imported."""

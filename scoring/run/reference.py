@@ -37,6 +37,7 @@ from django.utils import timezone
 from portal.campaigns.models import Campaign
 from portal.contests import rules
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.contests.selectors import official_cohort_size
 from portal.hosts.models import ReferenceSpread
 from portal.hosts.reference import reference_due, reference_image, reference_spread_record
 from portal.submissions.models import Submission
@@ -174,9 +175,7 @@ def keep_measured(session: machine.Session, submission_id: int) -> ReferenceSpre
     if submission is None:
         return None
     benchmark = submission.benchmark
-    size = CohortItem.objects.filter(
-        cohort__benchmark=benchmark, cohort__kind=Cohort.OFFICIAL
-    ).count()
+    size = official_cohort_size(benchmark)
     if not size:
         return None
     last = (

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from django import template
 
-from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.contests.models import Benchmark
+from portal.contests.selectors import official_cohort_size
 from portal.hosts.models import ReferenceSpread
 from portal.hosts.selectors import NoiseBand, noise_band, reference_spread
 
@@ -22,7 +23,5 @@ def noise_band_of(hardware_class: str) -> NoiseBand | None:
 
 @register.simple_tag
 def reference_spread_of(benchmark: Benchmark) -> ReferenceSpread | None:
-    size = CohortItem.objects.filter(
-        cohort__benchmark=benchmark, cohort__kind=Cohort.OFFICIAL
-    ).count()
+    size = official_cohort_size(benchmark)
     return reference_spread(benchmark.hardware_class_id, size) if size else None

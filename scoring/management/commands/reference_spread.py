@@ -18,7 +18,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.contests.models import Benchmark
+from portal.contests.selectors import official_cohort_size
 from scoring.host import machine
 from scoring.run import reference
 
@@ -40,9 +41,7 @@ class Command(BaseCommand):
         benchmark = Benchmark.objects.filter(slug=options["slug"]).first()
         if benchmark is None:
             raise CommandError(f"No benchmark {options['slug']!r}.")
-        size = CohortItem.objects.filter(
-            cohort__benchmark=benchmark, cohort__kind=Cohort.OFFICIAL
-        ).count()
+        size = official_cohort_size(benchmark)
         image = options["image"] or reference.kit_image(benchmark, size)
         if not image:
             raise CommandError(
