@@ -13,10 +13,12 @@ from django.urls import reverse
 
 from portal.audit.models import AuditEvent
 from portal.contests.models import LeaderboardEntry
+from portal.hosts import speed as host_speed
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 from scoring.host import speed
 from scoring.run import runner
 from tests.scoring.test_runner import FakeEngine, queued, the_run  # noqa: F401
+from tests.web.boards import official_run
 
 STEADY = {0: [10_000_000, 10_100_000, 10_050_000], 1: [10_000_000, 10_020_000, 10_010_000]}
 SLOWED = {0: [12_000_000, 12_050_000, 12_010_000], 1: [10_000_000, 10_020_000, 10_030_000]}
@@ -194,3 +196,38 @@ def test_staff_see_the_hosts_speed_on_the_run_and_the_submission(
         reverse("admin:submissions_submission_change", args=[queued.pk])
     )
     assert "host speed changed" in submission_page.content.decode().lower()
+
+
+# What the free rescore leaves to staff -----------------------------------------------------
+
+
+def marked_run(benchmark, entrant, **fields) -> Run:
+    """A passing official run marked for the host's speed (as the worker records it)."""
+    run = official_run(benchmark, entrant, 100_000_000)
+    speed_fields = {"change_pct": 19.5, "band_pct": 3.0, "changed": True}
+    Run.objects.filter(pk=run.pk).update(
+        host_speed_changed=True, host_speed=speed_fields, try_number=1, **fields
+    )
+    return Run.objects.get(pk=run.pk)
+
+
+def test_a_marked_verification_or_final_run_is_left_to_staff(benchmark, alice):
+    for purpose in (Run.VERIFY, Run.FINAL):
+        run = marked_run(benchmark, alice, purpose=purpose)
+
+        assert host_speed.run_host_speed_rescore(run_id=run.pk) is False
+
+        assert Run.objects.get(pk=run.pk).host_speed_changed is True  # still marked
+        assert Submission.objects.get(pk=run.submission_id).status == Submission.PASSED
+    assert not AuditEvent.objects.filter(action="submission.rescore").exists()
+
+
+def test_a_marked_run_whose_submission_cannot_be_rescored_now_stays_marked(benchmark, alice):
+    run = marked_run(benchmark, alice)
+    Submission.objects.filter(pk=run.submission_id).update(status=Submission.VERIFYING)
+
+    assert host_speed.run_host_speed_rescore(run_id=run.pk) is False
+
+    assert Run.objects.get(pk=run.pk).host_speed_changed is True
+    assert Submission.objects.get(pk=run.submission_id).status == Submission.VERIFYING
+    assert not AuditEvent.objects.filter(action="submission.rescore").exists()
