@@ -46,14 +46,20 @@ class Waiting:
         )
 
 
+def reviewed_positions(benchmark: Benchmark) -> int:
+    """How many ranks are prize positions reviewed before publishing: the final settings'
+    ``prize_positions``, or 0 without a validation-data boundary (nothing to review)."""
+    if not benchmark.validation_boundary:
+        return 0
+    return final_settings_for(benchmark).prize_positions
+
+
 def _reviewed_rows(
     benchmark: Benchmark, rows: Sequence[rules.Row], settled: Collection[int]
 ) -> list[rules.Row]:
-    """The prize rows that need a cleared review: none without a boundary; never those of
-    ``settled`` (submissions already in a prize position of the published standings)."""
-    if not benchmark.validation_boundary:
-        return []
-    positions = final_settings_for(benchmark).prize_positions
+    """The prize rows that need a cleared review (:func:`reviewed_positions`); never those
+    of ``settled`` (submissions already in a prize position of the published standings)."""
+    positions = reviewed_positions(benchmark)
     return [row for row in prize_rows(rows, positions) if row.submission_id not in settled]
 
 

@@ -11,8 +11,7 @@ from django.utils import timezone
 from portal.contests.models import Benchmark, Cohort
 from portal.standings import rules
 from portal.standings.models import Correction, Standings
-from portal.standings.nominations import final_settings_for
-from portal.standings.prizes import review_states
+from portal.standings.prizes import review_states, reviewed_positions
 
 LIVE = "live"
 PROVISIONAL = "provisional"
@@ -70,8 +69,10 @@ class Outline:
 
 def final_outline(benchmark: Benchmark) -> Outline:
     """The rules page's account of the end (one query; two with a boundary)."""
-    reviewed = final_settings_for(benchmark).prize_positions if benchmark.validation_boundary else 0
-    return Outline(cohort=COHORT_WORDS[deciding_cohort(benchmark)], prize_positions=reviewed)
+    return Outline(
+        cohort=COHORT_WORDS[deciding_cohort(benchmark)],
+        prize_positions=reviewed_positions(benchmark),
+    )
 
 
 @dataclass(frozen=True)
