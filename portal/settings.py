@@ -88,6 +88,7 @@ INSTALLED_APPS = [
     "portal.notifications",
     "portal.campaigns",
     "portal.standings",
+    "portal.estimation",
     "portal.accounts",
     "portal.web",
     "portal.api",

@@ -41,6 +41,16 @@ def run_dir(run_id: int) -> Path:
     return data_dir() / "runs" / str(run_id)
 
 
+def entry_dir(entry_id: int) -> Path:
+    """One metered-estimation entry's archive (``whest package``'s tarball)."""
+    return data_dir() / "estimation" / "entries" / str(entry_id)
+
+
+def suite_dir(suite_id: int) -> Path:
+    """One estimation suite: a whestbench dataset folder (MLPs and their reference)."""
+    return data_dir() / "estimation" / "suites" / str(suite_id)
+
+
 def verification_sets_dir() -> Path:
     """Prepared verification cohorts, one folder per set (never mounted anywhere)."""
     return data_dir() / "verification-sets"

@@ -22,6 +22,11 @@ RUN_ROUND = "scoring.run_round"  # a campaign round, to its class's queue
 REMOVE_IMAGE = "scoring.remove_image"
 REAP = "scoring.reap"
 REVIEW_ARTIFACTS = "scoring.review_artifacts"  # list a reviewed image's artifacts
+# Metered estimation, to the benchmark's class queue: grade an entry (on the phase suite,
+# or a final score on the final suite), generate a suite's reference.
+ESTIMATION_GRADE = "scoring.estimation_grade"
+ESTIMATION_FINAL = "scoring.estimation_final"
+ESTIMATION_SUITE = "scoring.estimation_suite"
 # The portal's own.
 CAMPAIGNS_SWEEP = "portal.campaigns.sweep"
 REVIEW_SWEEP = "portal.submissions.review_sweep"

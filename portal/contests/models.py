@@ -132,12 +132,14 @@ class Benchmark(models.Model):
 
     LEADERBOARD = "leaderboard"
     CAMPAIGN = "campaign"
+    ESTIMATION = "estimation"
     # What the admin offers first for a new benchmark's class (the field has no default:
     # a class is a row, which whoever creates a benchmark names).
     DEFAULT_HARDWARE_CLASS = "cpu-x86_64"
     KINDS = [
         (LEADERBOARD, "leaderboard: one timed run per attempt, best run ranks"),
         (CAMPAIGN, "campaign: rounds against a pinned baseline, one leader"),
+        (ESTIMATION, "estimation: metered estimators, error times compute (portal.estimation)"),
     ]
 
     slug = models.SlugField(max_length=100, unique=True)
@@ -145,7 +147,10 @@ class Benchmark(models.Model):
         max_length=16,
         choices=KINDS,
         default=LEADERBOARD,
-        help_text="The format: a leaderboard, or a campaign scored in rounds (portal.campaigns).",
+        help_text=(
+            "The format: a leaderboard, a campaign scored in rounds (portal.campaigns), or "
+            "metered estimation (portal.estimation)."
+        ),
     )
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True)
