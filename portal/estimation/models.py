@@ -5,7 +5,8 @@ A benchmark of kind ``estimation`` is one phase; its :class:`PhaseRules` row hol
 number of the phase's rules. A :class:`Suite` is a whestbench dataset folder (MLPs and
 their Monte Carlo reference) under ``PODIUM_DATA_DIR``: the phase suite scores every
 entry (its first ``public_mlps`` MLPs feed the live board, the rest are withheld until
-the close), the final suite, generated from held-out seeds, scores the final rerun.
+the close), the final suite, generated from held-out seeds, scores the final rerun, and
+the public suite is for entrants to download and run locally.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class PhaseRules(models.Model):
         validators=[POSITIVE],
         help_text="MLPs of the final suite, generated from held-out seeds, for the rerun.",
     )
+    local_mlps = models.PositiveIntegerField(
+        default=100,
+        validators=[POSITIVE],
+        help_text="MLPs of the public suite that entrants download for their local runs.",
+    )
     reference_samples = models.PositiveBigIntegerField(
         default=1_000_000,
         validators=[POSITIVE],
@@ -97,7 +103,12 @@ class Suite(models.Model):
 
     PHASE = "phase"
     FINAL = "final"
-    ROLES = [(PHASE, "phase: public + withheld"), (FINAL, "final: the private rerun")]
+    PUBLIC = "public"
+    ROLES = [
+        (PHASE, "phase: public + withheld"),
+        (FINAL, "final: the private rerun"),
+        (PUBLIC, "public: downloadable, for entrants' local runs"),
+    ]
     GENERATING = "generating"
     READY = "ready"
     FAILED = "failed"

@@ -264,7 +264,8 @@ def entry_fail(entry_id: int, reason: str, *, refund: bool) -> None:
 
 
 def _suite_size(phase: PhaseRules, role: str) -> int:
-    return phase.suite_mlps if role == Suite.PHASE else phase.final_mlps
+    sizes = {Suite.PHASE: phase.suite_mlps, Suite.FINAL: phase.final_mlps}
+    return sizes.get(role, phase.local_mlps)
 
 
 def suite_generate(
@@ -274,8 +275,8 @@ def suite_generate(
     private seed (its per-MLP seeds derived by :func:`rules.derive_seeds`; only their
     digests are kept). Refused while the role's suite is in use or generating."""
     phase = phase_rules(benchmark)
-    if role not in (Suite.PHASE, Suite.FINAL):
-        raise errors.InvalidParameter("role must be 'phase' or 'final'.")
+    if role not in (Suite.PHASE, Suite.FINAL, Suite.PUBLIC):
+        raise errors.InvalidParameter("role must be 'phase', 'final' or 'public'.")
     n = _suite_size(phase, role)
     seeds = rules.derive_seeds(private_seed, role, n)
     with transaction.atomic():
