@@ -57,9 +57,9 @@ def phase_rules(benchmark: Benchmark) -> PhaseRules:
 def _charged_today(benchmark: Benchmark, entrant_id: int, now: dt.datetime) -> int:
     """Entries charged today (the benchmark's attempt day: UTC for seed 001's phases) to
     the entrant's team, or to the entrant on their own. A team's count includes what its
-    members charged while in it, and what they charged on their own earlier that day; an
-    entrant on their own counts everything they charged today, in a team or not, so that
-    leaving a team gives no fresh allowance."""
+    members charged while in it, and what they charged on their own earlier that day. An
+    entrant on their own counts what they charged today, or, when more, what a team they
+    charged to today did: leaving a team gives no fresh allowance that day."""
     day = contest_rules.attempt_day(now, benchmark.attempt_timezone)
     start, end = contest_rules.day_bounds(day, benchmark.attempt_timezone)
     today = Entry.objects.filter(
@@ -67,7 +67,9 @@ def _charged_today(benchmark: Benchmark, entrant_id: int, now: dt.datetime) -> i
     )
     identity = identity_of(benchmark.pk, entrant_id)
     if identity.team_id is None:
-        return today.filter(entrant_id=entrant_id).count()
+        own = today.filter(entrant_id=entrant_id)
+        left = own.exclude(team__isnull=True).values_list("team_id", flat=True).distinct()
+        return max([own.count(), *(today.filter(team_id=t).count() for t in left)])
     return today.filter(
         Q(team_id=identity.team_id) | Q(team__isnull=True, entrant_id__in=identity.member_ids)
     ).count()
@@ -138,7 +140,8 @@ def check_archive(path: Path) -> str:
         members = archives.inspect_archive(
             path,
             fmt,
-            max_members=limits.MAX_SUBMISSION_FILES + 1,  # its files and manifest.json
+            # Folders count as members too; the file cap is whestbench's, checked below.
+            max_members=4 * limits.MAX_SUBMISSION_FILES,
             max_unpacked_bytes=limits.MAX_SUBMISSION_BYTES,
             require_entrypoint=False,
         )
@@ -148,11 +151,13 @@ def check_archive(path: Path) -> str:
     if len(files) > limits.MAX_SUBMISSION_FILES:
         raise errors.InvalidArchive(
             f"The archive has {len(files)} files; whestbench's cap is "
-            f"{limits.MAX_SUBMISSION_FILES}."
+            f"{limits.MAX_SUBMISSION_FILES} (leave files out with .whestignore)."
         )
     checked = validate_package(path)
     if not checked.ok:
-        problems = "; ".join(f"{i.path}: {i.message}" for i in checked.issues)
+        problems = "; ".join(
+            f"{i.name}: {i.message}" if i.name else i.message for i in checked.issues
+        )
         raise errors.InvalidArchive(f"whest validate-package refused it: {problems}")
     import json
     import tarfile
