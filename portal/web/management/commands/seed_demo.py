@@ -14,6 +14,10 @@ Idempotent, and fast when there is nothing to do (``make run`` calls it every ti
   (rounds already created keep theirs). Its baseline image is pinned by ``manage.py
   campaign_baseline demo-campaign``, which builds the starter kit (Docker), so ``make
   run`` calls it after this command.
+- ``demo-whest`` is a small metered-estimation phase (seed contest WhestBench's rules on
+  narrow, shallow MLPs and a small budget): its phase and public suites are generated
+  from a fixed, public demo seed by this machine's scoring worker in seconds, once (a
+  suite that exists, or is being generated, is left alone).
 - ``eva02-imagenet1k-v3`` is created with the rules' defaults when missing and
   otherwise left alone (staff edit it in the admin, and import its real cohort with
   ``import_cohort``).
@@ -40,6 +44,8 @@ from portal.contests import democohort, rules
 from portal.contests.cohorts import cohort_import
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
+from portal.estimation.models import PhaseRules, Suite
+from portal.estimation.services import suite_generate
 from portal.submissions.models import Run
 
 DEMO_SLUG = "demo"
@@ -128,6 +134,30 @@ winners before results are final.
 """
 
 
+ESTIMATION_SLUG = "demo-whest"
+# Public on purpose: the demo's suites are for learning the path, not for a prize.
+ESTIMATION_DEMO_SEED = "podium-demo-whest-2026"
+ESTIMATION_RULES = {
+    "width": 32,
+    "depth": 4,
+    "flop_budget": 2_000_000,
+    "residual_rule": PhaseRules.CAPPED,
+    "residual_cap_ms": 400,
+    "wall_cap_s": 30,
+    "public_mlps": 10,
+    "withheld_mlps": 10,
+    "final_mlps": 20,
+    "local_mlps": 10,
+    "reference_samples": 20_000,
+}
+ESTIMATION_DESCRIPTION = """\
+Metered estimation in miniature: predict each neuron's expected post-ReLU activation of
+small random ReLU MLPs (32 wide, 4 deep) from their weights, within 2,000,000 FLOPs per
+MLP metered by flopscope. Package whestbench's MeanPropagationEstimator with `whest
+package` and upload the tarball to see it ranked.
+"""
+
+
 class Command(BaseCommand):
     help = "Create (or refresh) the demo benchmark with generated cohorts, and the flagship."
 
@@ -158,6 +188,7 @@ class Command(BaseCommand):
         except ValueError as error:
             raise CommandError(str(error)) from error
         self._seed_demo_campaign(demo, campaign_count, practice_count)
+        self._seed_demo_estimation()
         self._seed_flagship()
 
     def _seed_demo_benchmark(self, official_count: int) -> Benchmark:
@@ -264,6 +295,38 @@ class Command(BaseCommand):
                 setattr(campaign, name, CAMPAIGN_SIZES[name])
             campaign.save(update_fields=resized)
             self.stdout.write(f"Updated campaign {CAMPAIGN_SLUG}: {', '.join(resized)}.")
+
+    def _seed_demo_estimation(self) -> None:
+        now = timezone.now()
+        benchmark = Benchmark.objects.filter(slug=ESTIMATION_SLUG).first()
+        if benchmark is None:
+            benchmark = Benchmark.objects.create(
+                slug=ESTIMATION_SLUG,
+                kind=Benchmark.ESTIMATION,
+                title="Demo: estimate the mean activations",
+                description=ESTIMATION_DESCRIPTION,
+                opens_at=now - dt.timedelta(minutes=1),
+                closes_at=now + dt.timedelta(days=30),
+                attempts_per_day=10,
+                attempt_timezone="UTC",
+                hardware_class=hardware_class_row(django_settings.PODIUM_HARDWARE_CLASS),
+            )
+            self.stdout.write(f"Created benchmark {ESTIMATION_SLUG}.")
+        elif benchmark.status_at(now) != "open":
+            benchmark.opens_at = now - dt.timedelta(minutes=1)
+            benchmark.closes_at = now + dt.timedelta(days=30)
+            benchmark.save(update_fields=["opens_at", "closes_at"])
+        PhaseRules.objects.update_or_create(benchmark=benchmark, defaults=ESTIMATION_RULES)
+        for role in (Suite.PHASE, Suite.PUBLIC):
+            suite = Suite.objects.filter(benchmark=benchmark, role=role).first()
+            if suite is not None and suite.status != Suite.FAILED:
+                continue
+            suite_generate(
+                benchmark=benchmark, role=role, private_seed=ESTIMATION_DEMO_SEED, user=None
+            )
+            self.stdout.write(
+                f"Asked the scoring worker to generate {ESTIMATION_SLUG}'s {role} suite."
+            )
 
     def _seed_flagship(self) -> None:
         _, created = Benchmark.objects.get_or_create(
