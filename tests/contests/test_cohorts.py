@@ -324,8 +324,18 @@ def test_seed_demo_creates_both_benchmarks_and_is_idempotent(db, data_dir) -> No
     )
 
     assert set(demo.cohorts.all()) == {official, practice, canaries}
-    assert Benchmark.objects.count() == 3  # demo, demo-campaign, the flagship
+    assert Benchmark.objects.count() == 4  # demo, demo-campaign, demo-whest, the flagship
     assert "in place" in out.getvalue()
+    # The estimation demo's suites are asked for once; the second run leaves them be.
+    whest = Benchmark.objects.get(slug="demo-whest")
+    assert whest.kind == Benchmark.ESTIMATION
+    assert (whest.attempts_per_day, whest.attempt_timezone) == (10, "UTC")
+    assert whest.estimation_rules.width == 32
+    assert sorted(whest.suites.values_list("role", "status")) == [
+        ("phase", "generating"),
+        ("public", "generating"),
+    ]
+    assert "generate demo-whest" not in out.getvalue()
 
 
 def test_seed_demo_leaves_the_flagship_alone_and_resizes_the_demo(db) -> None:
