@@ -129,6 +129,13 @@ def check_archive(path: Path) -> str:
             f"The archive is {size:,} bytes; an estimator may be at most "
             f"{limits.MAX_SUBMISSION_BYTES:,} bytes (whestbench's cap)."
         )
+    with path.open("rb") as head:
+        if head.read(2) != b"\x1f\x8b":  # not gzip: detect_format would offer .tar and .zip
+            fmt = archives.detect_format(path) if _is_archive(path) else "non-archive"
+            raise errors.InvalidArchive(
+                "An estimator is the .tar.gz that `whest package` makes; this upload is "
+                + ("not an archive." if fmt == "non-archive" else f"a {fmt} archive.")
+            )
     try:
         fmt = archives.detect_format(path)
         if fmt != "tar.gz":
@@ -152,7 +159,14 @@ def check_archive(path: Path) -> str:
         )
     checked = validate_package(path)
     if not checked.ok:
-        problems = "; ".join(f"{i.path}: {i.message}" for i in checked.issues)
+        # whestbench names the offending member (``name``; "" or the archive's own path
+        # for the whole archive, which is a temporary file of this server: never shown).
+        problems = "; ".join(
+            (f"{i.name}: {i.message}" if i.name and i.name != str(path) else i.message).replace(
+                str(path), "the archive"
+            )
+            for i in checked.issues
+        )
         raise errors.InvalidArchive(f"whest validate-package refused it: {problems}")
     import json
     import tarfile
@@ -162,6 +176,14 @@ def check_archive(path: Path) -> str:
         manifest = json.loads(member.read()) if member is not None else {}
     entry = manifest.get("entrypoint") or {}
     return f"{entry.get('module', '')}.{entry.get('class', '')}"[:200]
+
+
+def _is_archive(path: Path) -> bool:
+    try:
+        archives.detect_format(path)
+    except archives.ArchiveError:
+        return False
+    return True
 
 
 def entry_accept(
