@@ -403,6 +403,7 @@ def suite_import(*, benchmark: Benchmark, role: str, folder: Path, user: Any | N
             progress_total=n,
             requested_by=user,
             finished_at=timezone.now(),
+            stats={"avg_variances": _avg_variances(dataset)[:n]},
         )
         dest = storage.suite_dir(suite.pk)
         shutil.copytree(folder, dest)
@@ -415,6 +416,14 @@ def suite_import(*, benchmark: Benchmark, role: str, folder: Path, user: Any | N
         )
     suite.refresh_from_db()
     return suite
+
+
+def _avg_variances(dataset: Any) -> list[float]:
+    """Each MLP's mean final-layer variance, as whestbench's dataset records it (the
+    Monte Carlo band's figures; a generated suite's host reports the same)."""
+    if "avg_variance" not in getattr(dataset, "column_names", ()):
+        return []
+    return [float(v) for v in dataset["avg_variance"]]
 
 
 def _dataset_metadata(folder: Path) -> dict[str, Any]:
