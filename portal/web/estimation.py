@@ -183,7 +183,8 @@ def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
     now = timezone.now()
     closed = now >= benchmark.closes_at
     viewer = request.user.pk if request.user.is_authenticated else None
-    mine = viewer is not None and entry.entrant_id in identity_of(benchmark.pk, viewer).member_ids
+    identity = identity_of(benchmark.pk, viewer) if viewer is not None else None
+    mine = identity is not None and entry.entrant_id in identity.member_ids
     board_row = next((r for r in selectors.board(benchmark, now) if r.entry_id == entry.pk), None)
     if not mine and board_row is None:
         raise Http404("No such entry.")
@@ -196,7 +197,7 @@ def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "board_row": board_row,
         "outlier_percent": f"{rules.OUTLIER_FRACTION * 100:g}",
     }
-    if mine:
+    if identity is not None and mine:
         ledger = _ledger(entry)
         public = ledger[: phase.public_mlps]
         context.update(
@@ -209,10 +210,9 @@ def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "public_rows": public,
                 "withheld_rows": ledger[phase.public_mlps :] if closed else [],
                 "withheld_hidden": not closed and len(ledger) > phase.public_mlps,
+                "teamed": identity.team_id is not None,
                 "nominations": Entry.objects.filter(
-                    benchmark=benchmark,
-                    nominated=True,
-                    entrant_id__in=identity_of(benchmark.pk, int(viewer or 0)).member_ids,
+                    benchmark=benchmark, nominated=True, entrant_id__in=identity.member_ids
                 ).count(),
                 "can_nominate": entry.status == Entry.GRADED and not _final_started(benchmark),
             }

@@ -226,14 +226,14 @@ def _legend(*, own: bool) -> str:
         f'fill-opacity=".14" stroke="{BAND_COLOUR}" stroke-dasharray="3 2"/>'
         f'<text x="{LEFT + 144}" y="{y}" fill="#1d2125">Monte Carlo at B (10th-90th '
         "percentile, median dashed)</text>",
-        f'<path d="M{LEFT + 440} {y - 11}v14" stroke="{BUDGET_COLOUR}" stroke-width="1.5"/>'
-        f'<text x="{LEFT + 448}" y="{y}" fill="#1d2125">budget B</text>',
+        f'<path d="M{LEFT + 470} {y - 11}v14" stroke="{BUDGET_COLOUR}" stroke-width="1.5"/>'
+        f'<text x="{LEFT + 478}" y="{y}" fill="#1d2125">budget B</text>',
     ]
     if own:
         items.append(
-            f'<circle cx="{LEFT + 535}" cy="{y - 4}" r="5" fill="{OWN_COLOUR}" '
+            f'<circle cx="{LEFT + 570}" cy="{y - 4}" r="5" fill="{OWN_COLOUR}" '
             'stroke="#1d2125" stroke-width=".75"/>'
-            f'<text x="{LEFT + 545}" y="{y}" fill="#1d2125">your team\'s entries</text>'
+            f'<text x="{LEFT + 580}" y="{y}" fill="#1d2125">your team\'s entries</text>'
         )
     return '<g class="estimation-legend">' + "".join(items) + "</g>"
 

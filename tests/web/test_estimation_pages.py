@@ -30,6 +30,7 @@ from tests.web.estimation_entries import (
     graded,
     mlp,
     ready_suite,
+    whest_bake,
     whest_package,
 )
 
@@ -395,6 +396,18 @@ def test_the_chart_shows_the_band_the_budget_and_the_viewers_entries(client, ali
     assert f'class="entry-point own" data-entry="{mine.pk}"' in svg
     assert f'class="entry-point" data-entry="{theirs.pk}"' in svg
     assert f'href="{entry_url(mine)}"' in svg
+
+
+def test_an_imported_suite_records_what_the_band_needs(client, bench, tmp_path_factory):
+    dataset = whest_bake(tmp_path_factory.mktemp("suite") / "dataset")
+
+    suite = services.suite_import(benchmark=bench, role=Suite.PHASE, folder=dataset, user=None)
+
+    variances = suite.stats["avg_variances"]
+    assert len(variances) == 4 and all(v > 0 for v in variances)
+    assert (storage.suite_dir(suite.pk) / "metadata.json").is_file()
+    svg = client.get(page_of(bench)).content.decode().split("<svg")[1]
+    assert 'class="mc-band"' in svg and "<circle class=" not in svg  # no entry yet
 
 
 def test_final_standings_show_above_the_board(client, alice, bob, bench):
