@@ -15,7 +15,9 @@ from django.utils import timezone
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort, Contest
 from portal.environments.models import Environment
+from portal.estimation.models import PhaseRules, Suite
 from portal.submissions.models import VerificationSet
+from portal.teams.models import Team, TeamMember
 
 
 class UserFactory(factory.django.DjangoModelFactory[User]):
@@ -118,3 +120,57 @@ def phased_contest(*windows: tuple[dt.datetime, dt.datetime], **fields: Any) -> 
             closes_at=closes_at,
         )
     return contest
+
+
+class PhaseRulesFactory(factory.django.DjangoModelFactory[PhaseRules]):
+    """A small metered-estimation phase (its benchmark open, UTC days, 10 entries a day):
+    the shape of ``whest dataset bake --n-mlps 4 --width 8 --depth 2``, two public MLPs and
+    two withheld."""
+
+    class Meta:
+        model = PhaseRules
+
+    benchmark = factory.SubFactory(
+        BenchmarkFactory,
+        kind=Benchmark.ESTIMATION,
+        attempt_timezone="UTC",
+        attempts_per_day=10,
+        max_upload_bytes=50 * 1024 * 1024,
+    )
+    width = 8
+    depth = 2
+    flop_budget = 1_000_000
+    public_mlps = 2
+    withheld_mlps = 2
+    final_mlps = 4
+    local_mlps = 4
+    reference_samples = 2000
+
+
+class SuiteFactory(factory.django.DjangoModelFactory[Suite]):
+    """A ready phase suite (imported), with each MLP's mean final-layer variance."""
+
+    class Meta:
+        model = Suite
+
+    role = Suite.PHASE
+    status = Suite.READY
+    origin = Suite.IMPORTED
+    n_mlps = 4
+    width = 8
+    depth = 2
+    n_samples = 2000
+    progress_done = 4
+    progress_total = 4
+    stats = factory.LazyFunction(lambda: {"avg_variances": [0.4, 0.5, 0.6, 0.7]})
+
+
+def team(benchmark: Benchmark, name: str, *members: User) -> Team:
+    """A team of ``members`` on the benchmark (the first its captain), as rows."""
+    now = timezone.now()
+    created = Team.objects.create(
+        benchmark=benchmark, name=name, captain=members[0], created_at=now
+    )
+    for member in members:
+        TeamMember.objects.create(team=created, benchmark=benchmark, user=member, joined_at=now)
+    return created

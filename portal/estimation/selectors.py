@@ -43,7 +43,7 @@ class BoardRow:
     mean_effective_compute: float | None
     ratio: float | None
     ratio_outlier: bool
-    fallbacks: int
+    fallbacks: int  # over every MLP after the close; before it, over the public ones
     submitted_at: dt.datetime
 
     def as_dict(self) -> dict[str, Any]:
@@ -61,6 +61,13 @@ class BoardRow:
             "fallbacks": self.fallbacks,
             "submitted_at": self.submitted_at.isoformat(),
         }
+
+
+def public_fallbacks(entry: Entry, phase: PhaseRules) -> int:
+    """How many of the entry's public MLPs got the zero-prediction fallback (before the
+    close, the only count shown: ``Entry.fallbacks`` counts the withheld MLPs too)."""
+    rows = list((entry.results or {}).get("mlps", []))[: phase.public_mlps]
+    return sum(1 for r in rows if r.get("fallback"))
 
 
 def entry_ratio(entry: Entry, phase: PhaseRules) -> float | None:
@@ -100,7 +107,7 @@ def board(benchmark: Benchmark, now: dt.datetime | None = None) -> list[BoardRow
                 mean_effective_compute=e.mean_effective_compute,
                 ratio=ratios[e.pk],
                 ratio_outlier=e.pk in outliers,
-                fallbacks=e.fallbacks or 0,
+                fallbacks=(e.fallbacks or 0) if closed else public_fallbacks(e, phase),
                 submitted_at=e.submitted_at,
             )
         )
@@ -133,7 +140,7 @@ def monte_carlo_band(benchmark: Benchmark) -> tuple[float, float, float] | None:
 def visible_entries(benchmark: Benchmark, user_id: int) -> list[Entry]:
     """The entries the user may see in full: their team's (or their own), newest first."""
     members = identity_of(benchmark.pk, user_id).member_ids
-    qs = Entry.objects.filter(benchmark=benchmark, entrant_id__in=members)
+    qs = Entry.objects.filter(benchmark=benchmark, entrant_id__in=members).select_related("entrant")
     return list(qs.order_by("-submitted_at"))
 
 

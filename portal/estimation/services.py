@@ -131,6 +131,13 @@ def check_archive(path: Path) -> str:
             f"The archive is {size:,} bytes; an estimator may be at most "
             f"{limits.MAX_SUBMISSION_BYTES:,} bytes (whestbench's cap)."
         )
+    with path.open("rb") as head:
+        if head.read(2) != b"\x1f\x8b":  # not gzip: detect_format would offer .tar and .zip
+            fmt = archives.detect_format(path) if _is_archive(path) else "non-archive"
+            raise errors.InvalidArchive(
+                "An estimator is the .tar.gz that `whest package` makes; this upload is "
+                + ("not an archive." if fmt == "non-archive" else f"a {fmt} archive.")
+            )
     try:
         fmt = archives.detect_format(path)
         if fmt != "tar.gz":
@@ -155,8 +162,13 @@ def check_archive(path: Path) -> str:
         )
     checked = validate_package(path)
     if not checked.ok:
+        # whestbench names the offending member (``name``; "" or the archive's own path
+        # for the whole archive, which is a temporary file of this server: never shown).
         problems = "; ".join(
-            f"{i.name}: {i.message}" if i.name else i.message for i in checked.issues
+            (f"{i.name}: {i.message}" if i.name and i.name != str(path) else i.message).replace(
+                str(path), "the archive"
+            )
+            for i in checked.issues
         )
         raise errors.InvalidArchive(f"whest validate-package refused it: {problems}")
     import json
@@ -167,6 +179,14 @@ def check_archive(path: Path) -> str:
         manifest = json.loads(member.read()) if member is not None else {}
     entry = manifest.get("entrypoint") or {}
     return f"{entry.get('module', '')}.{entry.get('class', '')}"[:200]
+
+
+def _is_archive(path: Path) -> bool:
+    try:
+        archives.detect_format(path)
+    except archives.ArchiveError:
+        return False
+    return True
 
 
 def entry_accept(
@@ -386,6 +406,7 @@ def suite_import(*, benchmark: Benchmark, role: str, folder: Path, user: Any | N
             progress_total=n,
             requested_by=user,
             finished_at=timezone.now(),
+            stats={"avg_variances": _avg_variances(dataset)[:n]},
         )
         dest = storage.suite_dir(suite.pk)
         shutil.copytree(folder, dest)
@@ -398,6 +419,14 @@ def suite_import(*, benchmark: Benchmark, role: str, folder: Path, user: Any | N
         )
     suite.refresh_from_db()
     return suite
+
+
+def _avg_variances(dataset: Any) -> list[float]:
+    """Each MLP's mean final-layer variance, as whestbench's dataset records it (the
+    Monte Carlo band's figures; a generated suite's host reports the same)."""
+    if "avg_variance" not in getattr(dataset, "column_names", ()):
+        return []
+    return [float(v) for v in dataset["avg_variance"]]
 
 
 def _dataset_metadata(folder: Path) -> dict[str, Any]:

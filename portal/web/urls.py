@@ -4,7 +4,7 @@
 from django.urls import path
 
 from portal.accounts import views as account_views
-from portal.web import contests, standings, teams, views, writeups
+from portal.web import contests, estimation, standings, teams, views, writeups
 
 app_name = "contests"
 
@@ -24,6 +24,13 @@ urlpatterns = [
     path("submissions/<int:pk>/writeup/change", writeups.writeup_change, name="writeup_change"),
     path("submissions/<int:pk>/writeup.pdf", writeups.writeup_pdf, name="writeup_pdf"),
     path("b/<slug:slug>/team/", teams.team, name="team"),
+    path("b/<slug:slug>/estimation/entries/", estimation.entry_upload, name="estimation_upload"),
+    path("estimation/entries/<int:pk>/", estimation.entry_detail, name="estimation_entry"),
+    path(
+        "estimation/entries/<int:pk>/nomination",
+        estimation.entry_nominate,
+        name="estimation_nominate",
+    ),
     path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_create, name="token_create"),
     path("account/tokens/<int:pk>/revoke/", account_views.token_revoke, name="token_revoke"),

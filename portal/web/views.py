@@ -31,6 +31,7 @@ from portal.submissions.leaderboard import verifying_rows
 from portal.teams.selectors import shown_identity, shown_teammate_ids
 from portal.web.attempts_chart import attempts_chart
 from portal.web.chart import progress_chart
+from portal.web.estimation import benchmark_page as estimation_page
 
 BOARD_PREVIEW_ROWS = 20
 BOARD_PAGE_ROWS = 100
@@ -60,6 +61,8 @@ def benchmark_detail(request: HttpRequest, slug: str) -> HttpResponse:
     when the cached fragment is drawn again).
     """
     benchmark = get_object_or_404(Benchmark.objects.select_related("contest"), slug=slug)
+    if benchmark.kind == Benchmark.ESTIMATION:  # its own page (portal/web/estimation.py)
+        return estimation_page(request, benchmark)
     now = timezone.now()
     version = leaderboard_version(benchmark)
     quotas = []
