@@ -152,7 +152,9 @@ def check_archive(path: Path) -> str:
         )
     checked = validate_package(path)
     if not checked.ok:
-        problems = "; ".join(f"{i.path}: {i.message}" for i in checked.issues)
+        problems = "; ".join(
+            f"{i.name}: {i.message}" if i.name else i.message for i in checked.issues
+        )
         raise errors.InvalidArchive(f"whest validate-package refused it: {problems}")
     import json
     import tarfile
