@@ -49,6 +49,20 @@ class Client:
         response = self._request("GET", path, headers={"Accept": "*/*"})
         return response.content, response.headers
 
+    def download(self, path: str, dest: Path) -> Mapping[str, str]:
+        """Stream a download's body into ``dest``; its response headers."""
+        response = self._request(
+            "GET",
+            path,
+            headers={"Accept": "*/*"},
+            stream=True,
+            timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S),
+        )
+        with response, dest.open("wb") as out:
+            for chunk in response.iter_content(1024 * 1024):
+                out.write(chunk)
+        return response.headers
+
     def post_json(self, path: str, payload: Mapping[str, Any]) -> Any:
         return _json(self._request("POST", path, json=payload), self.url)
 

@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from podium_cli import config, local, show
+from podium_cli import config, estimation, local, show
 from podium_cli.api import Client
 from podium_cli.errors import EXIT_OK, CliError, Refused
 from podium_cli.pack import upload_for
@@ -132,6 +132,14 @@ def env_list(args: argparse.Namespace) -> int:
 
 def submit(args: argparse.Namespace) -> int:
     client = client_for(args)
+    found = client.get_json(f"/benchmarks/{args.benchmark}/")
+    if found.get("kind") == "estimation":
+        return estimation.submit(args, client)
+    if args.env is None:
+        raise CliError(
+            f"{args.benchmark} builds each submission in an environment: give --env ID "
+            f"(`podium env list {args.benchmark}` lists yours)."
+        )
     kind = "practice" if args.practice else "official"
     source = Path(args.source)
     with upload_for(source) as upload:
@@ -204,7 +212,21 @@ def quota(args: argparse.Namespace) -> int:
 
 
 def validate(args: argparse.Namespace) -> int:
+    if args.folder is None:  # `podium validate ARCHIVE`: an estimator, checked locally
+        return estimation.validate_archive(Path(args.benchmark))
     return local.validate(args, client_for(args))
+
+
+def entries(args: argparse.Namespace) -> int:
+    return estimation.entries(args, client_for(args))
+
+
+def entry(args: argparse.Namespace) -> int:
+    return estimation.entry(args, client_for(args))
+
+
+def suite(args: argparse.Namespace) -> int:
+    return estimation.suite(args, client_for(args))
 
 
 def run(args: argparse.Namespace) -> int:

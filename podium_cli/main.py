@@ -31,6 +31,15 @@ Typical session (the ladder: validate, run locally, a practice run, then an atte
 After the close:
   podium nominate demo 42 57            (before the nomination deadline)
   podium standings demo --csv final.csv (once published)
+
+A metered-estimation phase (whestbench installed):
+  podium suite whest-p1 -o suite        (then the `whest run` command it prints)
+  whest package --estimator estimator.py --output submission.tar.gz
+  podium validate submission.tar.gz
+  podium submit whest-p1 submission.tar.gz
+  podium entries whest-p1
+  podium entry 12
+  podium nominate 12                    (--withdraw undoes it)
 """
 
 EPILOG = """\
@@ -135,15 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
     check = command(
         "validate",
         commands.validate,
-        "check an entry folder against the benchmark's contract, uploading nothing",
+        "check an entry folder, or an estimator tarball, uploading nothing",
         description="Check FOLDER as the portal would take it: the archive it packs into "
         "against the benchmark's size limit, `run` (executable by others) and `build.sh` at "
         "its top level, and its Dockerfile (FOLDER/Dockerfile, or --dockerfile) judged by "
-        "the benchmark's policy on the portal, with line numbers. Nothing is created or "
-        "charged. Exits 1 when something would be refused.",
+        "the benchmark's policy on the portal, with line numbers. With one argument, "
+        "`podium validate ARCHIVE` checks a metered-estimation tarball (`whest package`'s) "
+        "on this machine, with whestbench's own validate_package and its caps "
+        "(whestbench.limits), printing each problem; it needs whestbench installed (exit 2 "
+        "without) and no sign-in. Nothing is created or charged. Exits 1 when something "
+        "would be refused.",
     )
-    check.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
-    check.add_argument("folder", metavar="FOLDER", help="the entry's folder")
+    check.usage = (
+        "podium validate [-h] [--dockerfile PATH] BENCHMARK FOLDER\n       podium validate ARCHIVE"
+    )
+    check.add_argument(
+        "benchmark", metavar="BENCHMARK", help="the benchmark's slug (or the estimator ARCHIVE)"
+    )
+    check.add_argument("folder", metavar="FOLDER", nargs="?", help="the entry's folder")
     check.add_argument(
         "--dockerfile", metavar="PATH", help="the Dockerfile to judge (default: FOLDER/Dockerfile)"
     )
@@ -197,12 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
         "packed as a .tar.gz of everything in it (paths relative to it, executable bits "
         "kept; `build.sh` and/or `run` belong at its top level); a .tar.gz, .tgz, .tar or "
         ".zip is sent as it is. An official upload uses one of today's attempts once "
-        "accepted.",
+        "accepted. On a metered-estimation phase SOURCE is the tarball `whest package` "
+        "made, entered as it is (no --env), charged to your team's day once accepted.",
     )
     submit.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
     submit.add_argument("source", metavar="SOURCE", help="a folder, or a .tar.gz/.tar/.zip")
     submit.add_argument(
-        "--env", type=int, required=True, metavar="ID", help="id of one of your ready environments"
+        "--env",
+        type=int,
+        metavar="ID",
+        help="id of one of your ready environments (required but on an estimation phase)",
     )
     submit.add_argument(
         "--practice",
@@ -251,6 +273,41 @@ def build_parser() -> argparse.ArgumentParser:
         "BENCHMARK, and when the day resets (days follow the benchmark's attempt timezone).",
     )
     allowance.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+
+    listed = command(
+        "entries",
+        commands.entries,
+        "your team's entries on a metered-estimation phase",
+        description="List your team's (or, on your own, your) entries on BENCHMARK, newest "
+        "first: status, public and withheld scores (withheld: after the close), fallbacks, "
+        "nomination, who entered it and when.",
+    )
+    listed.add_argument("benchmark", metavar="BENCHMARK", help="the phase's slug")
+
+    shown = command(
+        "entry",
+        commands.entry,
+        "one estimation entry, MLP by MLP",
+        description="Show entry ID: its status, scores, compute figures and ratio, and a "
+        "table of its MLPs (MSE, score, FLOPs, residual and wall time, fallback and why): "
+        "the public MLPs before the close, every one after. Another team's entry on the "
+        "board shows only its board row.",
+    )
+    shown.add_argument("entry", metavar="ID", type=int, help="the entry's id")
+
+    download = command(
+        "suite",
+        commands.suite,
+        "download a metered-estimation phase's public suite for local runs",
+        description="Download BENCHMARK's public suite and unpack it into DIR (a new or "
+        "empty folder), a whestbench dataset, then print the `whest run --dataset DIR "
+        "--runner subprocess` command that runs your estimator on it under the phase's "
+        "budget and caps.",
+    )
+    download.add_argument("benchmark", metavar="BENCHMARK", help="the phase's slug")
+    download.add_argument(
+        "-o", "--output", metavar="DIR", required=True, help="the folder to unpack it into"
+    )
 
     standings.add_commands(sub)
     teams.register(sub)

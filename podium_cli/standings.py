@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from podium_cli import show
+from podium_cli import estimation, show
 from podium_cli.commands import client_for
 from podium_cli.errors import EXIT_OK, CliError
 
@@ -41,6 +41,12 @@ def nominations(args: argparse.Namespace) -> int:
 
 
 def nominate(args: argparse.Namespace) -> int:
+    # `podium nominate ID [--withdraw]`: an estimation entry (one number and nothing else;
+    # a benchmark alone names no submission, so no call of the other form looks like it).
+    if args.withdraw or (not args.default and not args.submission and args.benchmark.isdigit()):
+        if args.default or args.submission or not args.benchmark.isdigit():
+            raise CliError("Give one estimation entry's id: `podium nominate ID [--withdraw]`.")
+        return estimation.nominate(args, client_for(args), int(args.benchmark))
     if args.default == bool(args.submission):
         raise CliError("Name one or two submission ids, or give --default (not both).")
     ids = [] if args.default else args.submission
@@ -105,16 +111,26 @@ def add_commands(sub: Any) -> None:
 
     named = sub.add_parser(
         "nominate",
-        help="name the submissions that enter the final standings (at most two)",
+        help="name the submissions that enter the final standings (at most two), or "
+        "nominate an estimation entry for the final rerun",
+        usage="podium nominate BENCHMARK [SUBMISSION ...] [--default]\n"
+        "       podium nominate ENTRY [--withdraw]",
         description="Name up to two passing official submissions of BENCHMARK for the final "
         "standings, replacing earlier ones: in a team, for the team (any member's "
         "submissions, at most two for the whole team); --default goes back to the two best. "
-        "Allowed until the nomination deadline.",
+        "Allowed until the nomination deadline. On a metered-estimation phase, `podium "
+        "nominate ENTRY` nominates that graded entry of your team for the final rerun "
+        "(at most the phase's nominations_max per team) and --withdraw withdraws it.",
     )
     named.set_defaults(handler=nominate)
-    named.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
+    named.add_argument(
+        "benchmark", metavar="BENCHMARK", help="the benchmark's slug (or an estimation entry's id)"
+    )
     named.add_argument("submission", metavar="SUBMISSION", type=int, nargs="*")
     named.add_argument("--default", action="store_true", help="name none: your two best count")
+    named.add_argument(
+        "--withdraw", action="store_true", help="an estimation entry: withdraw its nomination"
+    )
 
     final = sub.add_parser(
         "standings",

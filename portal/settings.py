@@ -239,7 +239,17 @@ REST_FRAMEWORK = {
         "checks": env.str("PODIUM_THROTTLE_CHECKS", default="120/hour"),
     },
 }
-SPECTACULAR_SETTINGS = {"TITLE": "Podium API", "VERSION": "1.0.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Podium API",
+    "VERSION": "1.0.0",
+    # Choice sets whose fields share a name (metered estimation's with the others'), named.
+    "ENUM_NAME_OVERRIDES": {
+        "EstimationEntryStatusEnum": "portal.estimation.models.Entry.STATUSES",
+        "EstimationSuiteStatusEnum": "portal.estimation.models.Suite.STATUSES",
+        "EstimationSuiteRoleEnum": "portal.estimation.models.Suite.ROLES",
+        "RoleEnum": "portal.campaigns.models.RoundEntry.ROLES",
+    },
+}
 
 # Celery: the embedded filesystem broker unless CELERY_BROKER_URL names Redis.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")

@@ -15,7 +15,7 @@ from django.utils import timezone
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort, Contest
 from portal.environments.models import Environment
-from portal.estimation.models import PhaseRules, Suite
+from portal.estimation.models import Entry, PhaseRules, Suite
 from portal.submissions.models import VerificationSet
 from portal.teams.models import Team, TeamMember
 
@@ -122,10 +122,13 @@ def phased_contest(*windows: tuple[dt.datetime, dt.datetime], **fields: Any) -> 
     return contest
 
 
+# Metered estimation -----------------------------------------------------------------------
+
+
 class PhaseRulesFactory(factory.django.DjangoModelFactory[PhaseRules]):
-    """A small metered-estimation phase (its benchmark open, UTC days, 10 entries a day):
-    the shape of ``whest dataset bake --n-mlps 4 --width 8 --depth 2``, two public MLPs and
-    two withheld."""
+    """An open estimation phase (a benchmark of kind ``estimation``, its days in UTC as the
+    seed contest's) with small suites: two public MLPs and two withheld, 8 wide and 2 deep,
+    as ``whest dataset bake`` makes them in tests."""
 
     class Meta:
         model = PhaseRules
@@ -134,7 +137,6 @@ class PhaseRulesFactory(factory.django.DjangoModelFactory[PhaseRules]):
         BenchmarkFactory,
         kind=Benchmark.ESTIMATION,
         attempt_timezone="UTC",
-        attempts_per_day=10,
         max_upload_bytes=50 * 1024 * 1024,
     )
     width = 8
@@ -148,11 +150,14 @@ class PhaseRulesFactory(factory.django.DjangoModelFactory[PhaseRules]):
 
 
 class SuiteFactory(factory.django.DjangoModelFactory[Suite]):
-    """A ready phase suite (imported), with each MLP's mean final-layer variance."""
+    """A ready suite (a row; the test puts a dataset folder under ``storage.suite_dir``)."""
 
     class Meta:
         model = Suite
 
+    benchmark = factory.SubFactory(
+        BenchmarkFactory, kind=Benchmark.ESTIMATION, attempt_timezone="UTC"
+    )
     role = Suite.PHASE
     status = Suite.READY
     origin = Suite.IMPORTED
@@ -163,6 +168,51 @@ class SuiteFactory(factory.django.DjangoModelFactory[Suite]):
     progress_done = 4
     progress_total = 4
     stats = factory.LazyFunction(lambda: {"avg_variances": [0.4, 0.5, 0.6, 0.7]})
+
+
+class EntryFactory(factory.django.DjangoModelFactory[Entry]):
+    """An accepted entry (a row, charged to no team unless given one)."""
+
+    class Meta:
+        model = Entry
+
+    benchmark = factory.SubFactory(
+        BenchmarkFactory, kind=Benchmark.ESTIMATION, attempt_timezone="UTC"
+    )
+    entrant = factory.SubFactory(UserFactory)
+    submitted_at = factory.LazyFunction(timezone.now)
+    archive_name = "submission.tar.gz"
+    archive_sha256 = "0" * 64
+    archive_bytes = 1000
+    estimator_class = "estimator.Estimator"
+
+
+def whest_grade(
+    scores: list[float],
+    *,
+    flops: int = 1000,
+    residual_s: float = 0.001,
+    fallbacks: tuple[int, ...] = (),
+) -> dict[str, Any]:
+    """A grade as whestbench's ``evaluate_estimator`` gives it: one ``per_mlp`` entry per
+    score, in suite order; the MLPs at ``fallbacks`` went over the FLOP budget."""
+    return {
+        "per_mlp": [
+            {
+                "mlp_index": i,
+                "mlp_name": f"mlp-{i:03d}",
+                "final_layer_mse": score / 2,
+                "adjusted_final_layer_score": score,
+                "flops_used": flops,
+                "residual_wall_time_s": residual_s,
+                "wall_time_s": residual_s * 2,
+                "effective_compute": float(flops),
+                **({"budget_exhausted": True} if i in fallbacks else {}),
+            }
+            for i, score in enumerate(scores)
+        ],
+        "grader": {"whestbench": "0.16.2"},
+    }
 
 
 def team(benchmark: Benchmark, name: str, *members: User) -> Team:

@@ -1,4 +1,5 @@
-"""The practice cohort as one .tar.gz, built once per cohort and then served as a file.
+"""The practice cohort as one .tar.gz, built once per cohort and then served as a file;
+an estimation phase's public suite likewise (at the end).
 
 Layout: ``answers.tsv`` (``path<TAB>class`` per image, ``path`` relative to ``images/``,
 the same relation a run's manifest has to IMAGE_ROOT) and ``images/<canonical name>``.
@@ -24,6 +25,8 @@ from typing import IO
 
 from portal import errors, storage
 from portal.contests.models import Cohort, CohortItem
+from portal.estimation.models import Suite
+from portal.estimation.services import folder_sha256
 
 
 def practice_items(cohort: Cohort) -> list[CohortItem]:
@@ -131,3 +134,54 @@ def practice_archive_build(cohort: Cohort, items: list[CohortItem], path: Path) 
         handle.close()
         Path(handle.name).unlink(missing_ok=True)
         raise
+
+
+# The public suite of a metered-estimation phase ------------------------------------------
+
+
+def suite_archives_dir() -> Path:
+    """Where the built public-suite archives are kept (public content)."""
+    return storage.data_dir() / "estimation" / "downloads"
+
+
+def suite_archive_open(suite: Suite) -> IO[bytes]:
+    """The suite's dataset folder as a .tar.gz, opened for reading: its files relative to
+    the folder (``metadata.json``, ``data/...``), so that the folder it unpacks into is a
+    whestbench dataset. Built once per suite and dataset digest (a suite generated again
+    is a new row) and then served as a file; written beside its place and renamed into it,
+    as the practice archive is."""
+    folder = storage.suite_dir(suite.pk)
+    if not folder.is_dir():
+        raise errors.NoCohort("The public suite's files are not available yet.")
+    digest = suite.dataset_sha256 or folder_sha256(folder)
+    path = suite_archives_dir() / f"{suite.pk}-{digest}.tar.gz"
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        pass
+    storage.ensure_dir(path.parent)
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed or renamed below
+        dir=path.parent, prefix=".building-", suffix=".tar.gz", delete=False
+    )
+    try:
+        with tarfile.open(fileobj=handle, mode="w:gz", compresslevel=6) as archive:
+            for member in sorted(p for p in folder.rglob("*") if p.is_file()):
+                if member.is_symlink():
+                    continue
+                archive.add(
+                    member,
+                    arcname=member.relative_to(folder).as_posix(),
+                    recursive=False,
+                    filter=_anonymous,
+                )
+        handle.close()
+        os.chmod(handle.name, 0o644)
+        os.replace(handle.name, path)
+    except BaseException:
+        handle.close()
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    for stale in path.parent.glob(f"{suite.pk}-*.tar.gz"):
+        if stale != path:
+            stale.unlink(missing_ok=True)
+    return path.open("rb")

@@ -240,10 +240,15 @@ class BenchmarkDetailSerializer(BenchmarkSerializer):
         allow_null=True,
         help_text="From this moment teams are fixed; null: from the close (closes_at).",
     )
+    kind = serializers.CharField(
+        help_text="The format: leaderboard, campaign or estimation (a metered-estimation "
+        "phase, whose entries go to .../estimation/entries/)."
+    )
 
     class Meta(BenchmarkSerializer.Meta):
         fields = [
             *BenchmarkSerializer.Meta.fields,
+            "kind",
             "description",
             *RULE_FIELDS,
             "build_network",

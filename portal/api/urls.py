@@ -9,6 +9,7 @@ from portal.api import (
     campaign_views,
     contest_views,
     environment_views,
+    estimation_views,
     host_views,
     review_views,
     sandbox_views,
@@ -27,6 +28,8 @@ ENVIRONMENT = "v1/environments/<int:environment_id>/"
 BENCHMARK = "v1/benchmarks/<slug:slug>/"
 CAMPAIGN = "v1/campaigns/<slug:slug>/"
 CONTEST = "v1/contests/<slug:slug>/"
+ESTIMATION = f"{BENCHMARK}estimation/"
+ESTIMATION_ENTRY = "v1/estimation/entries/<int:entry_id>/"
 
 urlpatterns = [
     path("v1/tokens/", views.TokenListCreateView.as_view(), name="tokens"),
@@ -199,6 +202,29 @@ urlpatterns = [
         "v1/rounds/<int:round_id>/entries/<int:entry_id>/report",
         campaign_views.RoundEntryReportView.as_view(),
         name="round-entry-report",
+    ),
+    path(ESTIMATION, estimation_views.PhaseView.as_view(), name="estimation"),
+    path(
+        f"{ESTIMATION}entries/",
+        estimation_views.EntriesView.as_view(),
+        name="estimation-entries",
+    ),
+    path(f"{ESTIMATION}board/", estimation_views.BoardView.as_view(), name="estimation-board"),
+    path(f"{ESTIMATION}final/", estimation_views.FinalView.as_view(), name="estimation-final"),
+    path(
+        f"{ESTIMATION}suite/",
+        estimation_views.SuiteDownloadView.as_view(),
+        name="estimation-suite",
+    ),
+    path(
+        ESTIMATION_ENTRY,
+        estimation_views.EntryDetailView.as_view(),
+        name="estimation-entry",
+    ),
+    path(
+        f"{ESTIMATION_ENTRY}nomination/",
+        estimation_views.EntryNominationView.as_view(),
+        name="estimation-entry-nomination",
     ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", views.docs, name="docs"),

@@ -47,11 +47,13 @@ class MlpRow:
     reason: str
 
     def as_dict(self) -> dict[str, Any]:
+        """The row as JSON can hold it: a non-finite MSE or score (whestbench gave none) is
+        ``None``, since PostgreSQL's ``jsonb`` refuses ``NaN``."""
         return {
             "index": self.index,
             "name": self.name,
-            "final_layer_mse": self.final_layer_mse,
-            "score": self.score,
+            "final_layer_mse": _finite(self.final_layer_mse),
+            "score": _finite(self.score),
             "flops_used": self.flops_used,
             "residual_wall_time_s": self.residual_wall_time_s,
             "wall_time_s": self.wall_time_s,
@@ -59,6 +61,10 @@ class MlpRow:
             "fallback": self.fallback,
             "reason": self.reason,
         }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _fallback_reason(entry: Mapping[str, Any]) -> str:

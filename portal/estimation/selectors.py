@@ -5,6 +5,7 @@ withheld scores after the close, seed 004's ratio and its outliers, every graded
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,17 +64,31 @@ class BoardRow:
         }
 
 
-def public_fallbacks(entry: Entry, phase: PhaseRules) -> int:
-    """How many of the entry's public MLPs got the zero-prediction fallback (before the
-    close, the only count shown: ``Entry.fallbacks`` counts the withheld MLPs too)."""
-    rows = list((entry.results or {}).get("mlps", []))[: phase.public_mlps]
-    return sum(1 for r in rows if r.get("fallback"))
+def stored_rows(entry: Entry) -> list[rules.MlpRow]:
+    """The entry's per-MLP rows as :func:`services.entry_record` stored them (a missing
+    MSE or score, stored as ``None``, read back as NaN), in suite order."""
+    found = []
+    for r in (entry.results or {}).get("mlps", []):
+        row = dict(r)
+        for key in ("final_layer_mse", "score"):
+            if row.get(key) is None:
+                row[key] = math.nan
+        found.append(rules.MlpRow(**row))
+    return found
 
 
 def entry_ratio(entry: Entry, phase: PhaseRules) -> float | None:
     """Seed 004's ratio of the entry's public MLPs (:func:`rules.compute_ratio`)."""
-    rows = list((entry.results or {}).get("mlps", []))[: phase.public_mlps]
-    return rules.compute_ratio([rules.MlpRow(**r) for r in rows], phase.lambda_flops_per_second)
+    rows = stored_rows(entry)[: phase.public_mlps]
+    return rules.compute_ratio(rows, phase.lambda_flops_per_second)
+
+
+def shown_fallbacks(entry: Entry, phase: PhaseRules, *, closed: bool) -> int:
+    """The entry's fallbacks as shown: over every MLP once the phase closed, over its
+    public MLPs before (the withheld MLPs' outcomes are not shown until the close)."""
+    if closed:
+        return entry.fallbacks or 0
+    return sum(1 for row in stored_rows(entry)[: phase.public_mlps] if row.fallback)
 
 
 def board(benchmark: Benchmark, now: dt.datetime | None = None) -> list[BoardRow]:
@@ -107,7 +122,7 @@ def board(benchmark: Benchmark, now: dt.datetime | None = None) -> list[BoardRow
                 mean_effective_compute=e.mean_effective_compute,
                 ratio=ratios[e.pk],
                 ratio_outlier=e.pk in outliers,
-                fallbacks=(e.fallbacks or 0) if closed else public_fallbacks(e, phase),
+                fallbacks=shown_fallbacks(e, phase, closed=closed),
                 submitted_at=e.submitted_at,
             )
         )
@@ -140,8 +155,8 @@ def monte_carlo_band(benchmark: Benchmark) -> tuple[float, float, float] | None:
 def visible_entries(benchmark: Benchmark, user_id: int) -> list[Entry]:
     """The entries the user may see in full: their team's (or their own), newest first."""
     members = identity_of(benchmark.pk, user_id).member_ids
-    qs = Entry.objects.filter(benchmark=benchmark, entrant_id__in=members).select_related("entrant")
-    return list(qs.order_by("-submitted_at"))
+    qs = Entry.objects.filter(benchmark=benchmark, entrant_id__in=members)
+    return list(qs.select_related("benchmark", "entrant", "team").order_by("-submitted_at", "-id"))
 
 
 @dataclass(frozen=True)

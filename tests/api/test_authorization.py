@@ -34,6 +34,7 @@ from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Announcement, Cohort, CohortItem
 from portal.environments.models import Environment
+from portal.estimation.models import Entry, Suite
 from portal.standings.models import FinalRerun, Standings, WriteUp
 from portal.standings.rules import digest_of
 from portal.submissions.models import ProvenanceReview, Submission
@@ -101,6 +102,13 @@ MATRIX: dict[str, dict[str, str]] = {
     "invitations": {"GET": CALLER},
     "invitation-accept": {"POST": OWNED},
     "invitation-decline": {"POST": OWNED},
+    "estimation": {"GET": CALLER},
+    "estimation-entries": {"GET": CALLER, "POST": CALLER},
+    "estimation-board": {"GET": PUBLIC},
+    "estimation-final": {"GET": PUBLIC},
+    "estimation-suite": {"GET": CALLER},
+    "estimation-entry": {"GET": OWNED_STAFF_READS},
+    "estimation-entry-nomination": {"POST": OWNED},
     "schema": {"GET": PUBLIC},
     "docs": {"GET": PUBLIC},
 }
@@ -172,9 +180,18 @@ class World:
     round_id: int = 0
     entry_id: int = 0
     invitation_id: int = 0
+    # The estimation routes' objects: a phase of its own, alice's (ungraded) entry on it
+    # and the estimator archive an upload sends.
+    estimation_slug: str = ""
+    estimation_entry_id: int = 0
+    estimator: Callable[[], Any] | None = None
 
     def url(self, name: str) -> str:
         pattern = next(p for p in api_urls.urlpatterns if p.name == name)
+        if name.startswith("estimation"):
+            estimation = {"slug": self.estimation_slug, "entry_id": self.estimation_entry_id}
+            kwargs = {key: estimation[key] for key in pattern.pattern.converters}
+            return reverse(f"api:{name}", kwargs=kwargs)
         values = {
             "slug": self.slug,
             "environment_id": self.environment.pk,
@@ -204,6 +221,12 @@ class World:
             with self.archive().open("rb") as source:
                 data = {"environment": self.environment.pk, "source": source, **data}
                 return client.post(url, data, format="multipart")
+        if name == "estimation-entries" and method == "POST":
+            assert self.estimator is not None
+            with self.estimator().open("rb") as archive:
+                return client.post(url, {"archive": archive, **data}, format="multipart")
+        if name == "estimation-entry-nomination":
+            return client.post(url, {"nominated": True, **data}, format="json")
         if name == "submission-disqualify":
             data = {"reason": "matrix", **data}
         if name == "contest-announcements" and method == "POST":
@@ -234,6 +257,7 @@ def world(
     ready_environment: Callable[..., Environment],
     accepted: Callable[..., Submission],
     make_archive: Callable[..., Any],
+    whest_tarball: Any,
 ) -> World:
     # The benchmark is a phase of a contest of the same slug (the contest routes' slug).
     benchmark.contest = factories.ContestFactory(slug=benchmark.slug)
@@ -303,6 +327,12 @@ def world(
     carol = factories.UserFactory(username="carol")
     team_create(user=carol, benchmark=benchmark, name="Carol's")
     invitation = team_invite(user=carol, benchmark=benchmark, username="alice")
+    # An estimation phase with ready phase and public suites, and alice's entry on it.
+    phase = factories.PhaseRulesFactory().benchmark
+    factories.SuiteFactory(benchmark=phase, role=Suite.PHASE)
+    public = factories.SuiteFactory(benchmark=phase, role=Suite.PUBLIC)
+    storage.ensure_dir(storage.suite_dir(public.pk)).joinpath("metadata.json").write_text("{}")
+    estimation_entry = factories.EntryFactory(benchmark=phase, entrant=alice)
     return World(
         slug=benchmark.slug,
         environment=environment,
@@ -316,6 +346,9 @@ def world(
         round_id=round_.pk,
         entry_id=entry.pk,
         invitation_id=invitation.pk,
+        estimation_slug=phase.slug,
+        estimation_entry_id=estimation_entry.pk,
+        estimator=lambda: whest_tarball,
     )
 
 
@@ -398,7 +431,9 @@ def test_caller_scoped_endpoints_show_bob_only_his_own(
     if (name, method) == ("team", "POST"):  # bob made his own team
         assert response.json()["members"][0]["username"] == "bob"
         return
-    if response.status_code == 201:  # bob made his own environment
+    if (name, method) == ("estimation-entries", "POST"):  # bob entered his own estimator
+        assert Entry.objects.get(pk=response.json()["id"]).entrant.username == "bob"
+    elif response.status_code == 201:  # bob made his own environment
         assert Environment.objects.get(pk=response.json()["id"]).owner.username == "bob"
     if name in ("benchmark-environments", "benchmark-submissions", "tokens") and method == "GET":
         body = response.json()
@@ -540,7 +575,9 @@ def test_unpaginated_lists_are_plain_and_bounded(
 
     assert [row["id"] for row in environments] == [world.environment.pk]  # removed ones hidden
     assert len(environments) <= benchmark.max_environments
-    assert [row["slug"] for row in benchmarks] == [benchmark.slug]
+    assert sorted(row["slug"] for row in benchmarks) == sorted(
+        [benchmark.slug, world.estimation_slug]
+    )
     assert leaderboard == {"state": "live", "rows": [], "verifying": []}
 
 

@@ -19,7 +19,13 @@ from django.core.cache import cache
 from podium_cli import config
 from podium_cli.main import main
 from portal.accounts.models import ApiToken
-from tests.api.conftest import ready_environment  # noqa: F401
+from tests.api.conftest import (  # noqa: F401
+    baked_dataset,
+    hostile_tarball,
+    phase,
+    ready_environment,
+    whest_tarball,
+)
 from tests.e2e.conftest import celery_workers, worker_env  # noqa: F401
 from tests.e2e.test_pipeline import demo  # noqa: F401
 

@@ -43,7 +43,7 @@ def tarball(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def phase(db) -> PhaseRules:
-    return factories.PhaseRulesFactory()
+    return factories.PhaseRulesFactory(benchmark__attempts_per_day=10)
 
 
 @pytest.fixture
