@@ -24,7 +24,8 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,13 @@ from whestbench.sdk import SetupContext
 from scoring import engine
 from scoring.estimation import harness
 from scoring.estimation.meter import Meter, parse_cpuset
-from scoring.estimation.runner import API_VERSION, PREDICT_GRACE_S, GraderRunner, Sandbox
+from scoring.estimation.runner import (
+    API_VERSION,
+    PREDICT_GRACE_S,
+    SUBMISSION_DIR,
+    GraderRunner,
+    Sandbox,
+)
 
 # The grader image is named after the flopscope it meters with: the client in it must be
 # the trusted server's version (pyproject.toml pins both; scripts/base-images builds it).
@@ -158,6 +165,64 @@ def stage_submission(source: Path, target: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+@contextmanager
+def running(
+    submission_dir: Path, limits: Limits, *, width: int, depth: int, image: str = GRADER_IMAGE
+) -> Iterator[GraderRunner]:
+    """A started runner of the submission in ``submission_dir`` for MLPs of
+    ``width`` x ``depth`` (its copy staged, the meter started, the container set up),
+    stopped and cleaned up on leaving."""
+    module, class_name = read_entrypoint(submission_dir)
+    with tempfile.TemporaryDirectory(prefix="podium-grade-") as work:
+        staged = Path(work) / "submission"
+        stage_submission(submission_dir, staged)
+        Path(work).chmod(0o755)
+        meter = Meter.start(
+            session_timeout_s=limits.wall_cap_s + PREDICT_GRACE_S + SESSION_SLACK_S,
+            memory_bytes=limits.memory_bytes,
+            cpuset=limits.cpuset,
+        )
+        runner = GraderRunner(
+            sandbox=Sandbox(
+                image=image,
+                memory_bytes=limits.memory_bytes,
+                pids_limit=limits.pids_limit,
+                cpuset=limits.cpuset,
+            ),
+            meter=meter,
+            submission_dir=staged,
+        )
+        try:
+            runner.start(
+                EstimatorEntrypoint(
+                    file_path=staged.joinpath(*module.split(".")).with_suffix(".py"),
+                    class_name=class_name,
+                ),
+                SetupContext(
+                    width=width,
+                    depth=depth,
+                    flop_budget=limits.flop_budget,
+                    api_version=API_VERSION,
+                    submission_dir=SUBMISSION_DIR,
+                    seed=0,
+                ),
+                ResourceLimits(
+                    setup_timeout_s=limits.setup_timeout_s,
+                    predict_timeout_s=limits.wall_cap_s + PREDICT_GRACE_S,
+                    memory_limit_mb=max(1, limits.memory_bytes >> 20),
+                    flop_budget=limits.flop_budget,
+                    wall_time_limit_s=limits.wall_cap_s,
+                    residual_wall_time_limit_s=limits.residual_cap_s,
+                ),
+            )
+            yield runner
+        finally:
+            try:
+                runner.close()
+            finally:
+                meter.stop()
+
+
 def grade(
     submission_dir: Path,
     suite_dir: Path,
@@ -174,7 +239,7 @@ def grade(
     faults of the runner."""
     started = time.monotonic()
     check_image(image)
-    module, class_name = read_entrypoint(Path(submission_dir))
+    read_entrypoint(Path(submission_dir))
     dataset = load_dataset(Path(suite_dir))
     suite = metadata(dataset)
     chosen = list(range(len(dataset))) if indices is None else [int(i) for i in indices]
@@ -201,61 +266,19 @@ def grade(
         seed_protocol_version=version,
         seed_salt=salt,
     )
-    with tempfile.TemporaryDirectory(prefix="podium-grade-") as work:
-        staged = Path(work) / "submission"
-        stage_submission(Path(submission_dir), staged)
-        Path(work).chmod(0o755)
-        meter = Meter.start(
-            session_timeout_s=limits.wall_cap_s + PREDICT_GRACE_S + SESSION_SLACK_S,
-            memory_bytes=limits.memory_bytes,
-            cpuset=limits.cpuset,
+    total = len(chosen)
+    with (
+        running(
+            Path(submission_dir), limits, width=spec.width, depth=spec.depth, image=image
+        ) as runner,
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore", ScoringExhaustionWarning)
+        results: dict[str, Any] = evaluate_estimator(
+            runner,
+            data,
+            on_mlp_scored=(lambda done: on_mlp(done, total)) if on_mlp else None,
         )
-        runner = GraderRunner(
-            sandbox=Sandbox(
-                image=image,
-                memory_bytes=limits.memory_bytes,
-                pids_limit=limits.pids_limit,
-                cpuset=limits.cpuset,
-            ),
-            meter=meter,
-            submission_dir=staged,
-        )
-        try:
-            runner.start(
-                EstimatorEntrypoint(
-                    file_path=staged.joinpath(*module.split(".")).with_suffix(".py"),
-                    class_name=class_name,
-                ),
-                SetupContext(
-                    width=spec.width,
-                    depth=spec.depth,
-                    flop_budget=spec.flop_budget,
-                    api_version=API_VERSION,
-                    submission_dir="/submission",
-                    seed=0,
-                ),
-                ResourceLimits(
-                    setup_timeout_s=spec.setup_timeout_s,
-                    predict_timeout_s=spec.predict_timeout_s,
-                    memory_limit_mb=max(1, spec.memory_limit_mb),
-                    flop_budget=spec.flop_budget,
-                    wall_time_limit_s=spec.wall_time_limit_s,
-                    residual_wall_time_limit_s=spec.residual_wall_time_limit_s,
-                ),
-            )
-            total = len(chosen)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ScoringExhaustionWarning)
-                results: dict[str, Any] = evaluate_estimator(
-                    runner,
-                    data,
-                    on_mlp_scored=(lambda done: on_mlp(done, total)) if on_mlp else None,
-                )
-        finally:
-            try:
-                runner.close()
-            finally:
-                meter.stop()
     for entry, index in zip(results["per_mlp"], chosen, strict=True):
         entry["suite_index"] = index
     results["grader"] = {
