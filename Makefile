@@ -102,6 +102,7 @@ bench: host-packages-bench install supervisor calibrate base-images
 	$(BIN)/python bench/score_overhead.py
 	$(BIN)/python bench/build_egress.py
 	$(BIN)/python bench/dockerfile_policy.py
+	$(BIN)/python bench/estimation.py
 
 clean:
 	rm -rf var build $(SUPERVISOR) $(SUPERVISOR_AARCH64) $(CALIBRATE)

@@ -262,6 +262,13 @@ def image_info(ref: str) -> ImageInfo:
     return ImageInfo(id=str(data["Id"]), size=int(data["Size"]))
 
 
+def image_labels(ref: str) -> dict[str, str]:
+    """The labels of image ``ref`` (its config's ``Labels``); raises :class:`NoSuchObject`
+    when the engine has no such image."""
+    data = _wrap(lambda: client().api.inspect_image(ref))
+    return {str(k): str(v) for k, v in ((data.get("Config") or {}).get("Labels") or {}).items()}
+
+
 def image_volumes(ref: str) -> list[str]:
     """The volumes image ``ref`` declares (its config's ``Volumes``: each gets an
     anonymous volume in every container made from it), sorted; raises
