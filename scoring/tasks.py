@@ -15,6 +15,7 @@ from scoring import engine, worker
 from scoring.build import builds
 from scoring.campaign import rounds
 from scoring.cohort import verifysets
+from scoring.estimation import work as estimation
 from scoring.host import machine
 from scoring.images import artifacts
 from scoring.upkeep import reaper
@@ -71,6 +72,25 @@ def run_round(round_id: int) -> None:
     """A campaign round, on a host of its class (sent to ``jobs.scoring_queue(class)``):
     claim it, run every image over its slices, record the outcome (``scoring.campaign.rounds``)."""
     rounds.run_round(round_id)
+
+
+@shared_task(name=names.ESTIMATION_GRADE)
+def estimation_grade(entry_id: int) -> None:
+    """A metered-estimation entry, on a host of its phase's class: claim it, grade it on
+    the phase suite holding the machine, record it (``scoring.estimation.work``)."""
+    estimation.grade_entry(entry_id)
+
+
+@shared_task(name=names.ESTIMATION_FINAL)
+def estimation_final(final_id: int) -> None:
+    """One entry of a phase's final rerun, graded on the final suite."""
+    estimation.grade_final(final_id)
+
+
+@shared_task(name=names.ESTIMATION_SUITE)
+def estimation_suite(suite_id: int, seeds: list[int]) -> None:
+    """Generate a requested suite (MLPs and their Monte Carlo reference) on this host."""
+    estimation.generate_suite(suite_id, seeds)
 
 
 @shared_task(name=names.REMOVE_IMAGE)

@@ -220,16 +220,29 @@ def seed_digest(private_seed: str) -> str:
 
 
 def derive_seeds(private_seed: str, role: str, n: int) -> list[int]:
-    """``n`` per-MLP seeds for a suite of ``role`` ("phase", "final"), each below 2**63,
-    keyed on the private seed (HMAC-SHA256 of the role and the index): the same seed gives
-    the same suite, and the roles' seeds share nothing."""
+    """``n`` distinct per-MLP seeds for the suite of ``role`` ("phase", "final",
+    "public"), each below 2**63 (whestbench's int63): HMAC-SHA256 keyed by
+    ``private_seed`` over the role and a counter. The same inputs give the same seeds (and
+    a longer suite keeps a shorter one's first seeds); another role or private seed gives
+    unrelated ones, and none reveals the private seed."""
     if not private_seed:
-        raise ValueError("the private seed is empty")
+        raise ValueError("the private seed must not be empty")
+    if not role or "\n" in role:
+        raise ValueError("the role must be a non-empty single line")
+    if n < 0:
+        raise ValueError("n must not be negative")
     key = private_seed.encode()
-    seeds = []
-    for i in range(n):
-        mac = hmac.new(key, f"{role}:{i}".encode(), hashlib.sha256).digest()
-        seeds.append(int.from_bytes(mac[:8], "big") % SEED_MAX)
+    seeds: list[int] = []
+    seen: set[int] = set()
+    counter = 0
+    while len(seeds) < n:
+        message = f"podium.whest-suite\n{role}\n{counter}".encode()
+        value = int.from_bytes(hmac.new(key, message, hashlib.sha256).digest()[:8], "big")
+        value %= SEED_MAX
+        counter += 1
+        if value not in seen:
+            seen.add(value)
+            seeds.append(value)
     return seeds
 
 

@@ -421,6 +421,14 @@ def suite_import(*, benchmark: Benchmark, role: str, folder: Path, user: Any | N
     return suite
 
 
+def suite_stats(folder: Path) -> dict[str, Any]:
+    """What a suite's row keeps of its dataset folder: each MLP's mean final-layer
+    variance (the Monte Carlo band)."""
+    from whestbench import load_dataset
+
+    return {"avg_variances": _avg_variances(load_dataset(str(folder)))}
+
+
 def _avg_variances(dataset: Any) -> list[float]:
     """Each MLP's mean final-layer variance, as whestbench's dataset records it (the
     Monte Carlo band's figures; a generated suite's host reports the same)."""

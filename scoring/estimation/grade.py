@@ -9,14 +9,13 @@ whestbench's ``s_m = MSE_final * max(0.1, C_m / B_m)`` (1.0 on failure). The res
 entry's ``suite_index``.
 
 :func:`make_suite` bakes a suite with whestbench's ``create_dataset`` from explicit
-per-MLP seeds; :func:`derive_seeds` derives a phase's seeds (public, withheld, final...)
-from one private seed, keyed by role, so that staff keep one secret per contest.
+per-MLP seeds (``portal.estimation.rules.derive_seeds`` derives a suite's seeds from one
+private seed, keyed by role, so that staff keep one secret per contest).
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import importlib.metadata
 import json
 import math
@@ -64,8 +63,6 @@ MIN_MEMORY_BYTES = 64 << 20
 MIN_PIDS = 8
 # How long past the wall cap the meter keeps an idle session before reaping it.
 SESSION_SLACK_S = 60.0
-# Seeds: whestbench's per-MLP seeds are int63.
-SEED_LIMIT = 1 << 63
 
 
 class StaleImage(Exception):
@@ -167,11 +164,17 @@ def stage_submission(source: Path, target: Path) -> None:
 
 @contextmanager
 def running(
-    submission_dir: Path, limits: Limits, *, width: int, depth: int, image: str = GRADER_IMAGE
+    submission_dir: Path,
+    limits: Limits,
+    *,
+    width: int,
+    depth: int,
+    image: str = GRADER_IMAGE,
+    on_container: Callable[[str], None] | None = None,
 ) -> Iterator[GraderRunner]:
     """A started runner of the submission in ``submission_dir`` for MLPs of
     ``width`` x ``depth`` (its copy staged, the meter started, the container set up),
-    stopped and cleaned up on leaving."""
+    stopped and cleaned up on leaving. ``on_container``: see :class:`Sandbox`."""
     module, class_name = read_entrypoint(submission_dir)
     with tempfile.TemporaryDirectory(prefix="podium-grade-") as work:
         staged = Path(work) / "submission"
@@ -188,6 +191,7 @@ def running(
                 memory_bytes=limits.memory_bytes,
                 pids_limit=limits.pids_limit,
                 cpuset=limits.cpuset,
+                on_container=on_container,
             ),
             meter=meter,
             submission_dir=staged,
@@ -231,6 +235,7 @@ def grade(
     indices: Sequence[int] | None = None,
     on_mlp: Callable[[int, int], None] | None = None,
     image: str = GRADER_IMAGE,
+    on_container: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Grade the unpacked submission in ``submission_dir`` on the suite in ``suite_dir``
     (a whestbench dataset folder), on its MLPs ``indices`` (all by default), in suite
@@ -269,7 +274,12 @@ def grade(
     total = len(chosen)
     with (
         running(
-            Path(submission_dir), limits, width=spec.width, depth=spec.depth, image=image
+            Path(submission_dir),
+            limits,
+            width=spec.width,
+            depth=spec.depth,
+            image=image,
+            on_container=on_container,
         ) as runner,
         warnings.catch_warnings(),
     ):
@@ -319,29 +329,3 @@ def make_suite(
             progress=on_progress,
         )
     return Path(baked)
-
-
-def derive_seeds(private_seed: str, role: str, n: int) -> list[int]:
-    """``n`` distinct per-MLP seeds for the suite of ``role`` ("public", "withheld",
-    "final"...), each below 2**63: HMAC-SHA256 keyed by ``private_seed`` over the role and
-    a counter. The same inputs give the same seeds; another role or private seed gives
-    unrelated ones, and none reveals the private seed."""
-    if not private_seed:
-        raise ValueError("the private seed must not be empty")
-    if not role or "\n" in role:
-        raise ValueError("the role must be a non-empty single line")
-    if n < 0:
-        raise ValueError("n must not be negative")
-    key = private_seed.encode()
-    seeds: list[int] = []
-    seen: set[int] = set()
-    counter = 0
-    while len(seeds) < n:
-        message = f"podium.whest-suite\n{role}\n{counter}".encode()
-        digest = hmac.new(key, message, hashlib.sha256).digest()
-        value = int.from_bytes(digest[:8], "big") % SEED_LIMIT
-        counter += 1
-        if value not in seen:
-            seen.add(value)
-            seeds.append(value)
-    return seeds

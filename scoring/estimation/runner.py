@@ -42,7 +42,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,9 @@ class Sandbox:
     pids_limit: int
     cpuset: str | None = None
     tmpfs_bytes: int = TMPFS_BYTES
+    # Called with each container's id after it is created, before it starts: a score
+    # holding the machine spares it from the freezer (``machine.Session.spare``).
+    on_container: Callable[[str], None] | None = None
 
 
 def container_spec(
@@ -313,6 +316,8 @@ class GraderRunner:
                 labels={},
             )
             self.container_id = engine.create_container(**spec)
+            if self.sandbox.on_container is not None:
+                self.sandbox.on_container(self.container_id)
             engine.start(self.container_id)
             conn = self._accept(listener, self.container_id)
         finally:

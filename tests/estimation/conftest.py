@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scoring.estimation.grade import Limits, derive_seeds, make_suite
+from portal.estimation.rules import derive_seeds
+from scoring.estimation.grade import Limits, make_suite
 
 REPO = Path(__file__).resolve().parents[2]
 # The suite: a handful of small MLPs, baked in about a second.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scoring.estimation.grade import derive_seeds, read_entrypoint
+from portal.estimation.rules import derive_seeds
+from scoring.estimation.grade import read_entrypoint
 from scoring.estimation.meter import parse_cpuset
 from scoring.estimation.meter_server import refusal_kind
 from scoring.estimation.runner import ENTRANT_UID, Sandbox, container_spec
