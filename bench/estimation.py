@@ -35,13 +35,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from portal.estimation.rules import derive_seeds  # noqa: E402
 from scoring import engine  # noqa: E402
 from scoring.estimation.grade import (  # noqa: E402
     GRADER_IMAGE,
     Limits,
     StaleImage,
     check_image,
-    derive_seeds,
     grade,
     make_suite,
 )
