@@ -6,10 +6,20 @@ elsewhere.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from django.conf import settings
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's content (hex), read a mebibyte at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def data_dir() -> Path:

@@ -35,14 +35,6 @@ def archive_path(entry: Entry) -> Path:
     return storage.entry_dir(entry.pk) / ARCHIVE_FILE
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def phase_rules(benchmark: Benchmark) -> PhaseRules:
     """The phase's rules; ``not_found`` for a benchmark that is not an estimation phase."""
     found = PhaseRules.objects.filter(benchmark=benchmark).first()
@@ -207,7 +199,7 @@ def entry_accept(
     entrant_check_verified(entrant=entrant)
     _check_acceptable(benchmark=benchmark, entrant_id=entrant.pk, now=now)
     estimator = check_archive(archive_file)
-    sha256 = _sha256_file(archive_file)
+    sha256 = storage.sha256_file(archive_file)
     dest: Path | None = None
     try:
         with transaction.atomic():
@@ -449,7 +441,7 @@ def folder_sha256(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        digest.update(_sha256_file(path).encode())
+        digest.update(storage.sha256_file(path).encode())
     return digest.hexdigest()
 
 

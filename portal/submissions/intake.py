@@ -6,7 +6,6 @@ its source file in place and its build enqueued.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -33,14 +32,6 @@ SOURCE_FILE = "source.archive"
 
 def source_path(submission: Submission) -> Path:
     return storage.submission_dir(submission.pk) / SOURCE_FILE
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _place_file(src: Path, dest: Path) -> None:
@@ -169,7 +160,7 @@ def submission_accept(
     _check_size(benchmark, size)
     _check_acceptable(entrant=entrant, benchmark=benchmark, kind=kind, now=now)
     fmt = submission_check_upload(benchmark=benchmark, path=source_file, size=size)
-    sha256 = _sha256_file(source_file)
+    sha256 = storage.sha256_file(source_file)
     dest: Path | None = None
     try:
         with transaction.atomic():

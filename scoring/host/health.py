@@ -5,7 +5,6 @@ freeze, GPU idle and temperature where configured. Used by ``scoring.host.machin
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from portal import cpus
+from portal import cpus, storage
 from portal.contests.hardware import hardware_class
 from portal.hosts.selectors import noise_band_percent
 from portal.submissions.models import Run
@@ -89,14 +88,6 @@ def _probe(name: str, measure: Callable[[], list[Reading]]) -> list[Reading]:
         return [gates.probe_failed(name, type(exc).__name__)]
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def ecc_before(host: str) -> dict[str, int]:
     """Each GPU's uncorrected ECC count as the host's last gated run read it (by UUID)."""
     last = (
@@ -153,7 +144,9 @@ def measure(gate_limits: gates.Limits, host: str = "") -> list[Reading]:
         "supervisor_sha256",
         lambda: [
             gates.pinned(
-                "supervisor_sha256", _sha256_file(supervisor), gate_limits.pin_supervisor_sha256
+                "supervisor_sha256",
+                storage.sha256_file(supervisor),
+                gate_limits.pin_supervisor_sha256,
             )
         ],
     )

@@ -322,10 +322,6 @@ def elapsed_ms(since_ns: int) -> float:
     return round((time.perf_counter_ns() - since_ns) / 1e6, 3)
 
 
-def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _write_run_log(root: Path, result: SupervisorResult | None, note: str = "") -> None:
     """The entrant's stdout and stderr tails, for the web to show (each bounded by
     ``sandbox.TAIL_BYTES``)."""
@@ -574,7 +570,7 @@ def sandbox_spec(image: str, staged: StagedRun, benchmark: Benchmark) -> tuple[d
     supervisor cannot be read."""
     supervisor = Path(settings.PODIUM_SUPERVISOR)
     try:
-        supervisor_sha256 = _sha256_file(supervisor)
+        supervisor_sha256 = storage.sha256_file(supervisor)
     except OSError as exc:
         raise SupervisorError("the supervisor binary is missing") from exc
     spec = container_spec(
