@@ -59,93 +59,77 @@ def unpack(archive: Path, into: Path) -> Path:
     return into
 
 
-def _hold(requeue: Callable[[str], None]) -> Any:
-    return machine_lock.hold(reschedule=requeue)
+def _requeue(task: str, object_id: int, hardware_class: str) -> Callable[[str], None]:
+    """What a busy (or not ready) machine does with a grade: send it back to the class's
+    queue after :data:`RETRY_S`."""
+
+    def requeue(reason: str) -> None:
+        log.info("%s %s waits: %s", task, object_id, reason)
+        jobs.enqueue(task, object_id, countdown=RETRY_S, queue=jobs.scoring_queue(hardware_class))
+
+    return requeue
+
+
+def _grade_archive(entry: Entry, suite_id: int, session: Any) -> dict[str, Any]:
+    """The entry's archive unpacked and graded on the suite, its container spared from
+    the machine's freezer."""
+    rules = PhaseRules.objects.select_related("benchmark").get(benchmark=entry.benchmark_id)
+    with tempfile.TemporaryDirectory(prefix="podium-entry-") as work:
+        folder = unpack(services.archive_path(entry), Path(work) / "submission")
+        return grader.grade(
+            folder, storage.suite_dir(suite_id), limits_of(rules), on_container=session.spare
+        )
 
 
 def grade_entry(entry_id: int) -> None:
-    """Grade an accepted entry on its phase's suite, once (a redelivered message finds it
-    claimed and leaves it)."""
-
-    def requeue(reason: str) -> None:
-        log.info("entry %s waits: %s", entry_id, reason)
-        entry = Entry.objects.filter(pk=entry_id).select_related("benchmark").first()
-        if entry is not None:
-            jobs.enqueue(
-                ESTIMATION_GRADE,
-                entry_id,
-                countdown=RETRY_S,
-                queue=jobs.scoring_queue(entry.benchmark.hardware_class_id),
-            )
-
+    """Grade an accepted entry on its phase's suite, holding the machine, once (a
+    redelivered message finds it claimed and leaves it)."""
+    entry = Entry.objects.filter(pk=entry_id).select_related("benchmark").first()
+    if entry is None:
+        return
+    requeue = _requeue(ESTIMATION_GRADE, entry_id, entry.benchmark.hardware_class_id)
     try:
-        with _hold(requeue) as session:
-            entry = services.entry_claim(entry_id, session.host)
-            if entry is None:
+        with machine_lock.hold(reschedule=requeue) as session:
+            claimed = services.entry_claim(entry_id, session.host)
+            if claimed is None:
                 return
-            _grade_claimed(entry, session)
+            suite = Suite.objects.filter(
+                benchmark=claimed.benchmark, role=Suite.PHASE, status=Suite.READY
+            ).first()
+            if suite is None:
+                services.entry_fail(entry_id, "The phase has no ready suite.", refund=True)
+                return
+            try:
+                result = _grade_archive(claimed, suite.pk, session)
+            except ValueError as exc:  # the submission's own fault (no usable entrypoint)
+                services.entry_fail(
+                    entry_id, f"The estimator could not be loaded: {exc}", refund=False
+                )
+                return
+            except Exception as exc:
+                log.exception("entry %s: grader fault", entry_id)
+                services.entry_fail(
+                    entry_id, f"Platform error ({type(exc).__name__}); not charged.", refund=True
+                )
+                return
+            services.entry_record(entry_id, result)
     except machine_lock.MachineWaiting as waiting:
         log.info("entry %s: the machine is not ready: %s", entry_id, waiting)
 
 
-def _grade_claimed(entry: Entry, session: Any) -> None:
-    rules = PhaseRules.objects.select_related("benchmark").get(benchmark=entry.benchmark)
-    suite = Suite.objects.filter(benchmark=entry.benchmark, role=Suite.PHASE).first()
-    if suite is None or suite.status != Suite.READY:
-        services.entry_fail(entry.pk, "The phase has no ready suite.", refund=True)
-        return
-    try:
-        with tempfile.TemporaryDirectory(prefix="podium-entry-") as work:
-            folder = unpack(services.archive_path(entry), Path(work) / "submission")
-            result = grader.grade(
-                folder,
-                storage.suite_dir(suite.pk),
-                limits_of(rules),
-                on_container=session.spare,
-            )
-    except ValueError as exc:  # the submission's own fault (no usable entrypoint)
-        services.entry_fail(entry.pk, f"The estimator could not be loaded: {exc}", refund=False)
-        return
-    except Exception as exc:
-        log.exception("entry %s: grader fault", entry.pk)
-        services.entry_fail(
-            entry.pk, f"Platform error ({type(exc).__name__}); not charged.", refund=True
-        )
-        return
-    services.entry_record(entry.pk, result)
-
-
 def grade_final(final_id: int) -> None:
-    """Grade one entry of the final rerun on the final suite, once."""
-
-    def requeue(reason: str) -> None:
-        log.info("final %s waits: %s", final_id, reason)
-        final = FinalScore.objects.filter(pk=final_id).select_related("suite__benchmark").first()
-        if final is not None:
-            jobs.enqueue(
-                ESTIMATION_FINAL,
-                final_id,
-                countdown=RETRY_S,
-                queue=jobs.scoring_queue(final.suite.benchmark.hardware_class_id),
-            )
-
+    """Grade one entry of the final rerun on the final suite, holding the machine, once."""
+    final = FinalScore.objects.filter(pk=final_id).select_related("suite__benchmark").first()
+    if final is None:
+        return
+    requeue = _requeue(ESTIMATION_FINAL, final_id, final.suite.benchmark.hardware_class_id)
     try:
-        with _hold(requeue) as session:
-            final = services.final_claim(final_id)
-            if final is None:
+        with machine_lock.hold(reschedule=requeue) as session:
+            claimed = services.final_claim(final_id)
+            if claimed is None:
                 return
-            rules = PhaseRules.objects.select_related("benchmark").get(
-                benchmark=final.suite.benchmark
-            )
             try:
-                with tempfile.TemporaryDirectory(prefix="podium-final-") as work:
-                    folder = unpack(services.archive_path(final.entry), Path(work) / "submission")
-                    result = grader.grade(
-                        folder,
-                        storage.suite_dir(final.suite_id),
-                        limits_of(rules),
-                        on_container=session.spare,
-                    )
+                result = _grade_archive(claimed.entry, claimed.suite_id, session)
             except Exception as exc:
                 log.exception("final %s: grader fault", final_id)
                 services.final_fail(final_id, f"{type(exc).__name__}: {exc}")
