@@ -1,7 +1,7 @@
 """Benchmark: what Podium's grader of metered estimation costs over whestbench's own
 (docs/architecture.md, "Metered estimation: the grader").
 
-Two figures:
+Three figures:
 
 1. **Grading time.** Mean propagation (``whestbench.estimators``) graded on the same
    ``--n-mlps`` (20) MLPs by ``scoring.estimation.grade.grade`` (the grader container, the
@@ -13,6 +13,14 @@ Two figures:
    session, over the same calls made in this process with flopscope itself: microseconds
    per operation of each. Each operation drops the last result, so its handle is freed
    on the next one's round trip, as an estimator's temporaries are.
+
+3. **Agreement with the anchor.** Mean and covariance propagation graded on the same
+   MLPs by the grader and by ``whest run --runner subprocess``: the largest per-MLP
+   difference of their scores and of their FLOPs, each estimator's mean score, and which
+   ranks better, on a suite of its own (``--n-mlps`` MLPs 32 wide and 4 deep, 20,000
+   samples) at ``--agreement-budget`` (4e6 by default: covariance propagation spends about
+   a quarter of it, so its FLOPs count in the score instead of sitting at whestbench's
+   0.1 floor).
 
 The suite (``--width`` 256, ``--depth`` 8, ``--samples`` 2,000: the shape of whestbench's
 warm-up round, few samples since only the scores' cost is measured) is baked into a
@@ -50,12 +58,21 @@ from scoring.estimation.runner import METER_DIR, Sandbox, container_spec  # noqa
 
 REPRODUCE = "make install base-images && .venv/bin/python bench/estimation.py"
 
-ESTIMATOR = """from whestbench.estimators import MeanPropagationEstimator
+ESTIMATOR = """from whestbench.estimators import {name}
 
 
-class Estimator(MeanPropagationEstimator):
+class Estimator({name}):
     pass
 """
+
+
+def write_submission(folder: Path, estimator: str) -> Path:
+    folder.mkdir()
+    (folder / "estimator.py").write_text(ESTIMATOR.format(name=estimator))
+    manifest = {"entrypoint": {"module": "estimator", "class": "Estimator"}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
 
 OPS_CODE = """
 import time
@@ -108,20 +125,8 @@ def mean_wall(results: dict[str, Any]) -> float:
     return statistics.mean(float(e["wall_time_s"]) for e in results["per_mlp"])
 
 
-def grading_figures(args: argparse.Namespace, work: Path) -> None:
-    suite = make_suite(
-        work / "suite",
-        n_mlps=args.n_mlps,
-        width=args.width,
-        depth=args.depth,
-        n_samples=args.samples,
-        mlp_seeds=derive_seeds("bench", "public", args.n_mlps),
-    )
-    submission = work / "mean"
-    submission.mkdir()
-    (submission / "estimator.py").write_text(ESTIMATOR)
-    manifest = {"entrypoint": {"module": "estimator", "class": "Estimator"}}
-    (submission / "manifest.json").write_text(json.dumps(manifest))
+def grading_figures(args: argparse.Namespace, work: Path, suite: Path) -> None:
+    submission = write_submission(work / "mean", "MeanPropagationEstimator")
     ratios, ours_s, theirs_s, ours_wall, theirs_wall = [], [], [], [], []
     for _ in range(args.repeats):
         started = time.monotonic()
@@ -145,6 +150,44 @@ def grading_figures(args: argparse.Namespace, work: Path) -> None:
         f"predict wall per MLP: grader {statistics.median(ours_wall) * 1e3:.1f} ms, "
         f"whest run {statistics.median(theirs_wall) * 1e3:.1f} ms"
     )
+
+
+def agreement_figures(args: argparse.Namespace, work: Path) -> None:
+    budget = args.agreement_budget
+    suite = make_suite(
+        work / "agreement-suite",
+        n_mlps=args.n_mlps,
+        width=32,
+        depth=4,
+        n_samples=20_000,
+        mlp_seeds=derive_seeds("bench", "agreement", args.n_mlps),
+    )
+    means = {}
+    for name in ("MeanPropagationEstimator", "CovariancePropagationEstimator"):
+        submission = write_submission(work / f"agree-{name}", name)
+        ours = grade(submission, suite, limits(budget))["per_mlp"]
+        theirs = whest_run(submission, suite, budget)[1]["per_mlp"]
+        score_gap = max(
+            abs(a["adjusted_final_layer_score"] - b["adjusted_final_layer_score"])
+            for a, b in zip(ours, theirs, strict=True)
+        )
+        relative = max(
+            abs(a["adjusted_final_layer_score"] - b["adjusted_final_layer_score"])
+            / abs(b["adjusted_final_layer_score"])
+            for a, b in zip(ours, theirs, strict=True)
+        )
+        flops_gap = max(
+            abs(a["flops_used"] - b["flops_used"]) for a, b in zip(ours, theirs, strict=True)
+        )
+        means[name] = statistics.mean(a["adjusted_final_layer_score"] for a in ours)
+        print(
+            f"{name} at B={budget:.3g}: largest per-MLP score difference {score_gap:.3g} "
+            f"(relative {relative:.3g}), largest FLOP difference {flops_gap:,}; "
+            f"mean score {means[name]:.6g} (whest run "
+            f"{statistics.mean(b['adjusted_final_layer_score'] for b in theirs):.6g})"
+        )
+    better = min(means, key=lambda n: means[n])
+    print(f"ranks better: {better}")
 
 
 def local_op_us(ops: int) -> float:
@@ -221,6 +264,7 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=10**9)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ops", type=int, default=2_000)
+    parser.add_argument("--agreement-budget", type=int, default=4_000_000)
     args = parser.parse_args()
     if not engine.available():
         print("no Docker Engine here", file=sys.stderr)
@@ -234,8 +278,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="podium-bench-") as folder:
         work = Path(folder)
         work.chmod(0o755)
+        suite = make_suite(
+            work / "suite",
+            n_mlps=args.n_mlps,
+            width=args.width,
+            depth=args.depth,
+            n_samples=args.samples,
+            mlp_seeds=derive_seeds("bench", "public", args.n_mlps),
+        )
         round_trip_figures(args, work)
-        grading_figures(args, work)
+        grading_figures(args, work, suite)
+        agreement_figures(args, work)
     return 0
 
 
