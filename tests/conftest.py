@@ -212,3 +212,16 @@ def empty_shared_cache() -> None:
 
     cache.clear()
     forget_local()
+
+
+@pytest.fixture(scope="session")
+def grader_image() -> str:
+    """The grader image, made or remade by scripts/base-images when missing or stale."""
+    from scoring.estimation.grade import GRADER_IMAGE, check_image
+
+    subprocess.run(
+        [str(Path(__file__).resolve().parents[1] / "scripts" / "base-images"), "whest-grader"],
+        check=True,
+    )
+    check_image(GRADER_IMAGE)
+    return GRADER_IMAGE

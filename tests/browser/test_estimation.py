@@ -27,7 +27,7 @@ def baked(tmp_path_factory) -> Path:
 def test_an_entrant_uploads_a_packaged_estimator_and_reads_its_ledger(
     live_server, context, page, alice, tmp_path, baked, sent
 ):
-    phase = factories.PhaseRulesFactory()
+    phase = factories.PhaseRulesFactory(benchmark__attempts_per_day=10)
     bench = phase.benchmark
     ready_suite(bench, baked)
     tarball = whest_package(tmp_path / "kit")

@@ -5,7 +5,6 @@ as `whest package` lays them out (manifest.json naming estimator.Estimator)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -76,16 +75,6 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
         n_samples=N_SAMPLES,
         mlp_seeds=derive_seeds("tests", "public", N_MLPS),
     )
-
-
-@pytest.fixture(scope="session")
-def grader_image() -> str:
-    """The grader image, made or remade by scripts/base-images when missing or stale."""
-    from scoring.estimation.grade import GRADER_IMAGE, check_image
-
-    subprocess.run([str(REPO / "scripts" / "base-images"), "whest-grader"], check=True)
-    check_image(GRADER_IMAGE)
-    return GRADER_IMAGE
 
 
 @pytest.fixture(scope="session")
