@@ -364,12 +364,20 @@ def test_sleeping_past_the_wall_cap_is_stopped(
 def test_a_background_thread_gets_no_compute_off_the_meter(
     grader_image, suite, tmp_path, mean_score
 ) -> None:
-    # On the harness's own connection the thread's requests tangle with the harness's.
+    # On the harness's own connection the thread's requests tangle with the harness's:
+    # which MLP fails, and how, depends on the timing (the meter refuses the thread's
+    # work off the clock, the tangled socket fails a load or a predict, or kills the
+    # entrant's own process: WORKER_EOF). Each way, that MLP gets the zero prediction.
     result = graded(tmp_path, grader_image, suite, "thread", BACKGROUND)
     failed = [e for e in result["per_mlp"] if e.get("error_code")]
     assert failed, result["per_mlp"]
     for entry in failed:
-        assert entry["error_code"] in {"OFF_CLOCK_COMPUTE", "LOAD_ERROR", "PREDICT_ERROR"}
+        assert entry["error_code"] in {
+            "OFF_CLOCK_COMPUTE",
+            "LOAD_ERROR",
+            "PREDICT_ERROR",
+            "WORKER_EOF",
+        }
         zero_fallback(entry)
     not_better(result, mean_score)
     # On its own, the meter refuses it while an MLP is loaded: that MLP fails.
