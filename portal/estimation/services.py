@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import shutil
+import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from portal.teams.locks import lock_identity
 from portal.teams.selectors import identity_of
 
 ARCHIVE_FILE = "submission.tar.gz"
+_NOT_WHEST_PACKAGE = "An estimator is the .tar.gz that `whest package` makes; this upload is "
 
 
 def archive_path(entry: Entry) -> Path:
@@ -123,19 +126,17 @@ def check_archive(path: Path) -> str:
             f"The archive is {size:,} bytes; an estimator may be at most "
             f"{limits.MAX_SUBMISSION_BYTES:,} bytes (whestbench's cap)."
         )
-    with path.open("rb") as head:
-        if head.read(2) != b"\x1f\x8b":  # not gzip: detect_format would offer .tar and .zip
-            fmt = archives.detect_format(path) if _is_archive(path) else "non-archive"
-            raise errors.InvalidArchive(
-                "An estimator is the .tar.gz that `whest package` makes; this upload is "
-                + ("not an archive." if fmt == "non-archive" else f"a {fmt} archive.")
-            )
     try:
         fmt = archives.detect_format(path)
-        if fmt != "tar.gz":
-            raise archives.ArchiveError(
-                f"An estimator is the .tar.gz that `whest package` makes; this is a {fmt} archive."
-            )
+    except archives.ArchiveError as exc:
+        # A gzip file that holds no tar, or a damaged one, keeps the archive check's words.
+        with path.open("rb") as head:
+            if head.read(2) == b"\x1f\x8b":
+                raise errors.InvalidArchive(str(exc)) from exc
+        raise errors.InvalidArchive(_NOT_WHEST_PACKAGE + "not an archive.") from exc
+    if fmt != "tar.gz":
+        raise errors.InvalidArchive(_NOT_WHEST_PACKAGE + f"a {fmt} archive.")
+    try:
         members = archives.inspect_archive(
             path,
             fmt,
@@ -163,22 +164,11 @@ def check_archive(path: Path) -> str:
             for i in checked.issues
         )
         raise errors.InvalidArchive(f"whest validate-package refused it: {problems}")
-    import json
-    import tarfile
-
     with tarfile.open(path, "r:gz") as tar:
         member = tar.extractfile("manifest.json")
         manifest = json.loads(member.read()) if member is not None else {}
     entry = manifest.get("entrypoint") or {}
     return f"{entry.get('module', '')}.{entry.get('class', '')}"[:200]
-
-
-def _is_archive(path: Path) -> bool:
-    try:
-        archives.detect_format(path)
-    except archives.ArchiveError:
-        return False
-    return True
 
 
 def entry_accept(
@@ -430,8 +420,6 @@ def _avg_variances(dataset: Any) -> list[float]:
 
 
 def _dataset_metadata(folder: Path) -> dict[str, Any]:
-    import json
-
     meta = json.loads((folder / "metadata.json").read_text())
     return meta if isinstance(meta, dict) else {}
 
@@ -541,8 +529,8 @@ def final_record(final_id: int, grade: Mapping[str, Any]) -> None:
 
 
 def final_fail(final_id: int, reason: str) -> None:
-    """A final grade that failed for the grader's fault goes back to the queue's state
-    (staff requeue it); the entry's own faults are per-MLP fallbacks, never this."""
+    """A final grade that failed for the grader's fault is marked failed with its reason,
+    for staff to see; the entry's own faults are per-MLP fallbacks, never this."""
     FinalScore.objects.filter(pk=final_id, status=Entry.GRADING).update(
         status=Entry.FAILED, failure_reason=reason[:2000]
     )
