@@ -162,10 +162,6 @@ def _composition(rows: list[rules.MlpRow]) -> Composition:
     )
 
 
-def _ledger(entry: Entry) -> list[rules.MlpRow]:
-    return [rules.MlpRow(**row) for row in (entry.results or {}).get("mlps", [])]
-
-
 @require_GET
 def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """An entry in full to its team (its entrant's team as it is now, or the entrant);
@@ -198,7 +194,7 @@ def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "outlier_percent": f"{rules.OUTLIER_FRACTION * 100:g}",
     }
     if identity is not None and mine:
-        ledger = _ledger(entry)
+        ledger = selectors.stored_rows(entry)
         public = ledger[: phase.public_mlps]
         context.update(
             {
