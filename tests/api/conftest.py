@@ -6,8 +6,6 @@ import hashlib
 import io
 import json
 import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from collections.abc import Callable
@@ -26,6 +24,7 @@ from portal.estimation.models import Suite
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Submission
 from tests import factories
+from tests.whest import whest_bake
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +133,6 @@ def upload() -> Callable[..., Any]:
 
 # Metered estimation ---------------------------------------------------------------------
 
-WHEST = Path(sys.executable).with_name("whest")
 ESTIMATOR = """\
 import flopscope.numpy as fnp
 from whestbench import BaseEstimator
@@ -149,14 +147,7 @@ class Estimator(BaseEstimator):
 @pytest.fixture(scope="session")
 def baked_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny whestbench dataset (4 MLPs, 8 wide, 2 deep), baked once per test process."""
-    out = tmp_path_factory.mktemp("whest-dataset") / "dataset"
-    subprocess.run(
-        [str(WHEST), "dataset", "bake", "--n-mlps", "4", "--n-samples", "2000", "--width", "8",
-         "--depth", "2", "--output", str(out)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return out
+    return whest_bake(tmp_path_factory.mktemp("whest-dataset") / "dataset")
 
 
 @pytest.fixture(scope="session")

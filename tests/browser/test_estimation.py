@@ -15,7 +15,8 @@ from portal.estimation.models import Entry
 from portal.task_names import ESTIMATION_GRADE
 from tests import factories
 from tests.browser.conftest import screenshot, sign_in, unlabelled_controls
-from tests.web.estimation_entries import grade, mlp, ready_suite, whest_bake, whest_package
+from tests.web.estimation_entries import grade, mlp, ready_suite
+from tests.whest import whest_bake, whest_package
 
 
 @pytest.fixture(scope="session")

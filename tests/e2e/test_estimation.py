@@ -6,8 +6,6 @@ accepted, graded by the worker holding the machine, and ranked on the board."""
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +17,9 @@ from portal.estimation import selectors, services
 from portal.estimation.models import Entry, PhaseRules, Suite
 from tests import factories
 from tests.e2e.conftest import wait_for
+from tests.whest import whest_package
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
-
-WHEST = str(Path(sys.executable).parent / "whest")
-ESTIMATOR = """\
-from whestbench.estimators import MeanPropagationEstimator
-
-
-class Estimator(MeanPropagationEstimator):
-    pass
-"""
 
 
 def test_a_suite_is_generated_and_an_estimator_graded_by_the_workers(
@@ -60,14 +50,7 @@ def test_a_suite_is_generated_and_an_estimator_graded_by_the_workers(
     assert suite.status == Suite.READY, suite.note
     assert suite.progress_done == 3 and len(suite.stats["avg_variances"]) == 3
 
-    folder = tmp_path / "estimator"
-    folder.mkdir()
-    (folder / "estimator.py").write_text(ESTIMATOR)
-    archive = folder / "submission.tar.gz"
-    subprocess.run(
-        [WHEST, "package", "--estimator", "estimator.py", "--output", str(archive), "--yes"],
-        check=True, capture_output=True, cwd=folder,
-    )  # fmt: skip
+    archive = whest_package(tmp_path / "estimator")
     alice: Any = factories.UserFactory(username="alice")
     entry = services.entry_accept(
         entrant=alice, benchmark=phase, archive_file=archive, archive_name=archive.name

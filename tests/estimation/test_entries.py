@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -21,58 +19,21 @@ from portal.contests.models import Benchmark
 from portal.estimation import selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
 from portal.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE, ESTIMATION_SUITE
-from portal.teams.models import Team, TeamMember
+from portal.teams.models import TeamMember
 from tests import factories
-
-WHEST = str(Path(sys.executable).parent / "whest")
-ESTIMATOR = """\
-from whestbench.estimators import MeanPropagationEstimator
-
-
-class Estimator(MeanPropagationEstimator):
-    pass
-"""
+from tests.whest import whest_bake, whest_package
 
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A whestbench dataset of 6 MLPs, 8 wide and 2 deep (whest dataset bake; seconds)."""
-    out = tmp_path_factory.mktemp("suite") / "ds"
-    subprocess.run(
-        [
-            WHEST,
-            "dataset",
-            "bake",
-            "--n-mlps",
-            "6",
-            "--n-samples",
-            "2000",
-            "--width",
-            "8",
-            "--depth",
-            "2",
-            "--output",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return out
+    """A whestbench dataset of 6 MLPs, 8 wide and 2 deep (seconds)."""
+    return whest_bake(tmp_path_factory.mktemp("suite") / "ds", n_mlps=6)
 
 
 @pytest.fixture(scope="session")
 def packaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tarball ``whest package`` makes of a mean-propagation estimator."""
-    folder = tmp_path_factory.mktemp("estimator")
-    (folder / "estimator.py").write_text(ESTIMATOR)
-    out = folder.parent / "submission.tar.gz"
-    subprocess.run(
-        [WHEST, "package", "--estimator", "estimator.py", "--output", str(out), "--yes"],
-        check=True,
-        capture_output=True,
-        cwd=folder,
-    )
-    return out
+    return whest_package(tmp_path_factory.mktemp("estimator"))
 
 
 @pytest.fixture
@@ -109,38 +70,10 @@ def _accept(phase: Benchmark, user: Any, archive: Path, **kw: Any) -> Entry:
     )
 
 
-def _grade(scores: list[float], **flags: Any) -> dict[str, Any]:
-    return {
-        "per_mlp": [
-            {
-                "mlp_index": i,
-                "mlp_name": f"m{i}",
-                "final_layer_mse": s,
-                "adjusted_final_layer_score": s,
-                "flops_used": 1000,
-                "effective_compute": 1000.0,
-                "residual_wall_time_s": 0.001,
-                "wall_time_s": 0.01,
-                **flags,
-            }
-            for i, s in enumerate(scores)
-        ],
-        "grader": {"flopscope": "0.12.4"},
-    }
-
-
 def _graded(phase: Benchmark, user: Any, archive: Path, scores: list[float]) -> Entry:
     entry = _accept(phase, user, archive)
     assert services.entry_claim(entry.pk, "host-1") is not None
-    return services.entry_record(entry.pk, _grade(scores))
-
-
-def _team(phase: Benchmark, *users: Any) -> Team:
-    now = timezone.now()
-    team = Team.objects.create(benchmark=phase, name="the-meters", captain=users[0], created_at=now)
-    for u in users:
-        TeamMember.objects.create(team=team, benchmark=phase, user=u, joined_at=now)
-    return team
+    return services.entry_record(entry.pk, factories.whest_grade(scores))
 
 
 def test_an_estimator_is_accepted_charged_and_queued_for_its_class(
@@ -162,7 +95,7 @@ def test_an_estimator_is_accepted_charged_and_queued_for_its_class(
 def test_a_team_shares_its_day_and_a_leaver_gets_no_fresh_allowance(
     phase: Benchmark, alice: Any, bob: Any, packaged: Path, sent: list
 ) -> None:
-    team = _team(phase, alice, bob)
+    team = factories.team(phase, "the-meters", alice, bob)
     _accept(phase, alice, packaged)
     _accept(phase, bob, packaged)
     with pytest.raises(errors.QuotaExhausted, match="Your team has used all 2"):
@@ -261,7 +194,7 @@ def test_grades_split_public_and_withheld_and_the_board_ranks_each_team_once(
     phase: Benchmark, alice: Any, bob: Any, packaged: Path, sent: list
 ) -> None:
     carol = factories.UserFactory(username="carol")
-    _team(phase, alice, carol)
+    factories.team(phase, "the-meters", alice, carol)
     a1 = _graded(phase, alice, packaged, [0.4, 0.4, 0.4, 0.4, 9.0, 9.0])
     c1 = _graded(phase, carol, packaged, [0.2, 0.2, 0.2, 0.2, 9.0, 9.0])
     b1 = _graded(phase, bob, packaged, [0.3, 0.3, 0.3, 0.3, 0.1, 0.1])
@@ -295,7 +228,7 @@ def test_nominations_are_the_teams_and_capped(
     phase: Benchmark, alice: Any, packaged: Path, sent: list
 ) -> None:
     carol = factories.UserFactory(username="carol")
-    _team(phase, alice, carol)
+    factories.team(phase, "the-meters", alice, carol)
     e1 = _graded(phase, alice, packaged, [0.4] * 6)
     e2 = _graded(phase, carol, packaged, [0.3] * 6)
     with time_machine.travel(timezone.now() + dt.timedelta(days=1)):
@@ -350,7 +283,7 @@ def test_the_final_rerun_takes_nominations_else_the_best_two_once(
         services.final_start(benchmark=phase, user=None, now=after)
     for f, score in zip(finals, [0.3, 0.2, 0.1], strict=True):
         assert services.final_claim(f.pk) is not None
-        services.final_record(f.pk, _grade([score] * 6))
+        services.final_record(f.pk, factories.whest_grade([score] * 6))
     standings = selectors.final_standings(phase)
     assert [(r.rank, r.entry_id) for r in standings if r.rank] == [
         (1, finals[2].entry_id),

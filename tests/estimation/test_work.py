@@ -6,8 +6,6 @@ fallback said, and the final rerun graded on the final suite."""
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,10 @@ from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
 from portal.estimation.rules import derive_seeds
 from scoring.estimation import work
 from tests import factories
+from tests.whest import whest_package
 
 pytestmark = [pytest.mark.docker]
 
-WHEST = str(Path(sys.executable).parent / "whest")
 NUMPY = """\
 import numpy
 
@@ -34,26 +32,6 @@ class Estimator(BaseEstimator):
     def predict(self, mlp, budget):
         return numpy.zeros((mlp.depth, mlp.width))
 """
-MEAN = """\
-from whestbench.estimators import MeanPropagationEstimator
-
-
-class Estimator(MeanPropagationEstimator):
-    pass
-"""
-
-
-def _package(folder: Path, source: str) -> Path:
-    folder.mkdir()
-    (folder / "estimator.py").write_text(source)
-    out = folder / "submission.tar.gz"
-    subprocess.run(
-        [WHEST, "package", "--estimator", "estimator.py", "--output", str(out), "--yes"],
-        check=True,
-        capture_output=True,
-        cwd=folder,
-    )
-    return out
 
 
 def _generate(phase: Benchmark, role: str, n: int) -> Suite:
@@ -109,13 +87,13 @@ def test_a_suite_is_generated_then_entries_are_graded_ranked_and_rerun(
     honest = services.entry_accept(
         entrant=alice,
         benchmark=phase,
-        archive_file=_package(tmp_path / "m", MEAN),
+        archive_file=whest_package(tmp_path / "m"),
         archive_name="m.tar.gz",
     )
     cheat = services.entry_accept(
         entrant=bob,
         benchmark=phase,
-        archive_file=_package(tmp_path / "n", NUMPY),
+        archive_file=whest_package(tmp_path / "n", NUMPY),
         archive_name="n.tar.gz",
     )
     work.grade_entry(honest.pk)
@@ -153,7 +131,7 @@ def test_an_archive_damaged_after_acceptance_fails_refunded(
     entry = services.entry_accept(
         entrant=alice,
         benchmark=phase,
-        archive_file=_package(tmp_path / "m", MEAN),
+        archive_file=whest_package(tmp_path / "m"),
         archive_name="m.tar.gz",
     )
     # The stored archive is damaged after acceptance: the grader's fault, refunded.

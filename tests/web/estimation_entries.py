@@ -1,13 +1,11 @@
 """Rows for the metered-estimation page tests: entries, accepted as the upload service
 leaves them and graded through the scoring host's services with a whestbench-shaped
-grade; the tarball ``whest package`` makes; a phase suite ``whest dataset bake`` made."""
+grade; a ready phase suite (its folder made by ``tests.whest.whest_bake``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,54 +18,6 @@ from portal.estimation import services
 from portal.estimation.models import Entry, Suite
 from portal.teams.selectors import identity_of
 from tests import factories
-
-WHEST = Path(sys.executable).parent / "whest"
-
-ESTIMATOR = '''from whestbench.estimators import MeanPropagationEstimator
-
-
-class Estimator(MeanPropagationEstimator):
-    """Mean propagation, as the starter kit ships it."""
-'''
-
-
-def whest_package(folder: Path) -> Path:
-    """The tarball ``whest package`` makes of a mean-propagation estimator, in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "estimator.py").write_text(ESTIMATOR)
-    subprocess.run(
-        [str(WHEST), "package", "--estimator", "estimator.py", "--output", "sub.tar.gz", "--yes"],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return folder / "sub.tar.gz"
-
-
-def whest_bake(folder: Path) -> Path:
-    """A whestbench dataset of 4 MLPs, 8 wide and 2 deep (the phase factory's shape)."""
-    subprocess.run(
-        [
-            str(WHEST),
-            "dataset",
-            "bake",
-            "--n-mlps",
-            "4",
-            "--n-samples",
-            "2000",
-            "--width",
-            "8",
-            "--depth",
-            "2",
-            "--output",
-            str(folder),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return folder
 
 
 def ready_suite(benchmark: Benchmark, dataset: Path | None = None, **fields: Any) -> Suite:

@@ -30,9 +30,8 @@ from tests.web.estimation_entries import (
     graded,
     mlp,
     ready_suite,
-    whest_bake,
-    whest_package,
 )
+from tests.whest import whest_bake, whest_package
 
 
 @pytest.fixture(scope="session")
