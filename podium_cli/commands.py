@@ -230,4 +230,15 @@ def suite(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return local.run_local(args, client_for(args))
+    client = client_for(args)
+    # What a local run downloads it runs: a portal it reaches over plain http is refused
+    # before the first request.
+    local.check_transport(client.url, insecure_http=args.insecure_http)
+    found = client.get_json(f"/benchmarks/{args.benchmark}/")
+    if found.get("kind") == "estimation":
+        return estimation.run_local(args, client)
+    if args.suite is not None:
+        raise CliError(
+            f"{args.benchmark} is not a metered-estimation phase: --suite does not apply."
+        )
+    return local.run_local(args, client)

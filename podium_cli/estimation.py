@@ -1,18 +1,27 @@
 """Metered estimation from the entrant's side (docs/api.md, "Metered estimation"): checking
-a `whest package` tarball locally, entering it, reading entries, nominating one, and
-downloading the public suite for `whest run`.
+a `whest package` tarball locally, grading it locally, entering it, reading entries,
+nominating one, and downloading the public suite.
 
 whestbench is the entrant's own package (the client never needs it otherwise): only
 ``podium validate ARCHIVE`` imports it, and says how to install it when it is missing.
+
+``podium run --local BENCHMARK ARCHIVE`` grades the tarball on the phase's public suite
+with the scoring host's own grader, run as a program of its own (``python -m
+scoring.estimation.local``, installed with Podium; this client imports none of it): the
+grader image on the local Docker Engine, the trusted meter outside it, whestbench's
+scoring. It prints the grade as the entry page shows it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import math
 import posixpath
 import shlex
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -23,6 +32,13 @@ from podium_cli import show
 from podium_cli.api import Client
 from podium_cli.errors import EXIT_NOT_PASSED, EXIT_OK, EXIT_REFUSED, CliError
 
+# The program that grades locally, and what to do where it is missing.
+GRADER_MODULE = "scoring.estimation.local"
+GRADER_HINT = (
+    "A local grade runs Podium's own grader, which is not installed here: install Podium "
+    "from its source (`pip install .`), and make the grader image there (`make "
+    "base-images`); it needs a Docker Engine."
+)
 INSTALL_HINT = (
     "whestbench is not installed here: install it with `pip install whestbench` (the "
     "version the phase's rules pin), then run `podium validate` again."
@@ -154,6 +170,28 @@ def entries(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+def _print_mlps(mlps: list[dict[str, Any]]) -> None:
+    """A grade's MLPs, one row each, as the entry page lists them."""
+    print(
+        show.table(
+            ["MLP", "NAME", "MSE", "SCORE", "FLOPS", "RESIDUAL S", "WALL S", "FALLBACK"],
+            [
+                [
+                    row["index"],
+                    row["name"],
+                    _figure(row["final_layer_mse"]),
+                    _figure(row["score"]),
+                    row["flops_used"],
+                    _figure(row["residual_wall_time_s"], 4),
+                    _figure(row["wall_time_s"], 4),
+                    row["reason"] if row["fallback"] else "",
+                ]
+                for row in mlps
+            ],
+        )
+    )
+
+
 def _print_entry(entry: dict[str, Any]) -> None:
     team = f", team {entry['team']}" if entry.get("team") else ""
     print(
@@ -175,24 +213,7 @@ def _print_entry(entry: dict[str, Any]) -> None:
         f"{_figure(entry['mean_effective_compute'])}, ratio {_figure(entry['ratio'], 4)}, "
         f"fallbacks {entry['fallbacks']}."
     )
-    print(
-        show.table(
-            ["MLP", "NAME", "MSE", "SCORE", "FLOPS", "RESIDUAL S", "WALL S", "FALLBACK"],
-            [
-                [
-                    row["index"],
-                    row["name"],
-                    _figure(row["final_layer_mse"]),
-                    _figure(row["score"]),
-                    row["flops_used"],
-                    _figure(row["residual_wall_time_s"], 4),
-                    _figure(row["wall_time_s"], 4),
-                    row["reason"] if row["fallback"] else "",
-                ]
-                for row in entry["mlps"]
-            ],
-        )
-    )
+    _print_mlps(entry["mlps"])
     if not entry["withheld_shown"]:
         print("Only the public MLPs are shown until the phase closes.")
 
@@ -235,20 +256,25 @@ def _unpack(archive: Path, folder: Path) -> None:
             tar.extractall(folder)  # noqa: S202
 
 
-def suite(args: argparse.Namespace, client: Client) -> int:
-    folder = Path(args.output)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise CliError(f"{folder} exists and is not an empty folder; name a new one with -o.")
-    phase = client.get_json(f"/benchmarks/{args.benchmark}/estimation/")
+def _download_suite(client: Client, benchmark: str, folder: Path) -> None:
+    """The phase's public suite, unpacked into ``folder`` (new or empty)."""
     with tempfile.TemporaryDirectory() as scratch:
         archive = Path(scratch) / "suite.tar.gz"
-        client.download(f"/benchmarks/{args.benchmark}/estimation/suite/", archive)
+        client.download(f"/benchmarks/{benchmark}/estimation/suite/", archive)
         staged = Path(scratch) / "suite"
         _unpack(archive, staged)
         folder.parent.mkdir(parents=True, exist_ok=True)
         if folder.exists():
             folder.rmdir()
         shutil.move(str(staged), folder)
+
+
+def suite(args: argparse.Namespace, client: Client) -> int:
+    folder = Path(args.output)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise CliError(f"{folder} exists and is not an empty folder; name a new one with -o.")
+    phase = client.get_json(f"/benchmarks/{args.benchmark}/estimation/")
+    _download_suite(client, args.benchmark, folder)
     rules = phase["rules"]
     print(f"Unpacked the public suite of {args.benchmark} ({rules['local_mlps']} MLPs) "
           f"into {folder}.")  # fmt: skip
@@ -264,6 +290,64 @@ def suite(args: argparse.Namespace, client: Client) -> int:
             "--lambda-flops-per-second", str(rules["lambda_flops_per_second"]),
             "--no-residual-wall-time-limit",
         ]  # fmt: skip
-    print("Run your estimator on it under the phase's budget and caps with:")
+    print("Grade a packaged estimator on it with Podium's grader (the meter outside, as scored):")
+    print("  " + shlex.join(["podium", "run", "--local", args.benchmark, "submission.tar.gz",
+                             "--suite", str(folder)]))  # fmt: skip
+    print("or run your estimator on it with whestbench's own runner, under the same caps:")
     print("  " + shlex.join(command))
     return EXIT_OK
+
+
+# podium run --local BENCHMARK ARCHIVE ---------------------------------------------------
+
+
+def run_local(args: argparse.Namespace, client: Client) -> int:
+    """Grade the tarball on the public suite with Podium's grader, here; 0 when every MLP
+    was answered, 1 when one fell back (or the archive would be refused)."""
+    archive = Path(args.folder)
+    if not archive.is_file():
+        raise CliError(
+            f"{archive}: no such archive; a metered-estimation phase grades the tarball "
+            "`whest package --estimator DIR --output submission.tar.gz` makes."
+        )
+    for flag, given in (("--dockerfile", args.dockerfile), ("--context", args.context)):
+        if given is not None:
+            raise CliError(f"{args.benchmark} has no environments: {flag} does not apply.")
+    if importlib.util.find_spec(GRADER_MODULE.rpartition(".")[0]) is None:
+        raise CliError(GRADER_HINT)
+    if validate_archive(archive) != EXIT_OK:
+        return EXIT_NOT_PASSED
+    rules = client.get_json(f"/benchmarks/{args.benchmark}/estimation/")["rules"]
+    with tempfile.TemporaryDirectory(prefix="podium-local-") as scratch_name:
+        scratch = Path(scratch_name)
+        if args.suite is not None:
+            suite_dir = Path(args.suite)
+            if not (suite_dir / "metadata.json").is_file():
+                raise CliError(f"{suite_dir} is not a suite; `podium suite` downloads one.")
+        else:
+            suite_dir = scratch / "suite"
+            print(f"Downloading the public suite of {args.benchmark} ...", flush=True)
+            _download_suite(client, args.benchmark, suite_dir)
+        rules_file = scratch / "rules.json"
+        rules_file.write_text(json.dumps(rules))
+        print(f"Grading {archive.name} with Podium's grader ...", flush=True)
+        done = subprocess.run(  # noqa: S603 - this interpreter, a fixed module
+            [sys.executable, "-m", GRADER_MODULE, "--archive", str(archive.resolve()),
+             "--suite", str(suite_dir.resolve()), "--rules", str(rules_file)],
+            stdout=subprocess.PIPE, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise CliError("The local grade did not finish (the grader said why above).")
+    graded = json.loads(done.stdout)
+    print(f"Score {_figure(graded['score'])} on {len(graded['mlps'])} public MLPs (lower is "
+          f"better); mean MSE {_figure(graded['mse'])}.")  # fmt: skip
+    print(
+        f"Mean FLOPs {_figure(graded['mean_flops'])}, mean effective compute "
+        f"{_figure(graded['mean_effective_compute'])}, ratio {_figure(graded['ratio'], 4)}, "
+        f"fallbacks {graded['fallbacks']}."
+    )
+    _print_mlps(graded["mlps"])
+    grader = graded.get("grader") or {}
+    print(f"Graded here with whestbench {grader.get('whestbench')} and flopscope "
+          f"{grader.get('flopscope')}; no entry was made and nothing was charged.")  # fmt: skip
+    return EXIT_NOT_PASSED if graded["fallbacks"] else EXIT_OK

@@ -33,9 +33,10 @@ After the close:
   podium standings demo --csv final.csv (once published)
 
 A metered-estimation phase (whestbench installed):
-  podium suite whest-p1 -o suite        (then the `whest run` command it prints)
+  podium suite whest-p1 -o suite        (the public suite, for local runs)
   whest package --estimator estimator.py --output submission.tar.gz
   podium validate submission.tar.gz
+  podium run --local whest-p1 submission.tar.gz --suite suite
   podium submit whest-p1 submission.tar.gz
   podium entries whest-p1
   podium entry 12
@@ -175,10 +176,22 @@ def build_parser() -> argparse.ArgumentParser:
         "does, and score the result on the practice cohort under the portal's supervisor "
         "(its SHA-256 checked), container spec and limits. Prints the verdict, matches, "
         "wall time, resource readings and log tails, and where this machine differs from "
-        "a scoring host. Uses no attempt. Exits 1 when the run did not pass.",
+        "a scoring host. Uses no attempt. Exits 1 when the run did not pass. On a "
+        "metered-estimation phase, FOLDER is the tarball `whest package` makes: it is "
+        "checked as `podium validate ARCHIVE` checks it, then graded on the phase's public "
+        "suite (downloaded, or --suite DIR) by Podium's own grader (the grader image on the "
+        "local Docker Engine, the meter outside it), and its MLPs printed as the entry page "
+        "shows them; exits 1 when an MLP fell back.",
     )
     local.add_argument("benchmark", metavar="BENCHMARK", help="the benchmark's slug")
-    local.add_argument("folder", metavar="FOLDER", help="the entry's folder")
+    local.add_argument(
+        "folder", metavar="FOLDER", help="the entry's folder (an estimation phase: its ARCHIVE)"
+    )
+    local.add_argument(
+        "--suite",
+        metavar="DIR",
+        help="an estimation phase: the public suite `podium suite` unpacked (default: download)",
+    )
     local.add_argument(
         "--local", action="store_true", required=True, help="run on this machine (required)"
     )

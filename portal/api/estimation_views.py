@@ -110,6 +110,9 @@ class EstimationPhaseRulesSerializer(serializers.Serializer[dict[str, Any]]):
     wall_cap_s = serializers.IntegerField(help_text="The hard wall-clock cap per MLP.")
     entrant_cores = serializers.IntegerField(help_text="Physical cores the estimator runs on.")
     memory_bytes = serializers.IntegerField(help_text="The estimator's memory limit.")
+    pids_limit = serializers.IntegerField(
+        help_text="The most processes and threads the estimator's container may have."
+    )
     attempts_per_day = serializers.IntegerField(help_text="Entries per team per attempt day.")
     attempt_timezone = serializers.CharField(help_text="The attempt day's time zone.")
     public_mlps = serializers.IntegerField(help_text="Phase-suite MLPs on the live board.")
@@ -210,6 +213,7 @@ def rules_data(benchmark: Benchmark, phase: PhaseRules) -> dict[str, Any]:
         "wall_cap_s": phase.wall_cap_s,
         "entrant_cores": phase.entrant_cores,
         "memory_bytes": benchmark.run_memory_bytes,
+        "pids_limit": benchmark.run_pids_limit,
         "attempts_per_day": benchmark.attempts_per_day,
         "attempt_timezone": benchmark.attempt_timezone,
         "public_mlps": phase.public_mlps,

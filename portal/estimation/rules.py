@@ -159,6 +159,33 @@ def compute_ratio(rows: Iterable[MlpRow], lambda_flops_per_second: float) -> flo
     return flops / effective
 
 
+@dataclass(frozen=True)
+class Figures:
+    """A run of rows summed up as a submission page shows it: the mean score (missing
+    when an MLP has none) and MSE, the mean FLOPs and effective compute, seed 004's ratio
+    and the fallback count."""
+
+    score: float | None
+    mse: float | None
+    mean_flops: float | None
+    mean_effective_compute: float | None
+    ratio: float | None
+    fallbacks: int
+
+
+def grade_figures(rows: Sequence[MlpRow], lambda_flops_per_second: float) -> Figures:
+    """The figures of ``rows`` (see :class:`Figures`)."""
+    split = split_scores(rows, len(rows))
+    return Figures(
+        score=split.public_score,
+        mse=split.public_mse,
+        mean_flops=_mean([r.flops_used for r in rows]),
+        mean_effective_compute=_mean([r.effective_compute for r in rows]),
+        ratio=compute_ratio(rows, lambda_flops_per_second),
+        fallbacks=split.fallbacks,
+    )
+
+
 def ratio_outliers(ratios: Mapping[int, float | None]) -> set[int]:
     """The keys whose ratio is under :data:`OUTLIER_FRACTION` of the median ratio."""
     known = [r for r in ratios.values() if r is not None]

@@ -238,7 +238,7 @@ def entry_record(entry_id: int, grade: Mapping[str, Any]) -> Entry:
     phase = phase_rules(entry.benchmark)
     rows = rules.mlp_rows(grade)
     split = rules.split_scores(rows, phase.public_mlps)
-    public = rows[: phase.public_mlps]
+    public = rules.grade_figures(rows[: phase.public_mlps], phase.lambda_flops_per_second)
     Entry.objects.filter(pk=entry_id, status=Entry.GRADING).update(
         status=Entry.GRADED,
         graded_at=timezone.now(),
@@ -246,10 +246,8 @@ def entry_record(entry_id: int, grade: Mapping[str, Any]) -> Entry:
         withheld_score=split.withheld_score,
         public_mse=split.public_mse,
         fallbacks=split.fallbacks,
-        mean_flops=sum(r.flops_used for r in public) / len(public) if public else None,
-        mean_effective_compute=(
-            sum(r.effective_compute for r in public) / len(public) if public else None
-        ),
+        mean_flops=public.mean_flops,
+        mean_effective_compute=public.mean_effective_compute,
         results={
             "mlps": [r.as_dict() for r in rows],
             "grader": dict(grade.get("grader") or {}),

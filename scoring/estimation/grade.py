@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import math
 import shutil
+import tarfile
 import tempfile
 import time
 import warnings
@@ -119,6 +120,38 @@ class Limits:
             raise ValueError(f"pids_limit must be at least {MIN_PIDS}")
         if self.cpuset is not None:
             parse_cpuset(self.cpuset)
+
+
+def phase_limits(
+    *,
+    flop_budget: int,
+    wall_cap_s: float,
+    residual_cap_ms: int | None,
+    lambda_flops_per_second: float,
+    memory_bytes: int,
+    pids_limit: int,
+    cpuset: str | None,
+) -> Limits:
+    """A phase's limits from its rules: a residual cap (``residual_cap_ms``, the
+    residual then not priced) or, with None, the price ``lambda_flops_per_second``."""
+    return Limits(
+        flop_budget=flop_budget,
+        wall_cap_s=wall_cap_s,
+        residual_cap_s=None if residual_cap_ms is None else residual_cap_ms / 1000,
+        lambda_flops_per_second=lambda_flops_per_second if residual_cap_ms is None else 0.0,
+        memory_bytes=memory_bytes,
+        pids_limit=pids_limit,
+        cpuset=cpuset,
+    )
+
+
+def unpack(archive: Path, into: Path) -> Path:
+    """Unpack an estimator archive (``whest package``'s tarball, checked at intake) with
+    the standard library's data filter: no links out, no special files, no owners."""
+    into.mkdir(parents=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(into, filter="data")
+    return into
 
 
 def harness_digest() -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,12 +27,11 @@ RETRY_S = 30.0
 
 def limits_of(rules: PhaseRules) -> grader.Limits:
     """The grader's limits from a phase's rules and its benchmark's sandbox bounds."""
-    capped = rules.residual_rule == PhaseRules.CAPPED
-    return grader.Limits(
+    return grader.phase_limits(
         flop_budget=int(rules.flop_budget),
         wall_cap_s=float(rules.wall_cap_s),
-        residual_cap_s=rules.residual_cap_ms / 1000 if capped else None,
-        lambda_flops_per_second=0.0 if capped else float(rules.lambda_flops_per_second),
+        residual_cap_ms=rules.residual_cap_ms if rules.residual_rule == PhaseRules.CAPPED else None,
+        lambda_flops_per_second=float(rules.lambda_flops_per_second),
         memory_bytes=int(rules.benchmark.run_memory_bytes),
         pids_limit=int(rules.benchmark.run_pids_limit),
         cpuset=entrant_cpuset(rules.entrant_cores),
@@ -48,15 +46,6 @@ def entrant_cpuset(cores: int) -> str | None:
     if not isolation.split:
         return None
     return cpus.format_cpu_list(frozenset(sorted(isolation.scoring)[:cores]))
-
-
-def unpack(archive: Path, into: Path) -> Path:
-    """Unpack an accepted archive (checked at intake by ``services.check_archive``) with
-    the standard library's data filter: no links out, no special files, no owners."""
-    into.mkdir(parents=True)
-    with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def _requeue(task: str, object_id: int, hardware_class: str) -> Callable[[str], None]:
@@ -75,7 +64,7 @@ def _grade_archive(entry: Entry, suite_id: int, session: Any) -> dict[str, Any]:
     the machine's freezer."""
     rules = PhaseRules.objects.select_related("benchmark").get(benchmark=entry.benchmark_id)
     with tempfile.TemporaryDirectory(prefix="podium-entry-") as work:
-        folder = unpack(services.archive_path(entry), Path(work) / "submission")
+        folder = grader.unpack(services.archive_path(entry), Path(work) / "submission")
         return grader.grade(
             folder, storage.suite_dir(suite_id), limits_of(rules), on_container=session.spare
         )
