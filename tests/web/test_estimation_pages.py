@@ -114,6 +114,7 @@ def test_a_signed_in_entrant_sees_the_quota_and_the_upload_form(client, alice, b
     assert f'action="{upload_url(bench)}"' in body
     assert 'type="file" name="estimator"' in body
     assert 'enctype="multipart/form-data"' in body
+    assert f"podium run --local {bench.slug} submission.tar.gz" in words
 
 
 def test_the_page_lists_the_teams_entries_with_status_score_and_link(client, alice, bob, bench):
