@@ -1,7 +1,7 @@
 """Benchmark: the fair-order claim of a scoring host, on PostgreSQL, with a full queue.
 
 Target: at most 20 ms per claim: lock the next waiting submission in the fair order
-(``dispatch.lock_next_waiting``: the window's counts per entrant, then the ordered
+(``waiting.lock_next_waiting``: the window's counts per entrant, then the ordered
 ``SELECT ... FOR UPDATE SKIP LOCKED``), claim it (``runs.run_claim``: the run row,
 ``staging``, its timeline event) and commit.
 
@@ -255,12 +255,12 @@ def one_claim() -> tuple[int | None, float, float]:
     """Lock the next, claim it, commit: (submission id, pick ms, whole claim ms)."""
     from django.db import transaction
 
-    from portal.submissions import dispatch
+    from portal.submissions import waiting
     from portal.submissions.runs import run_claim
 
     started = time.perf_counter()
     with transaction.atomic():
-        submission = dispatch.lock_next_waiting()
+        submission = waiting.lock_next_waiting()
         picked = time.perf_counter()
         if submission is not None and run_claim(submission.pk, lease_s=LEASE_S) is None:
             raise RuntimeError(f"submission {submission.pk} was locked but not claimable")
@@ -316,7 +316,7 @@ def explain_one_claim() -> str:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    from portal.submissions import dispatch
+    from portal.submissions import waiting
 
     class Rollback(Exception):
         pass
@@ -325,7 +325,7 @@ def explain_one_claim() -> str:
     try:
         with transaction.atomic():
             with CaptureQueriesContext(connection) as captured:
-                dispatch.lock_next_waiting()
+                waiting.lock_next_waiting()
             with connection.cursor() as cursor:
                 for query in captured.captured_queries:
                     sql = query["sql"]

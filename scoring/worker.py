@@ -28,8 +28,8 @@ from typing import Any
 
 from django.conf import settings
 
-from portal.submissions.dispatch import next_waiting_id, wake_taken
 from portal.submissions.runs import run_add_overhead, run_claim_next, submission_wait_for_machine
+from portal.submissions.waiting import next_waiting_id, wake_taken
 from portal.submissions.wakeups import score_wake
 from scoring import engine
 from scoring.cohort import rewrite
@@ -153,7 +153,7 @@ def score_next(hardware_class: str, waits: int = 0) -> None:
 
     A waiting submission that no host could run (``run_claim_next``: its cohort is gone,
     say) is ended and refunded there, and the next one is claimed in the same wake-up.
-    Taking the wake-up clears the class's in-flight marker (``dispatch.wake_taken``), so
+    Taking the wake-up clears the class's in-flight marker (``waiting.wake_taken``), so
     the minute sweep replaces a wake-up that then comes to nothing.
     """
     wake_taken(hardware_class)

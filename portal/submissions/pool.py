@@ -22,7 +22,7 @@ and each verification run takes one ready set when it is claimed and uses it onc
   taken sets whose run is no longer staging, and ready sets of cohorts no longer needing
   any.
 - A dry pool: a verifying submission whose cohort has no ready set is stepped over by
-  the claim (``dispatch.lock_next_waiting``), which asks for a fill; the host goes on
+  the claim (``waiting.lock_next_waiting``), which asks for a fill; the host goes on
   with the next waiting run and the verification keeps its place in the fair order. A
   set that becomes ready wakes the class (``scoring.cohort.verifysets``).
 """

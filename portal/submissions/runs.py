@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from portal import errors
 from portal.contests.models import Cohort
-from portal.submissions import anomalies, dispatch, pool
+from portal.submissions import anomalies, pool, waiting
 from portal.submissions.attempts import attempt_refund
 from portal.submissions.final import final_infra_failure
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
@@ -38,7 +38,7 @@ MACHINE_WAIT_NOTE = "waiting for the scoring machine"
 
 def run_claim_next(*, hardware_class: str, lease_s: int, host: str = "") -> Run | None:
     """Claim for ``host`` the next waiting submission of ``hardware_class`` in the fair
-    order (``dispatch.lock_next_waiting``: rows other hosts hold are skipped); None when
+    order (``waiting.lock_next_waiting``: rows other hosts hold are skipped); None when
     nothing waits.
 
     A submission that :func:`run_claim` refuses (``errors.PodiumError``: a reason of the
@@ -49,7 +49,7 @@ def run_claim_next(*, hardware_class: str, lease_s: int, host: str = "") -> Run 
     """
     while True:
         with transaction.atomic():
-            submission = dispatch.lock_next_waiting(hardware_class=hardware_class)
+            submission = waiting.lock_next_waiting(hardware_class=hardware_class)
             if submission is None:
                 return None
             try:

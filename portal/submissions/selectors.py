@@ -19,7 +19,7 @@ from portal import storage
 from portal.contests.models import Benchmark
 from portal.contests.templatetags.podium import minutes, ns, span, zoned, zoned_seconds
 from portal.environments.models import Environment
-from portal.submissions import dispatch, hooks
+from portal.submissions import hooks, waiting
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.teams.selectors import teammate_ids
 
@@ -195,7 +195,7 @@ def queue_standing(submission: Submission, now: dt.datetime | None = None) -> Qu
         return None
     now = now or timezone.now()
     hardware_class = submission.benchmark.hardware_class_id
-    order = dispatch.waiting_in_fair_order(hardware_class=hardware_class, now=now)
+    order = waiting.waiting_in_fair_order(hardware_class=hardware_class, now=now)
     if submission.pk not in order:
         return None  # claimed meanwhile
     position = order.index(submission.pk) + 1

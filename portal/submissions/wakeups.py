@@ -13,7 +13,7 @@ import datetime as dt
 from django.db import transaction
 
 from portal import jobs
-from portal.submissions import dispatch
+from portal.submissions import waiting
 from portal.submissions.models import Submission
 
 
@@ -27,7 +27,7 @@ def score_wake(
     """Wake a scoring host of ``hardware_class`` (after commit): its class queue's message
     names no submission; the host claims the next waiting one in the fair order
     (``dispatch``). ``waits`` counts the tries of a machine that was not ready. Noted as
-    in flight (``dispatch.wake_sent``) for :func:`score_sweep`."""
+    in flight (``waiting.wake_sent``) for :func:`score_sweep`."""
     jobs.enqueue(
         jobs.SCORE_NEXT,
         hardware_class,
@@ -37,7 +37,7 @@ def score_wake(
         queue=jobs.scoring_queue(hardware_class),
     )
     transaction.on_commit(
-        lambda: dispatch.wake_sent(hardware_class, countdown=countdown), robust=True
+        lambda: waiting.wake_sent(hardware_class, countdown=countdown), robust=True
     )
 
 
@@ -48,8 +48,8 @@ def score_sweep(now: dt.datetime | None = None) -> list[str]:
     a minute at most. Returns the classes woken."""
     woken = [
         hardware_class
-        for hardware_class in dispatch.classes_waiting(now=now)
-        if not dispatch.wake_in_flight(hardware_class)
+        for hardware_class in waiting.classes_waiting(now=now)
+        if not waiting.wake_in_flight(hardware_class)
     ]
     for hardware_class in woken:
         score_wake(hardware_class=hardware_class, priority=jobs.OFFICIAL_PRIORITY)

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from portal import jobs
 from portal.contests.models import Cohort
-from portal.submissions import dispatch
+from portal.submissions import waiting
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.submissions.runs import submission_unrunnable
 from portal.submissions.wakeups import score_enqueue, score_wake
@@ -82,7 +82,7 @@ def test_a_submission_whose_cohort_was_deleted_ends_refunded_and_the_next_one_is
     orphan = waited(make_submission(alice, orphan_benchmark), minutes=10)
     orphan_cohort.delete()
     good = waited(make_submission(bob, benchmark), minutes=5)
-    assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class_id) == orphan.pk
+    assert waiting.next_waiting_id(hardware_class=benchmark.hardware_class_id) == orphan.pk
 
     committed(worker.score_next, benchmark.hardware_class_id)  # one wake-up
 
@@ -97,7 +97,7 @@ def test_a_submission_whose_cohort_was_deleted_ends_refunded_and_the_next_one_is
     good.refresh_from_db()
     assert good.status == Submission.PASSED and the_run(good).status == Run.FINISHED
     # The class is free: nothing waits, and a further wake-up finds nothing.
-    assert dispatch.next_waiting_id(hardware_class=benchmark.hardware_class_id) is None
+    assert waiting.next_waiting_id(hardware_class=benchmark.hardware_class_id) is None
 
 
 def test_a_rescore_that_cannot_run_keeps_its_earlier_verdict_and_is_not_refunded(alice, benchmark):
@@ -222,7 +222,7 @@ def test_a_verification_waiting_counts_and_nothing_waiting_wakes_nothing(
 
     Run.objects.filter(pk=verification.pk).update(status=Run.STAGING)  # a host has it
     wakes.clear()
-    dispatch.wake_taken(benchmark.hardware_class_id)
+    waiting.wake_taken(benchmark.hardware_class_id)
     committed(tasks.score_sweep)
     assert wakes == []
 

@@ -23,7 +23,7 @@ from PIL import Image
 from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, CohortItem
 from portal.hosts.leases import machine_lease_acquire, machine_lease_release
-from portal.submissions import dispatch, pool
+from portal.submissions import pool, waiting
 from portal.submissions.models import Run, Submission, VerificationSet
 from portal.submissions.runs import run_claim_next
 from scoring import tasks
@@ -574,7 +574,7 @@ def test_a_verification_with_a_dry_pool_is_stepped_over_until_a_set_is_ready(
     practice = make_submission(bob, contest, kind=Submission.PRACTICE)
     hardware = contest.hardware_class_id
     # In the fair order the verification comes first.
-    assert dispatch.next_waiting_id(hardware_class=hardware) == verifying.pk
+    assert waiting.next_waiting_id(hardware_class=hardware) == verifying.pk
 
     def claim_next() -> Run | None:
         with django_capture_on_commit_callbacks(execute=True):

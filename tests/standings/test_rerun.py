@@ -21,7 +21,7 @@ from portal.standings.rerun import (
     final_rerun_decision,
     final_rerun_start,
 )
-from portal.submissions import dispatch
+from portal.submissions import waiting
 from portal.submissions.final import run_record_final
 from portal.submissions.models import Run, Submission
 from portal.submissions.runs import run_claim_next, run_record_infra_failure
@@ -119,7 +119,7 @@ def test_final_runs_are_claimed_one_at_a_time_per_submission(closing, alice, sta
     first = run_claim_next(hardware_class=CLASS, lease_s=60)
     assert first is not None and first.status == Run.STAGING
     assert run_claim_next(hardware_class=CLASS, lease_s=60) is None  # its other runs wait
-    assert CLASS in dispatch.classes_waiting(now=after_close + dt.timedelta(hours=1))
+    assert CLASS in waiting.classes_waiting(now=after_close + dt.timedelta(hours=1))
 
 
 def test_it_ranks_by_the_median_and_leaves_the_board_alone(

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
-from portal.submissions import dispatch
+from portal.submissions import dispatch, waiting
 from portal.submissions import staff as staff_actions
 from portal.submissions.builds import submission_build_finished
 from portal.submissions.dispatch import Tier, Waiting
@@ -264,7 +264,7 @@ def rule_order(now: dt.datetime, benchmark: Benchmark | None = None) -> list[int
     counts = dispatch.started_counts(
         Run.objects.values_list("submission__entrant_id", "started_at"), now=now
     )
-    waiting = []
+    rows = []
     submissions = Submission.objects.all()
     if benchmark is not None:
         submissions = submissions.filter(benchmark=benchmark)
@@ -279,14 +279,14 @@ def rule_order(now: dt.datetime, benchmark: Benchmark | None = None) -> list[int
         else:
             continue
         since = submission.queued_at or submission.submitted_at
-        waiting.append(Waiting(submission.pk, submission.entrant_id, tier, since))
-    return [item.submission_id for item in dispatch.fair_order(waiting, counts)]
+        rows.append(Waiting(submission.pk, submission.entrant_id, tier, since))
+    return [item.submission_id for item in dispatch.fair_order(rows, counts)]
 
 
 def claim(now: dt.datetime, **kwargs: Any) -> Submission | None:
     """One host's claim, as a scoring host makes it: lock the next, claim it, commit."""
     with transaction.atomic():
-        submission = dispatch.lock_next_waiting(now=now, **kwargs)
+        submission = waiting.lock_next_waiting(now=now, **kwargs)
         if submission is not None:
             assert run_claim(submission.pk, lease_s=LEASE_S) is not None
         return submission
@@ -344,17 +344,17 @@ def test_the_query_claims_in_the_order_of_the_rule(contest, seed_value):
     expected = rule_order(now)
     assert len(expected) > 10
 
-    assert dispatch.waiting_in_fair_order(now=now) == expected
-    assert dispatch.waiting_in_fair_order(now=now, limit=5) == expected[:5]
+    assert waiting.waiting_in_fair_order(now=now) == expected
+    assert waiting.waiting_in_fair_order(now=now, limit=5) == expected[:5]
 
     # Claim after claim: each claim starts a run, so its entrant drops back.
     claimed = []
     while expected_next := rule_order(now):
-        assert dispatch.next_waiting_id(now=now) == expected_next[0]
+        assert waiting.next_waiting_id(now=now) == expected_next[0]
         submission = claim(now)
         assert submission is not None and submission.pk == expected_next[0]
         claimed.append(submission.pk)
-    assert dispatch.next_waiting_id(now=now) is None
+    assert waiting.next_waiting_id(now=now) is None
     assert claim(now) is None
     assert len(claimed) == len(expected)
     assert set(claimed) == set(expected)
@@ -368,9 +368,9 @@ def test_a_fresh_entrant_goes_first_and_24_hours_is_the_edge(contest, alice, bob
     alices = population.submission(alice, queued_at=now - 2 * HOUR)
     bobs = population.submission(bob, queued_at=now - HOUR)
 
-    assert dispatch.next_waiting_id(now=now) == bobs.pk
+    assert waiting.next_waiting_id(now=now) == bobs.pk
     # A microsecond later, alice's run has left the window too: the older one goes first.
-    assert dispatch.next_waiting_id(now=now + MICROSECOND) == alices.pk
+    assert waiting.next_waiting_id(now=now + MICROSECOND) == alices.pk
 
 
 def test_official_before_verification_before_practice_whatever_the_counts(contest, alice, bob):
@@ -380,7 +380,7 @@ def test_official_before_verification_before_practice_whatever_the_counts(contes
     verifying = population.verifying(bob, queued_at=T0 - 4 * HOUR)
     official = population.submission(alice, queued_at=T0)
 
-    assert dispatch.waiting_in_fair_order(now=T0) == [
+    assert waiting.waiting_in_fair_order(now=T0) == [
         official.pk,
         verifying.pk,
         practice.pk,
@@ -391,16 +391,16 @@ def test_a_waiting_row_without_queued_at_counts_from_its_submission(contest, ali
     population = Population(contest)
     older = population.submission(alice, queued_at=None, submitted_at=T0 - 3 * HOUR)
     newer = population.submission(bob, queued_at=T0 - 2 * HOUR, submitted_at=T0 - 9 * HOUR)
-    assert dispatch.waiting_in_fair_order(now=T0) == [older.pk, newer.pk]
+    assert waiting.waiting_in_fair_order(now=T0) == [older.pk, newer.pk]
 
 
 def test_nothing_waiting_claims_nothing(contest, alice):
     population = Population(contest)
     population.verifying(alice, queued_at=T0, run_status=Run.RUNNING)
     population.submission(alice, status=Submission.PASSED)
-    assert dispatch.next_waiting_id(now=T0) is None
+    assert waiting.next_waiting_id(now=T0) is None
     with transaction.atomic():
-        assert dispatch.lock_next_waiting(now=T0) is None
+        assert waiting.lock_next_waiting(now=T0) is None
 
 
 def has_hardware_class() -> bool:
@@ -416,10 +416,10 @@ def test_a_host_claims_only_its_hardware_class(contest, alice, bob):
     cpu_first = Population(contest).submission(alice, queued_at=T0 - HOUR)
     gpu_later = Population(gpu).submission(bob, queued_at=T0)
 
-    assert dispatch.next_waiting_id(now=T0) == cpu_first.pk
-    assert dispatch.next_waiting_id(hardware_class="gpu-h200", now=T0) == gpu_later.pk
-    assert dispatch.next_waiting_id(hardware_class="cpu-x86_64", now=T0) == cpu_first.pk
-    assert dispatch.next_waiting_id(hardware_class="cpu-aarch64", now=T0) is None
+    assert waiting.next_waiting_id(now=T0) == cpu_first.pk
+    assert waiting.next_waiting_id(hardware_class="gpu-h200", now=T0) == gpu_later.pk
+    assert waiting.next_waiting_id(hardware_class="cpu-x86_64", now=T0) == cpu_first.pk
+    assert waiting.next_waiting_id(hardware_class="cpu-aarch64", now=T0) is None
     assert claim(T0, hardware_class="gpu-h200") == gpu_later
 
 
@@ -472,19 +472,19 @@ def test_a_submission_locked_by_another_host_is_skipped(alice, bob, benchmark):
     second = population.submission(bob, queued_at=T0)
 
     def lock_next() -> list[int]:
-        locked = dispatch.lock_next_waiting(now=T0)
+        locked = waiting.lock_next_waiting(now=T0)
         return [locked.pk] if locked else []
 
     with another_host(lock_next) as held:
         assert held == [first.pk]
         with transaction.atomic():
-            mine = dispatch.lock_next_waiting(now=T0)
+            mine = waiting.lock_next_waiting(now=T0)
             assert mine is not None and mine.pk == second.pk
             # A read that locks nothing still names the first: the lock hides nothing else.
-            assert dispatch.next_waiting_id(now=T0) == first.pk
+            assert waiting.next_waiting_id(now=T0) == first.pk
     # The other host let go without claiming: the first is next again.
     with transaction.atomic():
-        again = dispatch.lock_next_waiting(now=T0)
+        again = waiting.lock_next_waiting(now=T0)
         assert again is not None and again.pk == first.pk
 
 
@@ -493,11 +493,11 @@ def test_a_host_looks_further_when_the_first_candidates_are_all_held(
     alice, bob, benchmark, monkeypatch
 ):
     needs_postgresql()
-    monkeypatch.setattr(dispatch, "_CANDIDATES", 2)
+    monkeypatch.setattr(waiting, "_CANDIDATES", 2)
     Cohort.objects.create(benchmark=benchmark, kind=Cohort.OFFICIAL)
     population = Population(benchmark)
-    waiting = [population.submission(alice, queued_at=T0 + k * MICROSECOND) for k in range(5)]
-    ids = [submission.pk for submission in waiting]
+    queued = [population.submission(alice, queued_at=T0 + k * MICROSECOND) for k in range(5)]
+    ids = [submission.pk for submission in queued]
 
     def lock(some: list[int]) -> Callable[[], list[int]]:
         def run() -> list[int]:
@@ -506,13 +506,13 @@ def test_a_host_looks_further_when_the_first_candidates_are_all_held(
         return run
 
     with another_host(lock(ids[:3])), transaction.atomic():
-        mine = dispatch.lock_next_waiting(now=T0)
+        mine = waiting.lock_next_waiting(now=T0)
         assert mine is not None and mine.pk == ids[3]
     with another_host(lock(ids)), transaction.atomic():
-        assert dispatch.lock_next_waiting(now=T0) is None
+        assert waiting.lock_next_waiting(now=T0) is None
 
 
-# When it started waiting -----------------------------------------------------------------
+# When it started queued -----------------------------------------------------------------
 
 
 def test_queued_at_is_stamped_on_entering_a_wait_and_kept_across_machine_waits(

@@ -32,7 +32,7 @@ from portal.contests.models import Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
 from portal.hosts.models import HostCalibration, ScoringHost
 from portal.hosts.selectors import noise_band_cache_key
-from portal.submissions import dispatch, staff
+from portal.submissions import staff, waiting
 from portal.submissions.builds import submission_build_finished
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import AttemptLedger, Run, Submission
@@ -840,4 +840,4 @@ def test_cancelling_a_submission_that_waits_for_verification_withdraws_its_queue
     assert status(submission) == Submission.CANCELLED
     assert not submission.runs.filter(status=Run.QUEUED).exists()
     assert submission.runs.filter(purpose=Run.SCORE, status=Run.FINISHED).count() == 1
-    assert dispatch.next_waiting_id(hardware_class=contest.hardware_class_id) is None
+    assert waiting.next_waiting_id(hardware_class=contest.hardware_class_id) is None
