@@ -1,10 +1,9 @@
 """A local run's verdict and readings, worded as the portal words a scored run's.
 
 The supervisor writes one JSON result line; this module decodes what a local run shows
-from it: the verdict (the rules of the portal's verdict, in the same order and the same
-sentences, so a local failure reads as the scored one would), the wall time, the
-resource readings and the log tails. The client imports nothing of the server, so the
-rules are written here again; a test holds them to the portal's own.
+from it: the verdict (``podium_policy.verdict``, the scoring host's own rules, so a local
+failure reads as the scored one would), the wall time, the resource readings and the log
+tails.
 """
 
 from __future__ import annotations
@@ -12,35 +11,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import signal as signal_module
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MIN_CLASS = 0
-MAX_CLASS = 999
-_INT32_LE = struct.Struct("<i")
-
-OUTPUT_ERRORS = {
-    "missing": "The program wrote no output file at /contest/output/predictions.i32.",
-    "not a regular file": (
-        "The output at /contest/output/predictions.i32 is not a regular file "
-        "(a link, a folder or a pipe)."
-    ),
-}
+from podium_policy.verdict import Verdict, decide
 
 
 class LineError(ValueError):
     """The container's output holds no valid supervisor result line."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: str  # passed, failed or errored
-    matches: int | None
-    total: int
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -59,13 +38,6 @@ class Result:
     rusage: dict[str, int]
     resources: dict[str, float | int | None]
     prewarm_ms: float | None
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return f"signal {number} ({signal_module.Signals(number).name})"
-    except ValueError:
-        return f"signal {number}"
 
 
 def parse_line(stdout: bytes) -> Result:
@@ -137,65 +109,6 @@ def _resources(raw: object) -> dict[str, float | int | None]:
         "memory_peak_bytes": _single(files.get("memory.peak")),
         "pids_peak": _single(files.get("pids.peak")),
     }
-
-
-def parse_predictions(data: bytes, rows: int) -> list[int]:
-    expected = 4 * rows
-    if len(data) != expected:
-        raise ValueError(
-            f"The output has {len(data)} bytes; 4 x {rows} = {expected} were expected."
-        )
-    predictions = [value for (value,) in _INT32_LE.iter_unpack(data)]
-    for row, value in enumerate(predictions, start=1):
-        if not MIN_CLASS <= value <= MAX_CLASS:
-            raise ValueError(f"Row {row} holds {value}, outside [{MIN_CLASS}, {MAX_CLASS}].")
-    return predictions
-
-
-def decide(
-    *,
-    output: bytes | None,
-    output_error: str,
-    exit_code: int | None,
-    signal: int | None,
-    killed: bool,
-    references: Sequence[int],
-    needed: int,
-) -> Verdict:
-    """The portal's verdict rules, first match wins: killed, a signal, no exit status, a
-    non-zero exit, an output the supervisor could not take, no output, an output that
-    breaks the ABI; else the matches against ``needed``."""
-    total = len(references)
-
-    def errored(reason: str) -> Verdict:
-        return Verdict(status="errored", matches=None, total=total, reason=reason)
-
-    if killed:
-        return errored("The run did not finish within the time limit.")
-    if signal is not None:
-        return errored(f"The program was stopped by {_signal_name(signal)}.")
-    if exit_code is None:
-        return errored("The program ended without reporting an exit status.")
-    if exit_code != 0:
-        return errored(f"The program exited with code {exit_code}.")
-    if output_error in OUTPUT_ERRORS:
-        return errored(OUTPUT_ERRORS[output_error])
-    if output_error:
-        reason = output_error.strip()
-        if not reason.endswith((".", "!", "?")):
-            reason += "."
-        return errored(reason[0].upper() + reason[1:])
-    if output is None:
-        return errored("The program wrote no output file.")
-    try:
-        predictions = parse_predictions(output, total)
-    except ValueError as exc:
-        return errored(str(exc))
-    matches = sum(1 for p, r in zip(predictions, references, strict=True) if p == r)
-    summary = f"{matches} of {total} predictions match the reference"
-    if matches >= needed:
-        return Verdict("passed", matches, total, f"{summary}; at least {needed} were needed.")
-    return Verdict("failed", matches, total, f"{summary}; at least {needed} are needed.")
 
 
 def judge(result: Result, references: Sequence[int], needed: int) -> Verdict:

@@ -44,6 +44,7 @@ from podium_cli import judge, show
 from podium_cli.api import Client
 from podium_cli.errors import EXIT_NOT_PASSED, EXIT_OK, CliError
 from podium_cli.pack import pack_folder
+from podium_policy.verdict import Verdict
 
 LABEL = "podium.local"
 SUPERVISOR_NAME = "supervise"
@@ -714,7 +715,7 @@ def _build_and_score(
     return EXIT_OK if verdict.status == "passed" else EXIT_NOT_PASSED
 
 
-def _print_outcome(verdict: judge.Verdict, result: judge.Result, gaps: Sequence[str]) -> None:
+def _print_outcome(verdict: Verdict, result: judge.Result, gaps: Sequence[str]) -> None:
     parts = [f"Verdict: {verdict.status}"]
     if verdict.matches is not None:
         parts.append(f"{verdict.matches}/{verdict.total} matches")

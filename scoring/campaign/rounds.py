@@ -56,6 +56,7 @@ from typing import Any
 
 from django.conf import settings
 
+from podium_policy import verdict
 from portal import storage
 from portal.campaigns import rules
 from portal.campaigns.outcomes import (
@@ -85,7 +86,7 @@ from scoring.host import health, hosts
 from scoring.host import machine as machine_lock
 from scoring.host.heartbeat import Heartbeat
 from scoring.images import registry
-from scoring.run import calibration, runner, verdict
+from scoring.run import calibration, runner
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from podium_policy import verdict
 from portal.campaigns.models import Campaign
 from portal.contests import rules
 from portal.contests.models import Benchmark, Cohort, CohortItem
@@ -44,7 +45,7 @@ from portal.submissions.models import Submission
 from scoring import engine
 from scoring.cohort import staging
 from scoring.host import machine
-from scoring.run import calibration, runner, verdict
+from scoring.run import calibration, runner
 
 log = logging.getLogger(__name__)
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from django.conf import settings
 
+from podium_policy import verdict
 from portal import cpus, storage
 from portal.contests import rules, sandbox
 from portal.contests.models import Benchmark
@@ -68,7 +69,7 @@ from scoring.cohort.staging import StagedRun
 from scoring.host import gpus, health, speed
 from scoring.host import machine as machine_lock
 from scoring.images import registry
-from scoring.run import gpumeter, meter, prewarm, verdict
+from scoring.run import gpumeter, meter, prewarm
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,12 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from hypothesis import given
-from hypothesis import strategies as st
 
-from podium_cli import config, judge, local
+from podium_cli import config, local
 from portal import storage
 from portal.contests import sandbox
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
-from scoring.run import verdict
 from tests import factories
 from tests.cli.conftest import Podium
 
@@ -451,37 +448,3 @@ def test_run_local_refuses_a_plain_http_portal_before_any_request(
     assert "http://podium.example is plain HTTP" in result.err
     assert "--insecure-http" in result.err
     assert fake.calls == []
-
-
-# The verdict's words are the portal's --------------------------------------------------------
-
-outputs = st.one_of(st.none(), st.binary(max_size=24))
-
-
-@given(
-    output=outputs,
-    output_error=st.sampled_from(["", "missing", "not a regular file", "too large"]),
-    exit_code=st.one_of(st.none(), st.integers(-1, 3)),
-    signal=st.one_of(st.none(), st.sampled_from([9, 11, 99])),
-    killed=st.booleans(),
-    references=st.lists(st.integers(0, 3), min_size=1, max_size=6),
-    data=st.data(),
-)
-def test_the_local_verdict_is_the_portals(
-    output: bytes | None, output_error: str, exit_code: int | None, signal: int | None,
-    killed: bool, references: list[int], data: Any,
-) -> None:  # fmt: skip
-    needed = data.draw(st.integers(0, len(references)))
-    if output is not None and data.draw(st.booleans()):
-        output = b"".join(struct.pack("<i", data.draw(st.integers(0, 3))) for _ in references)
-    options = {
-        "output": output, "output_error": output_error, "exit_code": exit_code,
-        "signal": signal, "killed": killed, "references": references, "needed": needed,
-    }  # fmt: skip
-
-    ours = judge.decide(**options)
-    theirs = verdict.decide(**options)
-
-    assert (ours.status, ours.matches, ours.total, ours.reason) == (
-        theirs.status, theirs.matches, theirs.total, theirs.reason,
-    )  # fmt: skip

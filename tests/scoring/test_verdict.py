@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.run.verdict import InvalidOutput, Verdict, count_matches, decide, parse_predictions
+from podium_policy.verdict import InvalidOutput, Verdict, count_matches, decide, parse_predictions
 
 
 def encode(values: Sequence[int]) -> bytes:
