@@ -117,9 +117,9 @@ def main() -> int:
         from django.contrib.auth import get_user_model
         from django.utils import timezone
 
-        from portal.celery import app as celery_app
         from portal.contests.hardware import hardware_class_row
         from portal.contests.models import Benchmark
+        from portal.core.celery import app as celery_app
         from portal.environments.models import Environment
         from scoring.build import buildnet, builds
 

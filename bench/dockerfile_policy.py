@@ -1,4 +1,4 @@
-"""Benchmark: the Dockerfile policy's worst cases (``portal.dockerfile_policy``).
+"""Benchmark: the Dockerfile policy's worst cases (``podium_policy.dockerfile_policy``).
 
 Any signed-in entrant with a verified address can hand the policy a Dockerfile of up to
 the upload limit (256 KiB) through an environment upload or the dry-run check
@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from portal.dockerfile_policy import check_dockerfile, format_violations  # noqa: E402
+from podium_policy.dockerfile_policy import check_dockerfile, format_violations  # noqa: E402
 
 PREFIXES = ["localhost/podium/", "docker.io/library/"]
 BASE = "FROM localhost/podium/python:bookworm\n"

@@ -89,7 +89,7 @@ def parse_args() -> argparse.Namespace:
 
 def spin() -> subprocess.Popen[bytes]:
     """One process spinning on the first CPU that times runs (all CPUs are when shared)."""
-    from portal import cpus
+    from portal.core import cpus
 
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     os.sched_setaffinity(spinner.pid, {min(cpus.configured().scoring or os.sched_getaffinity(0))})
@@ -239,7 +239,7 @@ def main() -> int:
     with bench_workspace("equal-code", keep=args.keep) as (work, tag_root, made):
         setup_django(work / "data")
         logging.getLogger().setLevel(logging.WARNING)
-        from portal.celery import app
+        from portal.core.celery import app
         from scoring.host import health
 
         env_image, submission_image = starter_kit_images(tag_root, made)

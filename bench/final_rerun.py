@@ -100,8 +100,8 @@ def main() -> int:
         from django.contrib.auth import get_user_model
         from django.utils import timezone
 
-        from portal.celery import app
         from portal.contests.models import Benchmark, Cohort
+        from portal.core.celery import app
         from portal.standings import rerun as final
         from portal.standings.models import FinalSettings
         from portal.submissions.models import Run, Submission

@@ -387,7 +387,7 @@ def throughput(
     hosts: dict[str, str], benchmark: Any, image: str, args: argparse.Namespace, work: Path
 ) -> Phase:
     """The fleet ``hosts`` (name -> DOCKER_HOST) scoring the queue, explained."""
-    from portal import jobs
+    from portal.core import jobs
 
     queue = jobs.scoring_queue(benchmark.hardware_class_id)
     workers: list[subprocess.Popen[bytes]] = []
@@ -416,7 +416,7 @@ class Dispatch:
 
 def latency(benchmark: Any, image: str, args: argparse.Namespace, work: Path) -> list[Dispatch]:
     """Queued (wake-up sent) to staging on an idle host, one submission at a time."""
-    from portal import jobs
+    from portal.core import jobs
     from portal.submissions.models import Run
 
     queue = jobs.scoring_queue(benchmark.hardware_class_id)

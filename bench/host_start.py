@@ -39,7 +39,7 @@ def main() -> int:
     os.environ["PODIUM_CALIBRATION_REPETITIONS"] = str(args.repetitions)
     import redis
 
-    from portal import jobs
+    from portal.core import jobs
     from portal.hosts.models import HostCalibration
     from portal.submissions.models import Run
     from scoring import engine

@@ -142,7 +142,7 @@ def portal(env: dict[str, str], work: Path) -> Iterator[str]:
     """Web, a builds worker and a scoring worker, stopped on exit."""
     from django.conf import settings
 
-    from portal import jobs
+    from portal.core import jobs
 
     port = free_port()
     python = sys.executable

@@ -119,11 +119,11 @@ def make_world(data_dir: Path) -> tuple[str, int, Path]:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from portal import storage
     from portal.accounts.models import ApiToken
-    from portal.celery import app as celery_app
     from portal.contests.hardware import hardware_class_row
     from portal.contests.models import Benchmark, Cohort
+    from portal.core import storage
+    from portal.core.celery import app as celery_app
     from portal.environments.models import Environment
     from portal.submissions.intake import submission_accept
     from portal.submissions.models import Run, Submission
@@ -216,7 +216,7 @@ def main() -> int:
             print("the API's tail differs from tail -n's", file=sys.stderr)
             return 1
 
-        from portal.storage import read_tail
+        from portal.core.storage import read_tail
 
         read_times = []
         for _ in range(args.runs):

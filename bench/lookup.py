@@ -136,8 +136,8 @@ def thumbnail_key(path: Path) -> list[float]:
 def thumbnail_image(sub_image: str, tag_root: str, made: list[str], mode: str) -> str:
     """The starter kit's submission image with a thumbnail table of every official image
     (learned elsewhere: the official cohort is drawn from a public set)."""
-    from portal import storage
     from portal.contests.models import CohortItem
+    from portal.core import storage
 
     items = list(CohortItem.objects.filter(cohort__kind="official").order_by("position"))
     table = {
@@ -223,8 +223,8 @@ def main() -> int:
         from django.conf import settings
         from django.contrib.auth import get_user_model
 
-        from portal.celery import app
         from portal.contests.models import Benchmark
+        from portal.core.celery import app
         from portal.submissions.models import Submission
 
         if args.cpu_busy_max is not None:

@@ -6,13 +6,13 @@ times the CPU-bound workload of ``bench/timing.py`` (a static C loop of about 0.
 the runner's sandbox (``scoring.run.runner.container_spec``, the supervisor's trusted
 clock), once on a quiet host and once while ``--workers`` processes (default: one per
 CPU of the machine) loop over what web and the build worker do with large
-archives: ``portal.archives.inspect_archive`` of a ``--archive-mib`` (64)
+archives: ``podium_policy.archives.inspect_archive`` of a ``--archive-mib`` (64)
 MiB ``tar.gz``, then packing its files into a new ``tar.gz``.
 
 Two placements, interleaved run by run so that a change in the machine's background
 load touches every column alike:
 
-- **split**: this machine's ``PODIUM_SCORING_CPUS`` (portal/cpus.py): the container on
+- **split**: this machine's ``PODIUM_SCORING_CPUS`` (portal/core/cpus.py): the container on
   the scoring CPUs, the archive workers pinned to the others, as web and the workers
   pin themselves. On a machine too small to split by default, ``auto`` gives no split;
   name the CPUs (``PODIUM_SCORING_CPUS=1`` on two) to measure one anyway.
@@ -63,7 +63,7 @@ SHIFT_MAX = 0.02
 WORKER = """
 import io, sys, tarfile
 from pathlib import Path
-from portal.archives import inspect_archive
+from podium_policy.archives import inspect_archive
 archive = Path(sys.argv[1])
 while True:
     inspect_archive(archive, "tar.gz", require_entrypoint=False)
@@ -117,7 +117,7 @@ def main() -> int:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         setup_django(folder / "data")
-        from portal import cpus
+        from portal.core import cpus
         from scoring import engine
 
         if not engine.available():

@@ -172,7 +172,7 @@ def main() -> int:
             logging.getLogger().setLevel(logging.WARNING)
             from django.conf import settings
 
-            from portal.celery import app
+            from portal.core.celery import app
             from portal.submissions.models import Submission
             from scoring import engine
             from scoring.images import registry

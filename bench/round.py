@@ -434,7 +434,7 @@ def main() -> int:
             + "\n"
         )
         from portal.campaigns.models import Round
-        from portal.celery import app
+        from portal.core.celery import app
 
         env_image, kit_image = starter_kit_images(tag_root, made)
         spinner = None

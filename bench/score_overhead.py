@@ -360,7 +360,7 @@ def main() -> int:
     with workspace("overhead", keep=args.keep) as (work, tag_root, made):
         setup_django(work / "data")
         logging.getLogger().setLevel(logging.WARNING)
-        from portal.celery import app
+        from portal.core.celery import app
 
         env_image, submission_image = starter_kit_images(tag_root, made)
         submission_ids = make_rows(args.images, submission_image, env_image, args.runs)

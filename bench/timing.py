@@ -18,7 +18,7 @@ Docker's default, tmpfs, limits of a default Benchmark, this machine's scoring C
 engine module to create, start, wait for and remove the container, and
 ``parse_supervisor_line`` for the result.
 
-CPUs as the product places them (``PODIUM_SCORING_CPUS``, portal/cpus.py): the host's
+CPUs as the product places them (``PODIUM_SCORING_CPUS``, portal/core/cpus.py): the host's
 runs (hyperfine, the native supervisor) are made on the scoring CPUs too, and this
 process, which waits like the scoring worker, keeps off them. ``--busy 0`` keeps CPU 0
 busy meanwhile (one spinning process per listed CPU), as host work beside a run would.
@@ -294,7 +294,7 @@ def main() -> int:
     busy: list[subprocess.Popen[bytes]] = []
     try:
         setup_django(folder / "data")
-        from portal import cpus
+        from portal.core import cpus
         from scoring import engine
 
         isolation = cpus.configured()

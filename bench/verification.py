@@ -175,7 +175,7 @@ def measure(submission_ids: list[int]) -> list[dict[str, Any]]:
 
 def _lookup_hits(run_id: int) -> str:
     """A lookup entry's own count of table hits in one run ("" for any other entry)."""
-    from portal import storage
+    from portal.core import storage
 
     log_path = storage.run_log(run_id)
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
@@ -357,8 +357,8 @@ def lookup_image(sub_image: str, tag_root: str, made: list[str], key: str) -> st
     correct entry that is faster only where its key still matches."""
     import json
 
-    from portal import storage
     from portal.contests.models import CohortItem
+    from portal.core import storage
 
     items = CohortItem.objects.filter(cohort__kind="official").order_by("position")
     table = {
@@ -498,8 +498,8 @@ def main() -> int:
         from django.conf import settings
         from django.contrib.auth import get_user_model
 
-        from portal.celery import app
         from portal.contests.models import Benchmark
+        from portal.core.celery import app
         from portal.hosts.selectors import noise_band
         from portal.submissions.models import Submission
 

@@ -210,7 +210,7 @@ def child(args: argparse.Namespace) -> int:
         from django.conf import settings
         from django.contrib.auth import get_user_model
 
-        from portal.celery import app
+        from portal.core.celery import app
         from portal.submissions.models import Submission
 
         if args.gate_busy_max is not None:

@@ -96,7 +96,7 @@ What keeps the pages near the trivial one (each measured here):
   next charge or refund (the ledger's writes drop it); the session (``cached_db``).
   Warm, the signed-in benchmark page reads the user, the benchmark, the board's version
   and the practice cohort: four queries, against thirteen before.
-- **One Redis client object per server** (``portal/redis_cache.py``): Django's backend
+- **One Redis client object per server** (``portal/core/redis_cache.py``): Django's backend
   built a ``redis.Redis`` for every cache operation, filling a table of about 170
   response callbacks each time; profiled, that was 2.2 ms of a signed-in every-attempt
   page's 20 ms (ten operations). **Each process keeps its last every-attempt drawings**

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 import django_stubs_ext
 import environ
 
-from portal import task_names as _task_names
-from portal.checks import DEVELOPMENT_SECRET_KEY
+from portal.core import task_names as _task_names
+from portal.core.checks import DEVELOPMENT_SECRET_KEY
 from portal.notifications.mailconfig import email_url_settings
 
 # Django's generic classes (ModelAdmin[Model], QuerySet[Model], ...) take their type
@@ -42,7 +42,7 @@ PODIUM_DATA_DIR = Path(env.str("PODIUM_DATA_DIR", default=str(BASE_DIR / "var"))
 # Production is any process not marked local. `make run` marks itself with PODIUM_LOCAL=1;
 # pytest marks every test run, and the workers its tests start, with its own PYTEST_VERSION.
 # In production (DEBUG off, not local) the web server refuses to start on the public
-# development key or on ALLOWED_HOSTS=* (portal/checks.py).
+# development key or on ALLOWED_HOSTS=* (portal/core/checks.py).
 PODIUM_LOCAL = env.bool("PODIUM_LOCAL", default=False) or "PYTEST_VERSION" in os.environ
 SECRET_KEY = env_secret("SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 DEBUG = env.bool("DEBUG", default=False)
@@ -97,7 +97,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First: stops the web server from starting on development-only settings in production.
-    "portal.checks.refuse_insecure_production",
+    "portal.core.checks.refuse_insecure_production",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -107,8 +107,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
-    # Sets the device cookie that a successful sign-in issued (portal/login_limits.py).
-    "portal.login_limits.DeviceCookieMiddleware",
+    # Sets the device cookie that a successful sign-in issued (portal/core/login_limits.py).
+    "portal.core.login_limits.DeviceCookieMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -159,7 +159,7 @@ ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
 LOGIN_REDIRECT_URL = "/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/"
 # Failed sign-ins, counted in one place for the browser form, the admin's login and
-# POST /api/v1/tokens/ (portal/login_limits.py, through allauth's adapter): at most 20 a
+# POST /api/v1/tokens/ (portal/core/login_limits.py, through allauth's adapter): at most 20 a
 # minute from one client address, and 5 in 5 minutes at one account (its username and email
 # addresses count together), counted apart for each known device of the account (one that
 # presents the device cookie or string a sign-in issued) and for all its other clients
@@ -167,7 +167,7 @@ ACCOUNT_LOGOUT_REDIRECT_URL = "/"
 # failure leaves its window; a right password takes its own attempt back. The counts live
 # in the default cache (CACHES below). In allauth's syntax, comma-separated limits of
 # "<count>/<window>/<ip|key>"; PODIUM_LOGIN_FAILURE_LIMITS overrides them.
-ACCOUNT_ADAPTER = "portal.login_limits.PodiumAccountAdapter"
+ACCOUNT_ADAPTER = "portal.core.login_limits.PodiumAccountAdapter"
 ACCOUNT_RATE_LIMITS = {
     "login_failed": env.str("PODIUM_LOGIN_FAILURE_LIMITS", default="20/m/ip,5/5m/key"),
 }
@@ -213,10 +213,10 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 0
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_TEMP_DIR = str(PODIUM_DATA_DIR / "uploads")
 Path(FILE_UPLOAD_TEMP_DIR).mkdir(parents=True, exist_ok=True)
-# Every multipart body passes portal.uploads.BoundedUploadHandler first: each upload route's
-# size bounds hold before a byte is stored, and other routes store no file part at all.
+# Every multipart body passes portal.contests.uploads.BoundedUploadHandler first: each upload
+# route's size bounds hold before a byte is stored, and other routes store no file part at all.
 FILE_UPLOAD_HANDLERS = [
-    "portal.uploads.BoundedUploadHandler",
+    "portal.contests.uploads.BoundedUploadHandler",
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
@@ -277,7 +277,7 @@ CELERY_TASK_ALWAYS_EAGER = False
 # it too. With Redis it is Redis: PODIUM_CACHE_URL, by default the broker's server at the
 # next database number, never the broker's own (clearing a Django cache flushes its whole
 # database). Without Redis the broker is the filesystem one, so every process already shares
-# the data folder: the cache is files under it (portal/file_cache.py, atomic add for the
+# the data folder: the cache is files under it (portal/core/file_cache.py, atomic add for the
 # counters' locks), needing no table and costing pages no queries.
 PODIUM_CACHE_URL = env.str("PODIUM_CACHE_URL", default="")
 if not PODIUM_CACHE_URL and CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
@@ -287,14 +287,14 @@ if not PODIUM_CACHE_URL and CELERY_BROKER_URL.startswith(("redis://", "rediss://
 if PODIUM_CACHE_URL:
     CACHES = {
         "default": {
-            "BACKEND": "portal.redis_cache.RedisCache",
+            "BACKEND": "portal.core.redis_cache.RedisCache",
             "LOCATION": PODIUM_CACHE_URL,
         }
     }
 else:
     CACHES = {
         "default": {
-            "BACKEND": "portal.file_cache.SharedFileCache",
+            "BACKEND": "portal.core.file_cache.SharedFileCache",
             "LOCATION": str(PODIUM_DATA_DIR / "cache"),
             "OPTIONS": {"MAX_ENTRIES": 20_000},
         }
@@ -355,7 +355,7 @@ PODIUM_BUILD_MEMORY_BYTES = env.int("PODIUM_BUILD_MEMORY_BYTES", default=8 << 30
 PODIUM_BUILD_PIDS_LIMIT = env.int("PODIUM_BUILD_PIDS_LIMIT", default=1024)
 PODIUM_BUILD_CPUS = env.float("PODIUM_BUILD_CPUS", default=max(1.0, (os.cpu_count() or 2) / 2))
 PODIUM_BUILD_CGROUP_PARENT = env.str("PODIUM_BUILD_CGROUP_PARENT", default="podium-build")
-# CPUs of their own for scored runs (portal/cpus.py): a CPU list ("1", "2-3"), "auto" (the
+# CPUs of their own for scored runs (portal/core/cpus.py): a CPU list ("1", "2-3"), "auto" (the
 # last half of the CPUs on a machine of 4 or more, else none) or "shared". Every other
 # Podium process (web, workers, beat, build containers) pins itself to the rest at start.
 PODIUM_SCORING_CPUS = env.str("PODIUM_SCORING_CPUS", default="auto")
@@ -474,7 +474,7 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS.setdefault(
         "visibility_timeout", env.int("PODIUM_BROKER_VISIBILITY_S", default=3 * 3600)
     )
-    # Message priorities (portal.jobs): a scoring worker takes official scores first,
+    # Message priorities (portal.core.jobs): a scoring worker takes official scores first,
     # then verifications, then practice. Redis keeps one list per step, 0 first.
     CELERY_BROKER_TRANSPORT_OPTIONS.update(
         {"priority_steps": list(range(3)), "sep": ":", "queue_order_strategy": "priority"}

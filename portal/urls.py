@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from portal.login_limits import AdminLoginForm
+from portal.core.login_limits import AdminLoginForm
 
 admin.site.login_form = AdminLoginForm  # failed sign-ins count as at the site's own form
 

@@ -54,7 +54,7 @@ class BuildOutcome:
 class BuildBounds:
     """What confines a build's containers: the network they join, the cgroup they are
     made under (which carries the PID bound), memory (swap included) and CPUs: a quota of
-    ``cpus``, on the CPUs of ``cpuset`` ("" for any; the non-scoring CPUs, portal/cpus.py).
+    ``cpus``, on the CPUs of ``cpuset`` ("" for any; the non-scoring CPUs, portal/core/cpus.py).
 
     No GPU: a container Podium creates for a build (build.sh's) runs with the plain
     runtime and ``NVIDIA_VISIBLE_DEVICES=void``, whatever the engine's default runtime

@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
-from portal import task_names as names
+from portal.core import task_names as names
 from portal.submissions import wakeups
 from scoring import engine, worker
 from scoring.build import builds

@@ -22,7 +22,7 @@ from django.core.servers.basehttp import ThreadedWSGIServer
 from django.test.testcases import LiveServerThread
 from django.utils import timezone
 
-from portal import jobs
+from portal.core import jobs
 from tests import factories
 
 

@@ -10,7 +10,7 @@ from django.apps import apps
 from django.contrib.auth.models import Group, Permission
 from django.db import connection
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 PERMISSIONS = {
     ("teams", "team"): [("view_team", "Can view team")],

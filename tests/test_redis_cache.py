@@ -1,4 +1,4 @@
-"""The shared cache on Redis (``portal.redis_cache``): one client object per server, shared
+"""The shared cache on Redis (``portal.core.redis_cache``): one client object per server, shared
 by every operation and thread, and still every value where it was put."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
-from portal.redis_cache import RedisCache
+from portal.core.redis_cache import RedisCache
 
 pytestmark = pytest.mark.skipif(
     not settings.CACHES["default"]["BACKEND"].endswith("redis_cache.RedisCache"),

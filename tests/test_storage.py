@@ -1,4 +1,4 @@
-"""portal.storage.read_tail: the last lines of a log, at a cost that follows the tail."""
+"""portal.core.storage.read_tail: the last lines of a log, at a cost that follows the tail."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from portal import storage
-from portal.storage import read_tail
+from portal.core import storage
+from portal.core.storage import read_tail
 
 LINE_PIECES = st.sampled_from(
     [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from portal import errors
 from portal.accounts.models import ApiToken
+from portal.core import errors
 
 
 def token_create(*, user: Any, label: str = "") -> ApiToken:

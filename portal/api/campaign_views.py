@@ -18,7 +18,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors, storage
 from portal.api import campaign_serializers as cs
 from portal.api import serializers as s
 from portal.api.common import (
@@ -34,6 +33,7 @@ from portal.api.common import (
 from portal.campaigns import api_selectors
 from portal.campaigns.models import Campaign, Round
 from portal.campaigns.selectors import campaign_by_slug, round_entry_report
+from portal.core import errors, storage
 from portal.submissions.models import Submission
 
 TAGS = ["campaigns"]

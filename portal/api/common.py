@@ -24,13 +24,13 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from portal import errors, storage
 from portal.api import serializers as s
 from portal.contests.models import Benchmark
+from portal.contests.uploads import MAX_DOCKERFILE_BYTES
+from portal.core import errors, storage
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
 from portal.teams.selectors import teammate_ids
-from portal.uploads import MAX_DOCKERFILE_BYTES
 
 TAIL_DEFAULT = 200
 TAIL_MAX = 2000

@@ -14,7 +14,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import contest_serializers as cs
 from portal.api import serializers as s
 from portal.api.common import IsStaff
@@ -27,6 +26,7 @@ from portal.contests.phases import (
     contest_view,
     hub_entries,
 )
+from portal.core import errors
 
 
 def get_contest(slug: str) -> Contest:

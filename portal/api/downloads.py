@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from portal import errors, storage
 from portal.contests.models import Cohort, CohortItem
+from portal.core import errors, storage
 from portal.estimation.models import Suite
 from portal.estimation.services import folder_sha256
 

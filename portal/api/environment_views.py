@@ -12,7 +12,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import storage
 from portal.api import serializers as s
 from portal.api.common import (
     NOT_FOUND,
@@ -27,6 +26,9 @@ from portal.api.common import (
     text_response,
     upload_path,
 )
+from portal.contests.uploads import upload_check, upload_route
+from portal.core import storage
+from portal.core.throttles import PostRateThrottle
 from portal.environments.models import Environment
 from portal.environments.services import (
     environment_create,
@@ -34,8 +36,6 @@ from portal.environments.services import (
     environment_remove,
 )
 from portal.teams.selectors import teammate_ids
-from portal.throttles import PostRateThrottle
-from portal.uploads import upload_check, upload_route
 
 
 @upload_route(archive="context", dockerfile="dockerfile")

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.api.auth import CsrfFailed
-from portal.errors import PodiumError
+from portal.core.errors import PodiumError
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -26,7 +26,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import downloads
 from portal.api import serializers as s
 from portal.api.common import (
@@ -38,11 +37,12 @@ from portal.api.common import (
     upload_path,
 )
 from portal.contests.models import Benchmark
+from portal.contests.uploads import upload_check, upload_route
+from portal.core import errors
+from portal.core.throttles import PostRateThrottle
 from portal.estimation import selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
 from portal.teams.selectors import identity_of
-from portal.throttles import PostRateThrottle
-from portal.uploads import upload_check, upload_route
 
 TAGS = ["estimation"]
 # The grader's own packages, whose versions every entry is graded with.

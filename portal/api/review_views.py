@@ -8,11 +8,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import serializers as s
 from portal.api.common import IsStaff, own_submission, staff_reads
 from portal.api.staff_views import ACTION_ERRORS, HasStaffPermission
 from portal.audit.services import Origin
+from portal.core import errors
 from portal.submissions import review, staff
 from portal.submissions.models import ProvenanceReview, Submission
 

@@ -18,17 +18,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import downloads
 from portal.api import serializers as s
 from portal.api.common import NOT_FOUND, RawAPIView, dockerfile_text, get_benchmark
 from portal.contests import rules, sandbox
 from portal.contests.hardware import class_hardware
 from portal.contests.models import Benchmark, Cohort
+from portal.contests.uploads import MAX_DOCKERFILE_BYTES, upload_check, upload_route
+from portal.core import errors
+from portal.core.throttles import PostRateThrottle
 from portal.environments.services import dockerfile_judge, entrant_check_verified
 from portal.hosts.selectors import noise_band
-from portal.throttles import PostRateThrottle
-from portal.uploads import MAX_DOCKERFILE_BYTES, upload_check, upload_route
 
 # Where the published container spec names what only the local machine knows.
 IMAGE = "{image}"

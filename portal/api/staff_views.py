@@ -15,7 +15,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import serializers as s
 from portal.api.common import (
     IsStaff,
@@ -24,6 +23,7 @@ from portal.api.common import (
 )
 from portal.audit import export
 from portal.audit.services import Origin
+from portal.core import errors
 from portal.submissions import staff
 
 ACTION_ERRORS = s.error_responses(400, 401, 403, 404, 415)

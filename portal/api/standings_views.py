@@ -17,12 +17,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import serializers as s
 from portal.api import standings_serializers as ss
 from portal.api.common import NOT_FOUND, IsStaff, RawAPIView, get_benchmark
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.standings import publishing, rerun
 from portal.standings.models import FinalRerun
 from portal.standings.nominations import nominations_of, nominations_set

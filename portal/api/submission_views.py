@@ -14,7 +14,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors, storage
 from portal.api import serializers as s
 from portal.api.common import (
     NOT_FOUND,
@@ -31,14 +30,15 @@ from portal.api.common import (
     upload_path,
 )
 from portal.audit.services import Origin
+from portal.contests.uploads import upload_check, upload_route
+from portal.core import errors, storage
+from portal.core.throttles import PostRateThrottle
 from portal.environments.selectors import usable_environment
 from portal.submissions import staff
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
 from portal.submissions.selectors import run_log_tail
 from portal.teams.selectors import teammate_ids
-from portal.throttles import PostRateThrottle
-from portal.uploads import upload_check, upload_route
 
 
 @upload_route(archive="source")

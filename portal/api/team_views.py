@@ -12,11 +12,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.api import serializers as s
 from portal.api import team_serializers as ts
 from portal.api.common import NOT_FOUND, get_benchmark
 from portal.audit.services import Origin
+from portal.core import errors
 from portal.teams import services
 from portal.teams.models import Team
 from portal.teams.selectors import invitations_for, pending_invitations, team_members, team_of

@@ -26,7 +26,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.accounts.models import ApiToken
 from portal.accounts.services import token_create, token_revoke
 from portal.api import downloads
@@ -39,13 +38,14 @@ from portal.api.common import (
 )
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.selectors import leaderboard_rows, leaderboard_version
+from portal.core import errors
+from portal.core.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
+from portal.core.throttles import PostRateThrottle
 from portal.environments.selectors import build_network_state
-from portal.login_limits import DEVICE_HEADER, LoginLimited, issue_device, login_authenticate
 from portal.standings.selectors import board_state
 from portal.submissions.attempts import quotas_for
 from portal.submissions.every_attempt import attempts_version, graded_attempts
 from portal.submissions.leaderboard import verifying_rows
-from portal.throttles import PostRateThrottle
 
 # Tokens -----------------------------------------------------------------------------
 
@@ -55,7 +55,7 @@ class TokenListCreateView(APIView):
 
     POSTs are throttled per client address (``tokens`` scope), and failed ones count
     toward the same per-account and per-address limits as the browser sign-in form
-    (``portal.login_limits``): past either, even the right password is 429 ``throttled``.
+    (``portal.core.login_limits``): past either, even the right password is 429 ``throttled``.
     A success also answers a device string (and sets it as the device cookie); a client that
     sends it back in ``X-Podium-Device`` is counted as that known device of the account.
     """

@@ -20,10 +20,10 @@ from portal.api import serializers as s
 from portal.api import standings_serializers as ss
 from portal.api.common import RawAPIView
 from portal.audit.services import Origin
+from portal.contests.uploads import document_route, upload_check
+from portal.core.throttles import PostRateThrottle
 from portal.standings import writeups
 from portal.standings.models import WriteUp
-from portal.throttles import PostRateThrottle
-from portal.uploads import document_route, upload_check
 
 TAGS = ["submissions"]
 REASON = OpenApiParameter(

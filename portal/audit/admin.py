@@ -11,11 +11,11 @@ from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from portal.admin_helpers import ReadOnlyMixin
 from portal.audit import export
 from portal.audit.models import AuditEvent
 from portal.audit.services import Origin
-from portal.errors import PodiumError
+from portal.core.admin_helpers import ReadOnlyMixin
+from portal.core.errors import PodiumError
 
 
 @admin.register(AuditEvent)

@@ -26,9 +26,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from portal import errors
 from portal.audit.models import AuditEvent
 from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.core import errors
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 EXPORT_PERMISSION = "audit.export_auditevent"

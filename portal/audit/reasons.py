@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from portal.audit.services import Origin
-from portal.errors import PodiumError
+from portal.core.errors import PodiumError
 
 T = TypeVar("T")
 

@@ -18,12 +18,12 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from portal import errors
-from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
 from portal.campaigns import controls
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
+from portal.core import errors
+from portal.core.admin_helpers import ReadOnlyMixin, preformatted
 
 MANAGE_CAMPAIGN = "campaigns.manage_campaign"
 # Fixed once the campaign exists (each round relies on them); the baseline is recorded

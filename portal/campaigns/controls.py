@@ -9,13 +9,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.campaigns import rules
 from portal.campaigns.creation import campaign_target
 from portal.campaigns.models import Campaign, Round
 from portal.campaigns.recording import round_facts, round_void_record
 from portal.campaigns.rounds import round_maybe_start, round_maybe_start_after_commit
+from portal.core import errors
 
 
 def round_start_now(*, campaign: Campaign, actor: Any, origin: Origin = NOWHERE) -> Round:

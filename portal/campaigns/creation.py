@@ -9,10 +9,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.campaigns.models import Campaign, Round
 from portal.contests.models import Benchmark
+from portal.core import errors
 
 
 def campaign_target(campaign: Campaign) -> str:

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from portal import jobs
 from portal.campaigns import rules, selectors
 from portal.campaigns.crown import crown_eligible
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Cohort, CohortItem
+from portal.core import jobs
 from portal.submissions.models import Submission, SubmissionEvent
 
 log = logging.getLogger(__name__)

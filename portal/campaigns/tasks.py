@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from portal.campaigns.sweep import campaigns_sweep
-from portal.task_names import CAMPAIGNS_SWEEP
+from portal.core.task_names import CAMPAIGNS_SWEEP
 
 
 @shared_task(name=CAMPAIGNS_SWEEP)

@@ -2,7 +2,7 @@
 
 Each is audited in the same transaction as the write. A posted announcement is mailed to
 the contest's participants by a task sent after the commit
-(``portal.notifications.send_announcement_mail``, by name through ``portal.jobs``); the
+(``portal.notifications.send_announcement_mail``, by name through ``portal.core.jobs``); the
 send itself claims the announcement once (``Announcement.mailed_at``), so a redelivered
 message mails nobody twice.
 """
@@ -15,9 +15,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Announcement, Contest
+from portal.core import errors, jobs
 
 POST_PERMISSION = "contests.add_announcement"
 CHANGE_PERMISSION = "contests.change_announcement"

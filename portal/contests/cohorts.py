@@ -43,9 +43,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import ProtectedError
 
-from portal import storage
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import storage
 
 CLASS_COUNT = 1000
 CHUNK_BYTES = 1024 * 1024

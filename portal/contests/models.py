@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from portal import dockerfile_policy
+from podium_policy import dockerfile_policy
 
 GIB = 1024**3
 POSITIVE = MinValueValidator(1)

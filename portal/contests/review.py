@@ -13,9 +13,9 @@ from typing import Any
 
 from django.db import transaction
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record, field_changes
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import errors
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from portal import storage
-from portal.admin_helpers import ReadOnlyMixin, log_tail_html
+from portal.core import storage
+from portal.core.admin_helpers import ReadOnlyMixin, log_tail_html
 from portal.environments.models import BuildNetworkCheck, Environment, EnvironmentEvent
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 from django.core.files.uploadedfile import TemporaryUploadedFile, UploadedFile
 
-from portal.uploads import MAX_DOCKERFILE_BYTES
+from portal.contests.uploads import MAX_DOCKERFILE_BYTES
 
 
 def upload_path(upload: UploadedFile) -> Path:

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.environments.models import BuildNetworkCheck, Environment
 from portal.teams.selectors import teammate_ids
 

@@ -18,13 +18,14 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from portal import archives, dockerfile_policy, errors, jobs, storage
+from podium_policy import archives, dockerfile_policy
 from portal.audit.services import audit_record
 from portal.contests import rules
 from portal.contests.models import Benchmark
+from portal.contests.uploads import MAX_DOCKERFILE_BYTES
+from portal.core import errors, jobs, storage
 from portal.environments import hooks
 from portal.environments.models import BuildNetworkCheck, Environment, EnvironmentEvent
-from portal.uploads import MAX_DOCKERFILE_BYTES
 
 
 def allowed_prefixes(benchmark: Benchmark) -> list[str]:

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal import storage, uploads
+from portal.contests import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.contests.templatetags.podium import (
@@ -21,6 +21,8 @@ from portal.contests.templatetags.podium import (
     span,
     zoned_seconds,
 )
+from portal.core import storage
+from portal.core.errors import PodiumError
 from portal.environments import services
 from portal.environments.forms import (
     EnvironmentForm,
@@ -29,7 +31,6 @@ from portal.environments.forms import (
     policy_problems,
 )
 from portal.environments.models import Environment
-from portal.errors import PodiumError
 
 NO_OUTPUT = "(no output yet)"
 UNFINISHED = (Environment.QUEUED, Environment.BUILDING)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from portal.admin_helpers import ReadOnlyMixin
+from portal.core.admin_helpers import ReadOnlyMixin
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
 
 

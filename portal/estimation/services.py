@@ -19,14 +19,15 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from portal import archives, errors, jobs, storage
+from podium_policy import archives
 from portal.audit.services import audit_record
 from portal.contests import rules as contest_rules
 from portal.contests.models import Benchmark
+from portal.core import errors, jobs, storage
+from portal.core.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE, ESTIMATION_SUITE
 from portal.environments.services import entrant_check_verified
 from portal.estimation import rules
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
-from portal.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE, ESTIMATION_SUITE
 from portal.teams.locks import lock_identity
 from portal.teams.selectors import identity_of
 

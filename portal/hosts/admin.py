@@ -18,9 +18,9 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from portal import errors
-from portal.admin_helpers import ReadOnlyMixin, preformatted
 from portal.audit.reasons import reasoned_action
+from portal.core import errors
+from portal.core.admin_helpers import ReadOnlyMixin, preformatted
 from portal.hosts import calibrations, services
 from portal.hosts.models import CalibrationFlag, HostCalibration, ReferenceSpread, ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text

@@ -18,9 +18,9 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import HardwareClass
+from portal.core import errors
 from portal.hosts import noise
 from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.hosts.selectors import noise_band_cache_key

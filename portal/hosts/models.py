@@ -47,7 +47,7 @@ class ScoringHost(models.Model):
     cpu_isolation = models.JSONField(
         default=dict,
         blank=True,
-        help_text='Where scored runs compute (portal/cpus.py): {"shared", "scoring_cpus", '
+        help_text='Where scored runs compute (portal/core/cpus.py): {"shared", "scoring_cpus", '
         '"other_cpus", "reason"}; both lists null when runs share every CPU, and the '
         "reason says why. Empty until the host registers with it.",
     )

@@ -104,7 +104,7 @@ class HostRow:
     calibration: dict[str, Any] | None = None
     # The host tools it lacks (it refused to register and takes no run); [] when none.
     missing_tools: list[str] = field(default_factory=list)
-    # Where its scored runs compute (portal/cpus.py): {"shared", "scoring_cpus",
+    # Where its scored runs compute (portal/core/cpus.py): {"shared", "scoring_cpus",
     # "other_cpus", "reason"}; None until it reports it.
     cpu_isolation: dict[str, Any] | None = None
 

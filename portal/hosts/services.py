@@ -15,10 +15,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import HardwareClass
+from portal.core import errors
 from portal.hosts.models import ScoringHost
 
 MANAGE_HOST = "hosts.manage_host"

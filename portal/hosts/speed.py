@@ -14,7 +14,7 @@ import logging
 
 from django.db import transaction
 
-from portal import errors
+from portal.core import errors
 from portal.submissions.models import Run, Submission
 from portal.submissions.staff import submission_rescore
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from django.core.mail import EmailMessage
 
-from portal import jobs
+from portal.core import jobs
 from portal.notifications.models import NotificationPreference
 from portal.notifications.selectors import verdict_emails_wanted
 from portal.notifications.verdict_mail import verdict_mail

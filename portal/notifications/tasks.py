@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from portal import jobs
+from portal.core import jobs
 from portal.notifications.announcement_mail import announcement_mail_send
 from portal.notifications.services import verdict_mail_send
 

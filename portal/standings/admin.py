@@ -19,10 +19,10 @@ from django.forms import ModelForm
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from portal.admin_helpers import ReadOnlyMixin
 from portal.audit.reasons import reasoned_action
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
+from portal.core.admin_helpers import ReadOnlyMixin
 from portal.standings import publishing, rerun
 from portal.standings.final_settings import final_settings_delete, final_settings_save
 from portal.standings.models import Correction, FinalSettings, StandingRow, Standings, WriteUp

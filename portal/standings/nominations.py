@@ -19,8 +19,8 @@ from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.standings import rules
 from portal.standings.models import FinalSettings, Nomination
 from portal.submissions.models import Run, Submission

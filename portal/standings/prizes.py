@@ -16,8 +16,8 @@ import datetime as dt
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.standings import rules
 from portal.standings.nominations import final_settings_for
 from portal.submissions.models import ProvenanceReview, Submission

@@ -17,10 +17,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.contests.selectors import leaderboard_rows
+from portal.core import errors
 from portal.standings import rules
 from portal.standings.models import Correction, FinalRerun, StandingRow, Standings
 from portal.standings.nominations import final_settings_for

@@ -15,9 +15,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark, Cohort
+from portal.core import errors
 from portal.hosts.selectors import noise_band_percent
 from portal.standings import rules
 from portal.standings.models import FinalEntry, FinalRerun, Standings

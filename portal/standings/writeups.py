@@ -23,15 +23,14 @@ from django.db import transaction
 from django.http import FileResponse
 from django.utils import timezone
 
-from portal import errors, storage
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
+from portal.core import errors, storage
 from portal.standings.models import WriteUp
 from portal.submissions.models import Submission
 
 PDF_MAGIC = b"%PDF-"
 VIEW_WRITEUP = "standings.view_writeup"
-GRADED_STATUSES = (Submission.PASSED, Submission.FAILED)
 PUBLIC_CACHE_S = 15 * 60
 # An entrant's file on the portal's own origin: never shown in the page, never run.
 WRITEUP_HEADERS = {
@@ -62,7 +61,7 @@ def _check_graded(submission: Submission) -> None:
             f"Submission {submission.pk} is a practice submission; "
             "a write-up goes with a graded official submission."
         )
-    if submission.disqualified_at is not None or submission.status not in GRADED_STATUSES:
+    if submission.disqualified_at is not None or submission.status not in Submission.GRADED:
         state = "disqualified" if submission.disqualified_at else submission.status
         raise errors.InvalidParameter(
             f"Submission {submission.pk} is not graded (it is {state}); a write-up goes with "

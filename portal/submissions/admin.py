@@ -25,14 +25,14 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from portal import errors, storage
-from portal.admin_helpers import (
+from portal.audit.reasons import reason_given, reason_page, reasoned_action
+from portal.audit.services import Origin
+from portal.core import errors, storage
+from portal.core.admin_helpers import (
     ReadOnlyMixin,
     log_tail_html,
     preformatted,
 )
-from portal.audit.reasons import reason_given, reason_page, reasoned_action
-from portal.audit.services import Origin
 from portal.submissions import anomalies, evidence, review, staff
 from portal.submissions.models import (
     Anomaly,

@@ -58,10 +58,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests import review
 from portal.contests.models import Benchmark, LeaderboardEntry
+from portal.core import errors
 from portal.submissions.models import Anomaly, Run, Submission
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from portal import jobs
+from portal.core import jobs
 from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
 from portal.submissions import hooks
 from portal.submissions.attempts import attempt_refund

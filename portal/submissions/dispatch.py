@@ -9,7 +9,7 @@ The fair order (the rule), among the submissions *waiting*: ``queued`` for a sco
 ``verifying`` with a queued verification run:
 
 1. Tier: official scores, then verifications of passing official runs, then practice
-   scores (the same order as ``portal.jobs``' message priorities), then the final
+   scores (the same order as ``portal.core.jobs``' message priorities), then the final
    rerun's runs of ``passed`` submissions (``final.py``), one at a time per submission.
 2. Within a tier, the submission whose entrant has had the fewest runs *started* in the
    last 24 hours (``Run.started_at`` on or after ``now - 24 h``: any purpose and kind,

@@ -22,7 +22,6 @@ from django.db.models import Count, F, FilteredRelation, Max, Q, QuerySet, Sum
 from portal.contests.models import Benchmark
 from portal.submissions.models import Run, Submission
 
-GRADED_STATUSES = (Submission.PASSED, Submission.FAILED)
 # How long a fingerprint of the attempts is reused before it is read again.
 FRESH_S = 30
 
@@ -47,7 +46,7 @@ def _graded_runs(benchmark: Benchmark) -> QuerySet[Run]:
     return Run.objects.filter(
         submission__benchmark=benchmark,
         submission__kind=Submission.OFFICIAL,
-        submission__status__in=GRADED_STATUSES,
+        submission__status__in=Submission.GRADED,
         submission__disqualified_at__isnull=True,
         purpose=Run.SCORE,
         status=Run.FINISHED,

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from portal import errors, storage
 from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.core import errors, storage
 from portal.submissions.models import Run
 
 

@@ -14,10 +14,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import archives, errors, jobs, storage
+from podium_policy import archives
 from portal.contests import rules
 from portal.contests.hardware import class_missing_pins
 from portal.contests.models import Benchmark, Cohort
+from portal.core import errors, jobs, storage
 from portal.environments.models import Environment
 from portal.environments.selectors import environment_usable_check
 from portal.environments.services import entrant_check_build_slots, entrant_check_verified

@@ -26,6 +26,9 @@ class Submission(models.Model):
     # because an earlier submission of the campaign has the same image (refunded).
     BENCH_QUEUED = "bench_queued"
     DUPLICATE_IMAGE = "duplicate_image"
+    # A graded submission: its scored run gave a verdict on the answers (a point of the
+    # every-attempt chart; what a write-up may describe).
+    GRADED = (PASSED, FAILED)
     STATUSES = [
         (s, s)
         for s in (

@@ -36,8 +36,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal import jobs
 from portal.contests.models import Cohort
+from portal.core import jobs
 from portal.submissions.models import Run, Submission, VerificationSet
 
 

@@ -21,13 +21,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark, LeaderboardEntry
 from portal.contests.selectors import RANK_ORDER
+from portal.core import errors, jobs
+from portal.core.task_names import REVIEW_ARTIFACTS
 from portal.submissions.models import ProvenanceReview, Submission
 from portal.submissions.staff import submission_disqualify
-from portal.task_names import REVIEW_ARTIFACTS
 
 STATEMENT_MAX_CHARS = 20_000
 NEW_FIRST_PLACE = "first place on the board"

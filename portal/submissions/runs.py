@@ -12,8 +12,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.contests.models import Cohort
+from portal.core import errors
 from portal.submissions import anomalies, pool, waiting
 from portal.submissions.attempts import attempt_refund
 from portal.submissions.final import final_infra_failure

@@ -15,9 +15,9 @@ from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from portal import storage
 from portal.contests.models import Benchmark
 from portal.contests.templatetags.podium import minutes, ns, span, zoned, zoned_seconds
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.submissions import hooks, waiting
 from portal.submissions.models import AttemptLedger, Run, Submission

@@ -7,7 +7,7 @@ Who may call: being staff (``is_staff``) opens the admin and the staff endpoints
 lets staff read entrants' records for review; each action below, and each download
 that hands out an entrant's source or a run's evidence, needs its own permission
 (:data:`STAFF_PERMISSIONS`, held by the "contest staff" group; superusers hold them
-all). The admin and the API check it with :func:`portal.errors.staff_permission_check` before
+all). The admin and the API check it with :func:`portal.core.errors.staff_permission_check` before
 calling the service, so a refused request changes nothing and records nothing.
 """
 
@@ -18,8 +18,8 @@ from typing import IO, Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.services import NOWHERE, Origin, audit_record
+from portal.core import errors, jobs
 from portal.submissions import hooks
 from portal.submissions.attempts import attempt_refund
 from portal.submissions.intake import source_path

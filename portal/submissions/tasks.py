@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from portal.core.task_names import REVIEW_SWEEP
 from portal.submissions.review import review_sweep
-from portal.task_names import REVIEW_SWEEP
 
 
 @shared_task(name=REVIEW_SWEEP)

@@ -11,9 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.db import models, transaction
 
-from portal import errors
 from portal.contests import rules
 from portal.contests.models import LeaderboardEntry
+from portal.core import errors
 from portal.submissions import anomalies, hooks, notify, pool
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission

@@ -11,11 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal import uploads
+from portal.contests import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
+from portal.core.errors import PodiumError
 from portal.environments.selectors import usable_environments
-from portal.errors import PodiumError
 from portal.submissions import intake, review
 from portal.submissions.attempts import quotas_for
 from portal.submissions.forms import SubmissionForm

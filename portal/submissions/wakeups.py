@@ -12,7 +12,7 @@ import datetime as dt
 
 from django.db import transaction
 
-from portal import jobs
+from portal.core import jobs
 from portal.submissions import waiting
 from portal.submissions.models import Submission
 

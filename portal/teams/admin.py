@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from portal.admin_helpers import ReadOnlyMixin
+from portal.core.admin_helpers import ReadOnlyMixin
 from portal.teams.models import Team, TeamInvitation, TeamMember
 
 

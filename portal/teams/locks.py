@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.teams.models import Team
 
 

@@ -18,10 +18,10 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
 from portal.contests.rules import attempt_day
+from portal.core import errors
 from portal.teams import hooks
 from portal.teams.locks import lock_team, lock_user
 from portal.teams.models import Team, TeamInvitation, TeamMember

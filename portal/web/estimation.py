@@ -21,9 +21,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import errors, uploads
+from portal.contests import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
+from portal.core import errors
 from portal.environments.forms import upload_path
 from portal.estimation import rules, selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite

@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.standings.nominations import nominations_of, nominations_set
 from portal.standings.selectors import (
     COHORT_WORDS,

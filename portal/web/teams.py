@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from portal import errors
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.teams import services
 from portal.teams.models import TeamInvitation
 from portal.teams.selectors import pending_invitations, team_members, team_of

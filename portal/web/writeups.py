@@ -10,7 +10,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import errors, uploads
+from portal.contests import uploads
+from portal.core import errors
 from portal.standings import writeups
 from portal.standings.models import WriteUp
 

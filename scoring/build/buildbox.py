@@ -10,7 +10,7 @@ A build (an environment's Dockerfile or a submission's build.sh) runs entrant co
   limit for RUN steps) and tells afterwards whether the build reached it, so a fork
   bomb is named as one;
 - **memory, swap and CPU bounds** on every container (``engine.BuildBounds``), on the
-  CPUs that do not score (``portal.cpus``);
+  CPUs that do not score (``portal.core.cpus``);
 - **a disk cap** that fails closed: a guard thread reads each build container's
   writable-layer size every :data:`GUARD_PERIOD_S` and kills one that wrote more than the
   cap. Per storage driver:
@@ -68,7 +68,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
-from portal import cpus
+from portal.core import cpus
 from scoring import engine
 from scoring.build import buildnet
 

@@ -63,10 +63,11 @@ from typing import IO, cast
 
 from django.conf import settings
 
-from portal import archives, dockerfile_policy, storage
+from podium_policy import archives, dockerfile_policy
+from podium_policy.dockerfile_policy import ENTRANT_NAMESPACE
 from portal.contests import rules, sandbox
 from portal.contests.hardware import class_platform
-from portal.dockerfile_policy import ENTRANT_NAMESPACE
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.environments.services import (
     ENGINE_FAULT_REASON,

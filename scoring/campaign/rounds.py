@@ -57,7 +57,6 @@ from typing import Any
 from django.conf import settings
 
 from podium_policy import verdict
-from portal import storage
 from portal.campaigns import rules
 from portal.campaigns.outcomes import (
     BASELINE_CLOSE,
@@ -77,6 +76,7 @@ from portal.campaigns.rounds import (
     round_wait_for_capacity,
 )
 from portal.contests.models import Benchmark, CohortItem
+from portal.core import storage
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import latest_calibration
 from scoring import engine

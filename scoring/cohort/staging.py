@@ -64,9 +64,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from portal import storage
 from portal.contests import rules
 from portal.contests.models import Cohort, CohortItem
+from portal.core import storage
 from portal.submissions import pool
 from portal.submissions.models import Run
 from scoring.cohort import rewrite

@@ -46,8 +46,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from portal import storage
 from portal.contests.models import Cohort, CohortItem
+from portal.core import storage
 from portal.submissions import pool, wakeups
 from portal.submissions.models import Run, Submission
 from scoring.cohort import rewrite, staging

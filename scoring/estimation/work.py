@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from portal import cpus, jobs, storage
+from portal.core import cpus, jobs, storage
+from portal.core.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE
 from portal.estimation import services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
-from portal.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE
 from scoring.estimation import grade as grader
 from scoring.host import machine as machine_lock
 
@@ -40,7 +40,7 @@ def limits_of(rules: PhaseRules) -> grader.Limits:
 
 def entrant_cpuset(cores: int) -> str | None:
     """The entrant's CPUs: the first ``cores`` of this host's scoring CPUs
-    (``PODIUM_SCORING_CPUS``, ``portal.cpus``); the meter runs on the rest. None where
+    (``PODIUM_SCORING_CPUS``, ``portal.core.cpus``); the meter runs on the rest. None where
     the CPUs are shared (too few to split, as on a 2-CPU machine)."""
     isolation = cpus.configured()
     if not isolation.split:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from portal import cpus, storage
 from portal.contests.hardware import hardware_class
+from portal.core import cpus, storage
 from portal.hosts.selectors import noise_band_percent
 from portal.submissions.models import Run
 from scoring import engine

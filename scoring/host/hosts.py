@@ -28,8 +28,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from portal import cpus
 from portal.contests.hardware import class_platform, hardware_class
+from portal.core import cpus
 from portal.hosts.models import ScoringHost
 from portal.hosts.services import host_accepts_work, host_heartbeat, host_register
 from scoring import engine

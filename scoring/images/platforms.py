@@ -16,7 +16,7 @@ from __future__ import annotations
 import platform as host
 from typing import Any
 
-from portal.dockerfile_policy import ARCH_ALIASES
+from podium_policy.dockerfile_policy import ARCH_ALIASES
 from scoring import engine
 
 # A registry that does not answer must not hold up a build for the client's 120 s.

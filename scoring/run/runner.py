@@ -48,9 +48,9 @@ from typing import Any
 from django.conf import settings
 
 from podium_policy import verdict
-from portal import cpus, storage
 from portal.contests import rules, sandbox
 from portal.contests.models import Benchmark
+from portal.core import cpus, storage
 from portal.hosts.selectors import noise_band_percent
 from portal.hosts.speed import run_host_speed_rescore
 from portal.submissions.final import run_record_final
@@ -195,7 +195,7 @@ def container_spec(
     built before that rule.) What the image holds under such a path is not visible.
 
     CPUs: the container runs on ``scoring_cpus`` (a cpuset; by default this machine's
-    ``PODIUM_SCORING_CPUS``, ``portal.cpus``), every other Podium process on the rest;
+    ``PODIUM_SCORING_CPUS``, ``portal.core.cpus``), every other Podium process on the rest;
     "" shares every CPU. There is never a CPU quota: a quota's period throttling would
     add to the timing noise, and the cpuset is the limit.
     """

@@ -42,10 +42,10 @@ from typing import Any
 
 from django.db import transaction
 
-from portal import storage
 from portal.audit.services import audit_record
 from portal.contests import rules
 from portal.contests.models import Benchmark
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.submissions.models import Run, Submission
 from scoring import engine

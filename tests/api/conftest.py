@@ -16,9 +16,9 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from portal import storage
 from portal.accounts.models import ApiToken
 from portal.contests.models import Benchmark
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.estimation.models import Suite
 from portal.submissions.intake import submission_accept

@@ -26,13 +26,13 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import storage
 from portal.accounts.models import ApiToken
 from portal.api import urls as api_urls
 from portal.api.common import PagePagination
 from portal.audit.models import AuditEvent
 from portal.campaigns.models import Campaign, Round, RoundEntry
 from portal.contests.models import Announcement, Cohort, CohortItem
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.estimation.models import Entry, Suite
 from portal.standings.models import FinalRerun, Standings, WriteUp

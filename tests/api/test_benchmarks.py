@@ -10,8 +10,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from portal import storage
 from portal.contests.models import Cohort, CohortItem
+from portal.core import storage
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import Run, Submission
 from tests import factories

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import storage
 from portal.api.common import PagePagination
 from portal.campaigns import creation, recording, rounds, rules
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import storage
 from portal.submissions.builds import submission_build_finished
 from portal.submissions.models import Submission, SubmissionEvent
 from tests import factories

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import errors
 from portal.contests.models import Benchmark, HardwareClass
+from portal.core import errors
 from portal.environments.selectors import usable_environment, usable_environments
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import AttemptLedger, Submission

@@ -10,11 +10,11 @@ import pytest
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from portal import jobs
 from portal.api.common import PagePagination
 from portal.audit.models import AuditEvent
 from portal.contests.announcements import announcement_post
 from portal.contests.models import Announcement
+from portal.core import jobs
 from tests import factories
 
 DAY = dt.timedelta(days=1)

@@ -7,7 +7,7 @@ import datetime as dt
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from portal import jobs, storage
+from portal.core import jobs, storage
 from portal.environments.models import Environment
 from tests import factories
 from tests.api import VALID_DOCKERFILE

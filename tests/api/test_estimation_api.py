@@ -17,11 +17,11 @@ import time_machine
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import storage
 from portal.contests.models import Benchmark
+from portal.core import storage
+from portal.core.task_names import ESTIMATION_GRADE
 from portal.estimation import services
 from portal.estimation.models import Entry, PhaseRules, Suite
-from portal.task_names import ESTIMATION_GRADE
 from portal.teams import services as teams
 from tests import factories
 from tests.api.conftest import HOSTILE

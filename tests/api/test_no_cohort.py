@@ -14,7 +14,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from podium_cli.errors import Refused
-from portal import archives
+from podium_policy import archives
 from portal.contests.models import Benchmark, Cohort
 from portal.submissions.models import AttemptLedger, Submission
 from tests import factories

@@ -22,10 +22,10 @@ from django.urls import reverse
 from portal.audit.models import AuditEvent
 from portal.contests import rules
 from portal.contests.models import Cohort
+from portal.core.task_names import REVIEW_ARTIFACTS
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import AttemptLedger, ProvenanceReview, Run, Submission
 from portal.submissions.review import NEW_FIRST_PLACE, review_sweep
-from portal.task_names import REVIEW_ARTIFACTS
 from scoring import engine
 from scoring.images import artifacts
 from tests import factories

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import secrets
 
-from portal import storage
 from portal.contests.models import Cohort
+from portal.core import storage
 from portal.submissions.models import Run, Submission
 from tests import factories
 

@@ -23,10 +23,10 @@ from django.db import close_old_connections
 from django.urls import resolve
 from hypothesis import HealthCheck, settings
 
-from portal import storage
 from portal.accounts.models import ApiToken
 from portal.api.common import IsStaff
 from portal.contests.models import Cohort, CohortItem
+from portal.core import storage
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission
 from portal.wsgi import application

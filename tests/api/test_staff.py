@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from portal import jobs
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort, LeaderboardEntry
+from portal.core import jobs
 from portal.submissions.leaderboard import leaderboard_refresh_entrant
 from portal.submissions.models import AttemptLedger, Run, Submission
 

@@ -12,9 +12,9 @@ import zipfile
 from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from django.utils import timezone
 
-from portal import jobs, storage
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort
+from portal.core import jobs, storage
 from portal.environments.models import Environment
 from portal.submissions.models import AttemptLedger, Run, Submission
 from tests import factories

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from portal.core.task_names import ESTIMATION_GRADE
 from portal.estimation import services
 from portal.estimation.models import Entry
-from portal.task_names import ESTIMATION_GRADE
 from tests import factories
 from tests.browser.conftest import screenshot, sign_in, unlabelled_controls
 from tests.web.estimation_entries import grade, mlp, ready_suite

@@ -13,8 +13,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.utils import timezone
 
-from portal import storage
 from portal.contests.templatetags.podium import until
+from portal.core import storage
 from portal.environments import services as environment_services
 from portal.environments.models import Environment, EnvironmentEvent
 from portal.submissions.models import AttemptLedger

@@ -14,7 +14,6 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from portal import jobs
 from portal.campaigns import creation, rounds
 from portal.campaigns.models import Campaign
 from portal.campaigns.outcomes import (
@@ -26,6 +25,7 @@ from portal.campaigns.outcomes import (
     SliceRun,
 )
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import jobs
 from portal.submissions.builds import submission_build_finished
 from portal.submissions.models import AttemptLedger, Submission
 from tests import factories

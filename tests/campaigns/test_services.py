@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.models import AuditEvent
 from portal.campaigns import controls, creation, recording, rounds, rules, selectors, sweep
 from portal.campaigns.models import Campaign, Crown, Round, RoundEntry
+from portal.core import errors, jobs
 from portal.submissions import staff
 from portal.submissions.models import AttemptLedger, Submission, SubmissionEvent
 from tests import factories

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from portal import jobs, storage
+from portal.core import jobs, storage
 from portal.environments.models import Environment
 from tests import factories
 from tests.cli.conftest import Podium, tar_members

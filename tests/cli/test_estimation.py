@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from portal.core.task_names import ESTIMATION_GRADE
 from portal.estimation import services
 from portal.estimation.models import Entry
-from portal.task_names import ESTIMATION_GRADE
 from tests import factories
 from tests.api.conftest import HOSTILE
 from tests.cli.conftest import Podium

@@ -21,9 +21,9 @@ import pytest
 from django.conf import settings
 
 from podium_cli import config, local
-from portal import storage
 from portal.contests import sandbox
 from portal.contests.models import Cohort, CohortItem
+from portal.core import storage
 from portal.environments.models import Environment
 from tests import factories
 from tests.cli.conftest import Podium

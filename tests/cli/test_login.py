@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from podium_cli import config
 from portal.accounts.models import ApiToken
-from portal.login_limits import DEVICE_SALT
+from portal.core.login_limits import DEVICE_SALT
 from tests.cli.conftest import PASSWORD, Podium
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import jobs
+from portal.core import jobs
 from portal.submissions.intake import source_path
 from portal.submissions.models import Submission
 from tests import factories

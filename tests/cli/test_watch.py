@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from podium_cli import watch
 from podium_cli.pack import pack_folder
-from portal import storage
 from portal.contests.models import Cohort
+from portal.core import storage
 from portal.submissions.builds import submission_build_finished
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Run, Submission

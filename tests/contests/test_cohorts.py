@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from portal import storage
 from portal.contests import democohort
 from portal.contests.cohorts import cohort_import, cohort_path, read_answers_file
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import storage
 from portal.standings.rerun import final_cohort
 from portal.submissions.models import Run, Submission
 from tests import factories

@@ -11,9 +11,9 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import jobs
 from portal.audit.models import AuditEvent
 from portal.contests.models import Announcement, Benchmark, Contest
+from portal.core import jobs
 from tests import factories
 
 DAY = dt.timedelta(days=1)

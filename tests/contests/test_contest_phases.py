@@ -10,7 +10,6 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.models import AuditEvent
 from portal.contests.announcements import (
     announcement_change,
@@ -19,7 +18,8 @@ from portal.contests.announcements import (
 )
 from portal.contests.models import Announcement, Benchmark
 from portal.contests.phases import announcements_of, contest_view, hub_entries
-from portal.errors import InvalidParameter
+from portal.core import errors, jobs
+from portal.core.errors import InvalidParameter
 from tests import factories
 
 NOW = dt.datetime(2026, 9, 1, 12, tzinfo=dt.UTC)

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from portal import errors
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
+from portal.core import errors
 from portal.submissions import leaderboard as contest_services
 from portal.submissions import staff
 from portal.submissions.builds import submission_build_finished

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import call_command
 
-from portal import dockerfile_policy
+from podium_policy import dockerfile_policy
 from portal.contests.models import Benchmark, Cohort, CohortItem, HardwareClass
 from portal.environments.services import allowed_prefixes
 

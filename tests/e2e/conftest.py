@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from portal import jobs
+from portal.core import jobs
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
 from scoring import engine

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from portal import jobs
+from portal.core import jobs
 from portal.submissions.models import Run, Submission
 from portal.submissions.wakeups import score_enqueue
 from scoring import engine

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal.dockerfile_policy import (
+from podium_policy.dockerfile_policy import (
     build_cache_salt,
     check_dockerfile,
     salt_build_cache,

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from portal import storage
-from portal.contests.models import HardwareClass
-from portal.dockerfile_policy import (
+from podium_policy.dockerfile_policy import (
     Violation,
     check_dockerfile,
     check_platforms,
     format_violations,
 )
+from portal.contests.models import HardwareClass
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
 from scoring import engine

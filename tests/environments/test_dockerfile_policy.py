@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal.dockerfile_policy import (
+from podium_policy.dockerfile_policy import (
     ENTRANT_NAMESPACE,
     Violation,
     base_images,

@@ -14,11 +14,11 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from portal import errors, storage
 from portal.contests.models import Benchmark
+from portal.core import errors, storage
+from portal.core.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE, ESTIMATION_SUITE
 from portal.estimation import selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
-from portal.task_names import ESTIMATION_FINAL, ESTIMATION_GRADE, ESTIMATION_SUITE
 from portal.teams.models import TeamMember
 from tests import factories
 from tests.whest import whest_bake, whest_package

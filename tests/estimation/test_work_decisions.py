@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import storage
+from portal.core import storage
+from portal.core.task_names import ESTIMATION_GRADE
 from portal.estimation import services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
-from portal.task_names import ESTIMATION_GRADE
 from scoring.estimation import work
 from scoring.host import machine as machine_lock
 from tests import factories

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from portal import dockerfile_policy
+from podium_policy import dockerfile_policy
 from portal.web.management.commands.seed_eva02 import ALLOWED_REGISTRIES
 
 KIT = Path(__file__).resolve().parents[2] / "examples" / "eva02"

@@ -45,8 +45,8 @@ from unittest import mock
 
 import pytest
 
-from portal import storage
 from portal.contests.models import Benchmark
+from portal.core import storage
 from portal.submissions.models import Run, Submission
 from scoring import engine
 from scoring.run import runner
@@ -715,7 +715,7 @@ def hostile(
     settings.PODIUM_GATE_MIN_MEMORY_BYTES = 0
     settings.PODIUM_GATE_MIN_DISK_BYTES = 0
     settings.PODIUM_GPU_GATES = False
-    monkeypatch.setattr("portal.jobs.app.send_task", lambda *args, **kwargs: None)
+    monkeypatch.setattr("portal.core.jobs.app.send_task", lambda *args, **kwargs: None)
     benchmark.cohort_size = ROWS
     benchmark.pass_min_matches = ROWS
     benchmark.save()

@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from portal import storage
 from portal.contests.models import Cohort
+from portal.core import storage
 from portal.submissions.models import Run, Submission
 from scoring.cohort import staging, verifysets
 from scoring.run import runner

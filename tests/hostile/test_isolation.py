@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from portal import storage
 from portal.contests.models import CohortItem
+from portal.core import storage
 from tests.hostile.conftest import ENGINE_PROFILES, SECOND, Hostile, script
 
 pytestmark = pytest.mark.docker

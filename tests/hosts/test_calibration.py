@@ -19,9 +19,9 @@ from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort, HardwareClass
+from portal.core import errors, jobs
 from portal.hosts import noise
 from portal.hosts.calibrations import (
     calibration_flag_dismiss,

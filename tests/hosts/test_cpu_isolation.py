@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from portal import cpus
+from portal.core import cpus
 from portal.hosts.models import ScoringHost
 from scoring.host import hosts
 from tests.hosts.test_worker_side import machine

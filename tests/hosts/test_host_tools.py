@@ -23,7 +23,7 @@ from celery.signals import worker_ready
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import jobs
+from portal.core import jobs
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import hosts_online
 from portal.submissions.models import Run, Submission

@@ -8,9 +8,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.models import AuditEvent
 from portal.audit.services import Origin
+from portal.core import errors
 from portal.hosts import services
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import host_state, hosts_online

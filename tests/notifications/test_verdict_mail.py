@@ -25,8 +25,8 @@ import pytest
 from django.core import mail
 from django.db import transaction
 
-from portal import jobs, storage
 from portal.contests.models import Cohort, CohortItem, LeaderboardEntry
+from portal.core import jobs, storage
 from portal.notifications.mailconfig import email_url_settings
 from portal.notifications.models import NotificationPreference
 from portal.notifications.services import notification_preference_set

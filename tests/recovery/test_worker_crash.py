@@ -25,7 +25,7 @@ from celery import Celery
 from django.conf import settings
 from django.utils import timezone
 
-from portal import jobs
+from portal.core import jobs
 from portal.hosts.models import MachineLease
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from portal import storage
-from portal.dockerfile_policy import build_cache_salt
+from podium_policy.dockerfile_policy import build_cache_salt
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
 from scoring import engine

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from portal import storage
+from portal.core import storage
 from portal.environments.models import Environment
 from scoring import engine
 from scoring.build import buildbox, builds

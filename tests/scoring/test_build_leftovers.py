@@ -16,7 +16,7 @@ from typing import Any
 import docker.errors
 import pytest
 
-from portal import storage
+from portal.core import storage
 from portal.environments.models import Environment
 from scoring import engine
 from scoring.build import builds

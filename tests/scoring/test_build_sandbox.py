@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from portal import errors, jobs, storage
 from portal.audit.models import AuditEvent
+from portal.core import errors, jobs, storage
 from portal.environments.models import BuildNetworkCheck, Environment
 from portal.environments.services import BUILD_NETWORK_WAIT_NOTE
 from portal.submissions.intake import submission_accept

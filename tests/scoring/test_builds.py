@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import pytest
 
-from portal import jobs, storage
 from portal.audit.models import AuditEvent
+from portal.core import jobs, storage
 from portal.environments.models import Environment
 from portal.environments.services import environment_claim_build, environment_create
 from portal.submissions.intake import submission_accept

@@ -19,11 +19,11 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import jobs
 from portal.audit.models import AuditEvent
 from portal.contests import rules, sandbox
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import HardwareClass
+from portal.core import jobs
 from portal.hosts.models import CalibrationFlag, HostCalibration, ScoringHost
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine, worker

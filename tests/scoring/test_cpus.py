@@ -1,4 +1,4 @@
-"""CPUs of their own for scored runs (``portal.cpus``): the split by core count, the scored
+"""CPUs of their own for scored runs (``portal.core.cpus``): the split by core count, the scored
 container's cpuset (on a real engine too), the build bounds, and processes pinning
 themselves off the scoring CPUs."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from portal import cpus
 from portal.contests.models import Benchmark
+from portal.core import cpus
 from scoring import engine
 from scoring.cohort.staging import StagedRun
 from scoring.host import health
@@ -240,7 +240,7 @@ import re
 import django
 
 django.setup()
-from portal.cpus import pin_off_scoring
+from portal.core.cpus import pin_off_scoring
 
 pinned = pin_off_scoring()
 print(sorted(os.sched_getaffinity(0)), None if pinned is None else sorted(pinned))

@@ -27,8 +27,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import cpus, jobs, storage
 from portal.contests.models import HardwareClass
+from portal.core import cpus, jobs, storage
 from portal.environments.models import Environment
 from portal.hosts.leases import (
     machine_held,
@@ -83,10 +83,10 @@ def quick_gates(settings) -> None:
 
 @pytest.fixture
 def sent(monkeypatch) -> list[tuple[str, tuple[Any, ...], float | None]]:
-    """Tasks enqueued through portal.jobs: (name, args, countdown)."""
+    """Tasks enqueued through portal.core.jobs: (name, args, countdown)."""
     calls: list[tuple[str, tuple[Any, ...], float | None]] = []
     monkeypatch.setattr(
-        "portal.jobs.app.send_task",
+        "portal.core.jobs.app.send_task",
         lambda name, args=(), countdown=None, **kw: calls.append((name, tuple(args), countdown)),
     )
     return calls

@@ -17,8 +17,8 @@ import time_machine
 from django.conf import settings
 from django.utils import timezone
 
-from portal import jobs
 from portal.contests.models import Cohort
+from portal.core import jobs
 from portal.submissions import waiting
 from portal.submissions.models import AttemptLedger, Run, Submission
 from portal.submissions.runs import submission_unrunnable

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from portal import storage
+from portal.core import storage
 from portal.hosts.models import ReferenceSpread
 from portal.hosts.reference import reference_spread_record
 from portal.hosts.selectors import reference_spread

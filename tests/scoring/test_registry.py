@@ -32,7 +32,7 @@ import pytest
 import requests
 from django.utils import timezone
 
-from portal import storage
+from portal.core import storage
 from portal.submissions.models import AttemptLedger, Run, Submission
 from scoring import engine
 from scoring.build import builds

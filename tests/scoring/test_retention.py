@@ -20,10 +20,10 @@ import time_machine
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
-from portal import storage
 from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent
 from portal.contests.models import Benchmark, Cohort, CohortItem, LeaderboardEntry
+from portal.core import storage
 from portal.environments.models import Environment, EnvironmentEvent
 from portal.submissions.intake import source_path
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent

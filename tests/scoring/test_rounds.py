@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import jobs
 from portal.campaigns import creation as campaign_creation
 from portal.campaigns import rounds as campaign_rounds
 from portal.campaigns import rules as campaign_rules
@@ -29,6 +28,7 @@ from portal.campaigns.outcomes import (
     SliceRun,
 )
 from portal.contests.models import Benchmark
+from portal.core import jobs
 from portal.submissions.models import Submission
 from scoring import engine
 from scoring.campaign import rounds
@@ -506,7 +506,7 @@ def test_the_staged_requests_are_written_back_before_any_pass(benchmark, tmp_pat
 
 
 def test_a_tampered_request_stages_nothing(benchmark, tmp_path):
-    from portal import storage
+    from portal.core import storage
 
     plan = staged_plan(benchmark, [1, 2, 3, 4])
     member = plan.items[3]

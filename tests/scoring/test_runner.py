@@ -16,9 +16,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from portal import jobs, storage
 from portal.contests import sandbox
 from portal.contests.models import Benchmark, Cohort, LeaderboardEntry
+from portal.core import jobs, storage
 from portal.submissions import evidence
 from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet
 from scoring import engine, worker

@@ -24,9 +24,9 @@ from django.db import transaction
 from django.utils import timezone
 from PIL import Image
 
-from portal import storage
 from portal.contests import democohort
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import storage
 from portal.environments.models import Environment
 from portal.submissions import pool
 from portal.submissions.models import AttemptLedger, Run, Submission, VerificationSet

@@ -20,8 +20,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 from PIL import Image
 
-from portal import jobs, storage
 from portal.contests.models import Benchmark, Cohort, CohortItem
+from portal.core import jobs, storage
 from portal.hosts.leases import machine_lease_acquire, machine_lease_release
 from portal.submissions import pool, waiting
 from portal.submissions.models import Run, Submission, VerificationSet

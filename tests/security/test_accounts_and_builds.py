@@ -289,7 +289,9 @@ def test_simultaneous_uploads_take_no_more_than_the_free_build_slots(
     crowd_server, data_dir, monkeypatch, settings
 ):
     sent: list[str] = []
-    monkeypatch.setattr("portal.jobs.app.send_task", lambda name, args, **kw: sent.append(name))
+    monkeypatch.setattr(
+        "portal.core.jobs.app.send_task", lambda name, args, **kw: sent.append(name)
+    )
     alice = factories.UserFactory(username="alice")
     benchmark = factories.BenchmarkFactory(practice_per_day=100)
     factories.cohorts(benchmark)

@@ -30,8 +30,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.accounts.models import ApiToken
-from portal.file_cache import SharedFileCache
-from portal.login_limits import DEVICE_COOKIE, DEVICE_SALT, login_key
+from portal.core.file_cache import SharedFileCache
+from portal.core.login_limits import DEVICE_COOKIE, DEVICE_SALT, login_key
 from tests import factories
 from tests.deploy.test_compose import compose_config
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from portal.checks import (
+from portal.core.checks import (
     ANY_HOST_REFUSED,
     DEVELOPMENT_KEY_REFUSED,
     DEVELOPMENT_SECRET_KEY,

@@ -28,7 +28,8 @@ from django.urls import resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import archives, uploads
+from podium_policy import archives
+from portal.contests import uploads
 from portal.environments.models import Environment
 from portal.submissions.attempts import quota_for
 from portal.submissions.models import AttemptLedger, Submission

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import storage
 from portal.contests.models import Cohort, CohortItem
+from portal.core import storage
 from portal.submissions.models import Run, Submission
 from tests import factories
 from tests.api.conftest import accepted, make_archive, ready_environment

@@ -10,11 +10,11 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
-from portal import errors, storage
 from portal.audit.models import AuditEvent
 from portal.contests import review
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.review import cohort_summary
+from portal.core import errors, storage
 from portal.submissions import evidence
 from portal.submissions.models import Submission
 from tests.contests.test_admin_validation import form_data

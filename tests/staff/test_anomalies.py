@@ -20,9 +20,9 @@ from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from portal import errors
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort
+from portal.core import errors
 from portal.submissions import anomalies
 from portal.submissions.anomalies import OtherRun
 from portal.submissions.models import Anomaly, Run, Submission

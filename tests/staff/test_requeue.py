@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from portal import errors, jobs
 from portal.audit.models import AuditEvent
 from portal.audit.services import Origin
+from portal.core import errors, jobs
 from portal.submissions import staff as staff_actions
 from portal.submissions.models import AttemptLedger, Submission
 

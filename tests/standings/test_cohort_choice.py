@@ -11,9 +11,9 @@ import pytest
 import time_machine
 from django.urls import reverse
 
-from portal import errors
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort
+from portal.core import errors
 from portal.standings.models import FinalRerun, FinalSettings
 from portal.standings.publishing import standings_publish
 from portal.standings.rerun import OFFICIAL_COHORT_CONFIRMATION, final_rerun_start

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 import time_machine
 
-from portal import errors
+from portal.core import errors
 from portal.standings.models import FinalSettings, Nomination
 from portal.standings.nominations import counted_for, nominations_of, nominations_set
 from portal.submissions.models import Submission

@@ -11,8 +11,8 @@ import pytest
 import time_machine
 from django.urls import reverse
 
-from portal import errors
 from portal.audit.models import AuditEvent
+from portal.core import errors
 from portal.standings import rules
 from portal.standings.models import FinalSettings, Standings
 from portal.standings.prizes import prize_rows

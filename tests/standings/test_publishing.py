@@ -9,8 +9,8 @@ import hashlib
 import pytest
 import time_machine
 
-from portal import errors
 from portal.audit.models import AuditEvent
+from portal.core import errors
 from portal.standings.publishing import standings_correct, standings_publish
 from portal.standings.rerun import OFFICIAL_COHORT_CONFIRMATION as OFFICIAL
 from portal.standings.rerun import final_rerun_start

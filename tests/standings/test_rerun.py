@@ -10,9 +10,9 @@ import pytest
 import time_machine
 from django.conf import settings
 
-from portal import errors
 from portal.audit.models import AuditEvent
 from portal.contests.models import Cohort
+from portal.core import errors
 from portal.standings.models import FinalEntry, FinalSettings
 from portal.standings.nominations import nominations_set
 from portal.standings.rerun import (

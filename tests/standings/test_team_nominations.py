@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from portal import errors
+from portal.core import errors
 from portal.standings.models import FinalEntry, Nomination
 from portal.standings.nominations import counted_for, nominations_of, nominations_set
 from portal.standings.rerun import final_rerun_decision

@@ -12,8 +12,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import storage
 from portal.audit.models import AuditEvent
+from portal.core import storage
 from portal.standings.models import WriteUp
 from portal.submissions.models import Submission
 from tests import factories

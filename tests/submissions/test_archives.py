@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal.archives import (
+from podium_policy.archives import (
     ArchiveError,
     Member,
     check_zip_directory,

@@ -39,7 +39,7 @@ def test_fifty_simultaneous_uploads_with_one_attempt_left_charge_once(
     }
     sent: list[tuple[str, tuple]] = []
     monkeypatch.setattr(
-        "portal.jobs.app.send_task", lambda name, args, **kw: sent.append((name, args))
+        "portal.core.jobs.app.send_task", lambda name, args, **kw: sent.append((name, args))
     )
     alice = factories.UserFactory(username="alice")
     benchmark = factories.BenchmarkFactory(attempts_per_day=1)

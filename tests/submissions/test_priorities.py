@@ -1,6 +1,6 @@
 """The scoring queue's order on a real Redis broker: official, verification, practice.
 
-Messages go through the portal's own Celery configuration (``portal.jobs`` priorities,
+Messages go through the portal's own Celery configuration (``portal.core.jobs`` priorities,
 the broker transport options in settings) to a queue of this test's own, sent in the
 worst order, and are read back the way a worker reads them.
 """
@@ -12,7 +12,7 @@ import uuid
 import pytest
 from django.conf import settings
 
-from portal import jobs
+from portal.core import jobs
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal import jobs
 from portal.contests import rules
 from portal.contests.models import Cohort
+from portal.core import jobs
 from portal.hosts import noise
 from portal.hosts.models import ReferenceSpread
 from portal.hosts.reference import reference_due, reference_image, reference_spread_record

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import time_machine
 
-from portal import errors, jobs
 from portal.contests import rules
 from portal.contests.models import Cohort
+from portal.core import errors, jobs
 from portal.submissions import staff
 from portal.submissions.attempts import attempt_refund, quota_for
 from portal.submissions.builds import submission_build_finished, submission_build_platform_failure

@@ -24,12 +24,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from portal import errors, jobs
 from portal.accounts.models import ApiToken
 from portal.contests import rules
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Cohort, LeaderboardEntry
 from portal.contests.selectors import leaderboard_rows
+from portal.core import errors, jobs
 from portal.hosts.models import HostCalibration, ScoringHost
 from portal.hosts.selectors import noise_band_cache_key
 from portal.submissions import staff, waiting

@@ -19,9 +19,9 @@ import pytest
 import time_machine
 from rest_framework.test import APIClient
 
-from portal import jobs
 from portal.accounts.models import ApiToken
 from portal.contests.models import HardwareClass
+from portal.core import jobs
 from portal.environments.models import Environment
 from portal.environments.services import environment_create, environment_rebuild
 from portal.submissions.models import AttemptLedger, Submission

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import time_machine
 
-from portal import errors
+from portal.core import errors
 from portal.submissions.attempts import identity_rows
 from portal.submissions.models import AttemptLedger, Submission
 from portal.teams import services

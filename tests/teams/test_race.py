@@ -36,7 +36,7 @@ def fast_uploads(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         **settings.REST_FRAMEWORK,
         "DEFAULT_THROTTLE_RATES": {"tokens": "1000/min", "uploads": "1000/min"},
     }
-    monkeypatch.setattr("portal.jobs.app.send_task", lambda name, args, **kw: None)
+    monkeypatch.setattr("portal.core.jobs.app.send_task", lambda name, args, **kw: None)
 
 
 def team_of_two(alice: Any, bob: Any) -> Any:

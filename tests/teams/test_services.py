@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import errors
 from portal.audit.models import AuditEvent
+from portal.core import errors
 from portal.submissions.attempts import quota_for
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Submission

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from portal import storage
 from portal.contests.models import Benchmark
+from portal.core import storage
 from portal.estimation import services
 from portal.estimation.models import Entry, Suite
 from portal.teams.selectors import identity_of

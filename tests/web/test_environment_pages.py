@@ -13,7 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import jobs
+from portal.core import jobs
 from portal.environments.models import Environment, EnvironmentEvent
 from tests import factories
 

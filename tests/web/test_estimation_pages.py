@@ -18,10 +18,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import storage
+from portal.core import storage
+from portal.core.task_names import ESTIMATION_GRADE
 from portal.estimation import services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
-from portal.task_names import ESTIMATION_GRADE
 from portal.web.estimation_chart import TIMES as X
 from tests import factories
 from tests.web.estimation_entries import (

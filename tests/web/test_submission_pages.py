@@ -16,8 +16,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import jobs
 from portal.contests.models import Cohort, CohortItem
+from portal.core import jobs
 from portal.environments.models import Environment
 from portal.submissions.models import AttemptLedger, Run, Submission, SubmissionEvent
 from tests import factories

@@ -8,7 +8,7 @@ permissions; nothing else of it changes.
 
 from django.db import migrations
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 GROUP = "contest staff"
 

@@ -10,7 +10,7 @@ and retire permission and the admin list's view permission; nothing else of it c
 
 from django.db import migrations, models
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 GROUP = "contest staff"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import migrations
 
-from portal.migration_grants import permission_rows
+from portal.core.migration_grants import permission_rows
 
 GROUP = "contest staff"
 

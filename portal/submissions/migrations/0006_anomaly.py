@@ -11,7 +11,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 GROUP = "contest staff"
 # (app label, model): [(codename, name)]

@@ -3,7 +3,7 @@ in the admin), as 0006 let it view anomalies; nothing else of the group changes.
 
 from django.db import migrations
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 GROUP = "contest staff"
 PERMISSIONS = {

@@ -3,7 +3,7 @@
 
 from django.db import migrations
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 GROUP = "contest staff"
 PERMISSIONS = {

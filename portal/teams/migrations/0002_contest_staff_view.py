@@ -4,7 +4,7 @@ post_migrate comes too late for the group)."""
 
 from django.db import migrations
 
-from portal.migration_grants import group_permissions
+from portal.core.migration_grants import group_permissions
 
 GROUP = "contest staff"
 PERMISSIONS = {

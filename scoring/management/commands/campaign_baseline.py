@@ -30,9 +30,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from portal.campaigns import creation, selectors
 from portal.campaigns.models import Campaign
+from portal.core.errors import PodiumError
 from portal.environments.models import Environment
 from portal.environments.services import environment_create
-from portal.errors import PodiumError
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import Submission
 from scoring.build import builds

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from portal.campaigns import controls, selectors
 from portal.campaigns.models import Round
-from portal.errors import PodiumError
+from portal.core.errors import PodiumError
 
 
 class Command(BaseCommand):

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.estimation import selectors, services
 
 

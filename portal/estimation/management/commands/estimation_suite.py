@@ -17,8 +17,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from portal import errors
 from portal.contests.models import Benchmark
+from portal.core import errors
 from portal.estimation import services
 from portal.estimation.models import Suite
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from portal.errors import PodiumError
+from portal.core.errors import PodiumError
 from portal.hosts import services
 from portal.hosts.models import ScoringHost
 from portal.hosts.selectors import host_state_label, memory_text

@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from portal.contests.models import Benchmark
-from portal.errors import PodiumError
+from portal.core.errors import PodiumError
 from portal.submissions.anomalies import benchmark_reference_energy_set
 
 

@@ -37,13 +37,13 @@ from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from portal import storage
 from portal.campaigns.creation import campaign_create
 from portal.campaigns.models import Campaign, Round
 from portal.contests import democohort, rules
 from portal.contests.cohorts import cohort_import
 from portal.contests.hardware import hardware_class_row
 from portal.contests.models import Benchmark, Cohort
+from portal.core import storage
 from portal.estimation.models import PhaseRules, Suite
 from portal.estimation.services import suite_generate
 from portal.submissions.models import Run

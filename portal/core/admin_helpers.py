@@ -8,7 +8,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from portal import storage
+from portal.core import storage
 
 
 def preformatted(text: str) -> str:

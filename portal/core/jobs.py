@@ -1,6 +1,6 @@
 """The web's only way to reach the worker side: enqueue a task by name after commit.
 
-``portal`` never imports ``scoring``; the tasks' names come from ``portal.task_names``
+``portal`` never imports ``scoring``; the tasks' names come from ``portal.core.task_names``
 and the queue for each from ``CELERY_TASK_ROUTES``.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from portal.celery import app
-from portal.task_names import (
+from portal.core.celery import app
+from portal.core.task_names import (
     BUILD_ENVIRONMENT,
     BUILD_SUBMISSION,
     REMOVE_IMAGE,

@@ -47,10 +47,10 @@ from django.utils.datastructures import MultiValueDict
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from portal import errors
 from portal.contests.models import Benchmark
 from portal.contests.templatetags.podium import span
-from portal.throttles import PostRateThrottle
+from portal.core import errors
+from portal.core.throttles import PostRateThrottle
 
 _ROUTE_ATTRIBUTE = "podium_upload_route"
 
@@ -311,7 +311,7 @@ def _bounded_handler(request: HttpRequest) -> BoundedUploadHandler:
     handlers = request.upload_handlers
     if not handlers or not isinstance(handlers[0], BoundedUploadHandler):
         raise ImproperlyConfigured(
-            "FILE_UPLOAD_HANDLERS must start with portal.uploads.BoundedUploadHandler."
+            "FILE_UPLOAD_HANDLERS must start with portal.contests.uploads.BoundedUploadHandler."
         )
     return handlers[0]
 

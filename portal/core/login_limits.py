@@ -55,7 +55,7 @@ UNKNOWN_ADDRESS = "unknown"
 DEVICE_COOKIE = "podium_device"
 DEVICE_HEADER = "X-Podium-Device"
 DEVICE_MAX_AGE = dt.timedelta(days=365)
-DEVICE_SALT = "portal.login_limits.device"
+DEVICE_SALT = "portal.core.login_limits.device"
 # Where a sign-in leaves the device string it issued, for DeviceCookieMiddleware to set.
 _ISSUED = "_podium_device_issued"
 
@@ -226,7 +226,7 @@ class AdminLoginForm(AdminAuthenticationForm):
         return self.cleaned_data
 
 
-@receiver(user_logged_in, dispatch_uid="portal.login_limits.issue_device")
+@receiver(user_logged_in, dispatch_uid="portal.core.login_limits.issue_device")
 def _device_for_every_sign_in(
     sender: Any, request: HttpRequest | None, user: AbstractBaseUser, **kwargs: Any
 ) -> None:

@@ -5,7 +5,7 @@ import os
 from celery import Celery
 from celery.signals import beat_init, worker_init, worker_process_init
 
-from portal.cpus import CpuListError, pin_off_scoring
+from portal.core.cpus import CpuListError, pin_off_scoring
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -24,7 +24,7 @@ def _pin_off_scoring(**_: object) -> None:
 
 
 # Every worker process (the main one and each pool child) and beat stay off the CPUs that
-# time scored runs (portal/cpus.py); a scored container is put on them by its spec.
-worker_init.connect(_pin_off_scoring, dispatch_uid="portal.cpus.pin_worker")
-worker_process_init.connect(_pin_off_scoring, dispatch_uid="portal.cpus.pin_worker_process")
-beat_init.connect(_pin_off_scoring, dispatch_uid="portal.cpus.pin_beat")
+# time scored runs (portal/core/cpus.py); a scored container is put on them by its spec.
+worker_init.connect(_pin_off_scoring, dispatch_uid="portal.core.cpus.pin_worker")
+worker_process_init.connect(_pin_off_scoring, dispatch_uid="portal.core.cpus.pin_worker_process")
+beat_init.connect(_pin_off_scoring, dispatch_uid="portal.core.cpus.pin_beat")

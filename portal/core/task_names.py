@@ -1,5 +1,5 @@
 """Every Celery task's name, stated once: the web sends tasks by these names
-(``portal.jobs``), the workers register their tasks under them (``scoring/tasks.py``,
+(``portal.core.jobs``), the workers register their tasks under them (``scoring/tasks.py``,
 ``portal/campaigns/tasks.py``, ``portal/notifications/tasks.py``), and the settings
 route them to their queues and schedule the minute sweeps (:data:`ROUTES`,
 :data:`BEAT`). No imports: the settings read it while they load.

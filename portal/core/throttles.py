@@ -1,5 +1,5 @@
 """The throttle of the API's POST endpoints, also counting the web's upload forms
-(``portal.uploads.upload_throttle_check``), so web and API uploads share one count."""
+(``portal.contests.uploads.upload_throttle_check``), so web and API uploads share one count."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from portal.login_limits import client_address
+from portal.core.login_limits import client_address
 
 
 class PostRateThrottle(ScopedRateThrottle):

@@ -6,7 +6,7 @@ engine committing a layer. On a machine large enough to split, scored containers
 calibrations, and round slices: they share ``runner.container_spec``) get CPUs of their
 own, and every other Podium process pins itself to the rest when it starts
 (:func:`pin_off_scoring`: the web server from ``portal.wsgi``, every Celery worker
-process and beat from their start signals in ``portal.celery``; the scoring worker itself
+process and beat from their start signals in ``portal.core.celery``; the scoring worker itself
 only waits for its container), so it and whatever it starts stay off them. Build
 containers are put there too (``engine.BuildBounds``). The engine's own daemons are the
 operator's to place (README, "CPUs of their own for scored runs").
