@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from portal.core.login_limits import AdminLoginForm
+from portal.web.urls import campaign_patterns
 
 admin.site.login_form = AdminLoginForm  # failed sign-ins count as at the site's own form
 
@@ -12,7 +13,7 @@ urlpatterns = [
     path("", include("portal.web.urls")),
     path("", include("portal.environments.urls")),
     path("", include("portal.submissions.urls")),
-    path("", include("portal.campaigns.urls")),
+    path("", include((campaign_patterns, "campaigns"))),
 ]
 
 # Under /api/ an unmatched URL answers in the API's error format; elsewhere the HTML page.

@@ -3,8 +3,8 @@
 
 from django.urls import path
 
-from portal.accounts import views as account_views
-from portal.web import contests, estimation, standings, teams, views, writeups
+from portal.web import accounts as account_views
+from portal.web import campaigns, contests, estimation, standings, teams, views, writeups
 
 app_name = "contests"
 
@@ -34,4 +34,15 @@ urlpatterns = [
     path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_create, name="token_create"),
     path("account/tokens/<int:pk>/revoke/", account_views.token_revoke, name="token_revoke"),
+]
+
+# The campaign pages, under their own namespace (``campaigns:detail``...).
+campaign_patterns = [
+    path("c/<slug:slug>/", campaigns.campaign_detail, name="detail"),
+    path("c/<slug:slug>/rounds/", campaigns.round_list, name="rounds"),
+    path(
+        "c/<slug:slug>/rounds/<int:round_id>/entries/<int:entry_id>/",
+        campaigns.entry_report,
+        name="entry_report",
+    ),
 ]

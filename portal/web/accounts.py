@@ -21,9 +21,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from portal.accounts import services
 from portal.accounts.models import ApiToken
 from portal.core.errors import PodiumError
-from portal.notifications.forms import NotificationPreferenceForm
 from portal.notifications.selectors import announcement_emails_wanted, verdict_emails_wanted
 from portal.notifications.services import notification_preference_set
+from portal.web.notification_forms import NotificationPreferenceForm
 
 
 class TokenForm(forms.Form):
