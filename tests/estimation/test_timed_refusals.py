@@ -1,0 +1,217 @@
+"""A metered-estimation benchmark refuses every timed-only path (portal/contests/kinds.py):
+creating or rebuilding an environment, a timed upload (official or practice), the
+Dockerfile check, the timed sandbox and its supervisor, and the timed nominations; through
+the services, the API, the pages and the client. Each refusal is ``invalid_parameter``
+with the rule's own words, and nothing is created, queued or charged; the same paths still
+serve a timed benchmark."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portal import errors, storage
+from portal.contests.kinds import TimedPath, timed_path_check
+from portal.contests.models import Benchmark
+from portal.environments import services as environments
+from portal.environments.models import Environment, EnvironmentEvent
+from portal.standings.models import Nomination
+from portal.standings.nominations import nominations_of, nominations_set
+from portal.submissions.intake import submission_accept
+from portal.submissions.models import AttemptLedger, Submission
+from tests import factories
+
+SLUG = "demo-whest"
+HEAD = f"{SLUG} is a metered-estimation benchmark: "
+DOCKERFILE = "FROM localhost/podium/busybox:1\nRUN true\n"
+ENTER = f"POST /api/v1/benchmarks/{SLUG}/estimation/entries/"
+PATHS: tuple[TimedPath, ...] = (
+    "environment",
+    "submission",
+    "dockerfile_check",
+    "sandbox",
+    "nomination",
+)
+
+
+def _words(path: TimedPath, benchmark: Benchmark) -> str:
+    """The rule's refusal of ``path`` on ``benchmark``, word for word."""
+    with pytest.raises(errors.InvalidParameter) as refused:
+        timed_path_check(benchmark, path)
+    return refused.value.detail
+
+
+@pytest.fixture
+def contest() -> Any:
+    return factories.ContestFactory()
+
+
+@pytest.fixture
+def timed(db: None, contest: Any) -> Benchmark:
+    """The contest's first phase: a timed leaderboard, with both cohorts."""
+    benchmark = factories.BenchmarkFactory(contest=contest, phase_order=1)
+    factories.cohorts(benchmark)
+    return benchmark
+
+
+@pytest.fixture
+def whest(db: None, contest: Any, timed: Benchmark) -> Benchmark:
+    """The contest's second phase, ``demo-whest``: metered estimation, open, with its rules
+    and (so that no ``no_cohort`` hides the refusal) both timed cohorts as rows."""
+    benchmark = factories.PhaseRulesFactory(
+        benchmark__slug=SLUG, benchmark__contest=contest, benchmark__phase_order=2
+    ).benchmark
+    factories.cohorts(benchmark)
+    return benchmark
+
+
+@pytest.fixture
+def carried(alice: Any, timed: Benchmark) -> Environment:
+    """Alice's ready environment on the timed first phase, which carries over to the
+    second (same hardware): the one way a timed upload could name an environment there."""
+    return factories.EnvironmentFactory(
+        owner=alice, benchmark=timed, image_digest="sha256:" + "e" * 64
+    )
+
+
+def _source(tmp_path: Path) -> Path:
+    """A valid timed source archive (executable ``run``, ``build.sh``)."""
+    path = tmp_path / "source.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data, mode in (("run", b"#!/bin/sh\nexit 0\n", 0o755), ("build.sh", b"", 0o644)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _nothing_done(sent: list[tuple[str, tuple[Any, ...]]]) -> None:
+    """No environment, submission, charge or nomination, nothing stored, nothing queued."""
+    assert not Environment.objects.exclude(status=Environment.READY).exists()
+    assert not Submission.objects.exists()
+    assert not AttemptLedger.objects.exists()
+    assert not Nomination.objects.exists()
+    assert not any(storage.data_dir().glob("environments/*/Dockerfile"))
+    assert not any(storage.data_dir().glob("submissions/*"))
+    assert sent == []
+
+
+def _refused(response: Any, words: str, status: int = 400) -> None:
+    assert response.status_code == status, response.content
+    assert response.json() == {"code": "invalid_parameter", "detail": words}
+
+
+# The rule -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_rule_refuses_each_timed_path_on_an_estimation_benchmark_only(
+    whest: Benchmark, timed: Benchmark, path: TimedPath
+) -> None:
+    words = _words(path, whest)
+
+    assert words.startswith(HEAD)
+    assert "/estimation/" in words  # says where to go instead
+    assert errors.InvalidParameter.code == "invalid_parameter"
+    timed_path_check(timed, path)  # a leaderboard passes
+    timed_path_check(factories.BenchmarkFactory(kind=Benchmark.CAMPAIGN), path)
+
+
+def test_the_words_say_why_and_what_to_do_instead(whest: Benchmark) -> None:
+    environment = _words("environment", whest)
+    assert environment.startswith(f"{HEAD}it has no environments")
+    assert ENTER in environment and f"`podium submit {SLUG} submission.tar.gz`" in environment
+    assert f"/b/{SLUG}/" in environment and environment.endswith("Nothing was charged.")
+    submission = _words("submission", whest)
+    assert "no timed submissions, official or practice" in submission and ENTER in submission
+    check = _words("dockerfile_check", whest)
+    assert "no Dockerfile to check" in check and "`podium validate submission.tar.gz`" in check
+    sandbox = _words("sandbox", whest)
+    assert f"GET /api/v1/benchmarks/{SLUG}/estimation/" in sandbox
+    assert f"`podium suite {SLUG} -o DIR`" in sandbox
+    nomination = _words("nomination", whest)
+    assert "POST /api/v1/estimation/entries/ENTRY_ID/nomination/" in nomination
+    assert "`podium nominate ENTRY_ID`" in nomination
+
+
+# The services ---------------------------------------------------------------------------
+
+
+def test_no_environment_is_created(whest: Benchmark, alice: Any, sent: list[Any]) -> None:
+    with pytest.raises(errors.InvalidParameter) as refused:
+        environments.environment_create(
+            owner=alice, benchmark=whest, name="cuda", dockerfile_text=DOCKERFILE
+        )
+
+    assert refused.value.detail == _words("environment", whest)
+    _nothing_done(sent)
+
+
+def test_an_environment_made_before_the_rule_is_never_rebuilt(
+    whest: Benchmark, alice: Any, sent: list[Any]
+) -> None:
+    failed = factories.EnvironmentFactory(
+        owner=alice, benchmark=whest, status=Environment.FAILED, failure_reason="no"
+    )
+
+    with pytest.raises(errors.InvalidParameter) as refused:
+        environments.environment_rebuild(environment=failed)
+
+    assert refused.value.detail == _words("environment", whest)
+    failed.refresh_from_db()
+    assert (failed.status, failed.failure_reason) == (Environment.FAILED, "no")
+    assert not EnvironmentEvent.objects.filter(environment=failed).exists()
+    assert sent == []
+
+
+@pytest.mark.parametrize("kind", [Submission.OFFICIAL, Submission.PRACTICE])
+def test_no_timed_upload_is_accepted_even_with_a_carried_over_environment(
+    whest: Benchmark,
+    alice: Any,
+    carried: Environment,
+    kind: str,
+    tmp_path: Path,
+    sent: list[Any],
+) -> None:
+    with pytest.raises(errors.InvalidParameter) as refused:
+        submission_accept(
+            entrant=alice,
+            benchmark=whest,
+            environment=carried,
+            source_file=_source(tmp_path),
+            source_name="source.tar.gz",
+            kind=kind,
+        )
+
+    assert refused.value.detail == _words("submission", whest)
+    _nothing_done(sent)
+
+
+def test_the_carried_over_environment_still_serves_its_own_timed_phase(
+    timed: Benchmark, alice: Any, carried: Environment, tmp_path: Path
+) -> None:
+    submission = submission_accept(
+        entrant=alice,
+        benchmark=timed,
+        environment=carried,
+        source_file=_source(tmp_path),
+        source_name="source.tar.gz",
+    )
+
+    assert submission.status == Submission.ACCEPTED
+    assert AttemptLedger.objects.filter(submission=submission).count() == 1
+
+
+def test_there_are_no_timed_nominations(whest: Benchmark, alice: Any, sent: list[Any]) -> None:
+    for call in (
+        lambda: nominations_of(whest, alice),
+        lambda: nominations_set(entrant=alice, benchmark=whest, submission_ids=[]),
+    ):
+        with pytest.raises(errors.InvalidParameter) as refused:
+            call()
+        assert refused.value.detail == _words("nomination", whest)
+    _nothing_done(sent)
