@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
 from portal import errors
 from portal.contests.models import Benchmark
 
@@ -64,3 +67,28 @@ def timed_path_check(benchmark: Benchmark, path: TimedPath) -> None:
     kind passes. Reads nothing but the benchmark's row as given: call it first."""
     if benchmark.kind == Benchmark.ESTIMATION:
         raise errors.InvalidParameter(_refusal(benchmark.slug, path))
+
+
+# What each page is called, for its refusal's heading.
+_PAGES: dict[TimedPath, str] = {
+    "environment": "Environments",
+    "submission": "Submissions",
+    "dockerfile_check": "Dockerfile check",
+    "sandbox": "Sandbox",
+    "nomination": "Nominations",
+}
+
+
+def timed_path_page(
+    request: HttpRequest, benchmark: Benchmark, path: TimedPath
+) -> HttpResponse | None:
+    """What a timed-only page answers on a metered-estimation ``benchmark`` instead of its
+    form, on GET and POST alike: :func:`timed_path_check`'s refusal, word for word, with a
+    link to the benchmark's page (400, nothing read from the form); None on any other kind.
+    Call it before the form is read or the upload throttle counts."""
+    try:
+        timed_path_check(benchmark, path)
+    except errors.InvalidParameter as refusal:
+        context = {"benchmark": benchmark, "what": _PAGES[path], "refusal": refusal.detail}
+        return render(request, "podium/timed_only.html", context, status=refusal.http_status)
+    return None

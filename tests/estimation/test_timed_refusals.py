@@ -7,14 +7,19 @@ serve a timed benchmark."""
 
 from __future__ import annotations
 
+import html
 import io
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
 
 from portal import errors, storage
+from portal.accounts.models import ApiToken
 from portal.contests.kinds import TimedPath, timed_path_check
 from portal.contests.models import Benchmark
 from portal.environments import services as environments
@@ -24,6 +29,8 @@ from portal.standings.nominations import nominations_of, nominations_set
 from portal.submissions.intake import submission_accept
 from portal.submissions.models import AttemptLedger, Submission
 from tests import factories
+from tests.cli.conftest import Podium, config_dir, podium, server, sign_in  # noqa: F401
+from tests.web.boards import official_run
 
 SLUG = "demo-whest"
 HEAD = f"{SLUG} is a metered-estimation benchmark: "
@@ -36,6 +43,8 @@ PATHS: tuple[TimedPath, ...] = (
     "sandbox",
     "nomination",
 )
+
+Client = Callable[[Any], APIClient]
 
 
 def _words(path: TimedPath, benchmark: Benchmark) -> str:
@@ -76,6 +85,17 @@ def carried(alice: Any, timed: Benchmark) -> Environment:
     return factories.EnvironmentFactory(
         owner=alice, benchmark=timed, image_digest="sha256:" + "e" * 64
     )
+
+
+@pytest.fixture
+def client_for(db: None) -> Client:
+    def make(user: Any) -> APIClient:
+        token = ApiToken.objects.create(user=user, label="tests")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make
 
 
 def _source(tmp_path: Path) -> Path:
@@ -214,4 +234,217 @@ def test_there_are_no_timed_nominations(whest: Benchmark, alice: Any, sent: list
         with pytest.raises(errors.InvalidParameter) as refused:
             call()
         assert refused.value.detail == _words("nomination", whest)
+    _nothing_done(sent)
+
+
+# The API --------------------------------------------------------------------------------
+
+
+def _create_environment(client: APIClient, benchmark: Benchmark) -> Any:
+    payload = {"name": "cuda", "dockerfile": SimpleUploadedFile("Dockerfile", DOCKERFILE.encode())}
+    url = f"/api/v1/benchmarks/{benchmark.slug}/environments/"
+    return client.post(url, payload, format="multipart")
+
+
+def test_the_api_creates_no_environment(
+    whest: Benchmark,
+    timed: Benchmark,
+    alice: Any,
+    client_for: Client,
+    sent: list[Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    client = client_for(alice)
+
+    _refused(_create_environment(client, whest), _words("environment", whest))
+    _nothing_done(sent)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _create_environment(client, timed).status_code == 201
+    assert len(sent) == 1
+
+
+@pytest.mark.parametrize("kind", [Submission.OFFICIAL, Submission.PRACTICE])
+def test_the_api_accepts_no_timed_upload(
+    whest: Benchmark,
+    alice: Any,
+    carried: Environment,
+    client_for: Client,
+    kind: str,
+    tmp_path: Path,
+    sent: list[Any],
+) -> None:
+    with _source(tmp_path).open("rb") as source:
+        response = client_for(alice).post(
+            f"/api/v1/benchmarks/{SLUG}/submissions/",
+            {"environment": carried.pk, "source": source, "kind": kind},
+            format="multipart",
+        )
+
+    _refused(response, _words("submission", whest))
+    _nothing_done(sent)
+
+
+def test_the_api_upload_is_refused_before_its_environment_is_looked_up(
+    whest: Benchmark, alice: Any, client_for: Client, tmp_path: Path, sent: list[Any]
+) -> None:
+    """Not a 404 for the environment an estimation benchmark cannot have: the reason."""
+    with _source(tmp_path).open("rb") as source:
+        response = client_for(alice).post(
+            f"/api/v1/benchmarks/{SLUG}/submissions/",
+            {"environment": 999_999, "source": source},
+            format="multipart",
+        )
+
+    _refused(response, _words("submission", whest))
+    _nothing_done(sent)
+
+
+def test_the_api_checks_no_dockerfile(
+    whest: Benchmark, timed: Benchmark, alice: Any, client_for: Client
+) -> None:
+    client = client_for(alice)
+
+    def check(benchmark: Benchmark) -> Any:
+        url = f"/api/v1/benchmarks/{benchmark.slug}/dockerfile-check/"
+        return client.post(url, {"dockerfile": DOCKERFILE}, format="json")
+
+    _refused(check(whest), _words("dockerfile_check", whest))
+    assert check(timed).json()["ok"] is True
+
+
+def test_the_api_hands_out_no_timed_sandbox(
+    whest: Benchmark, timed: Benchmark, alice: Any, client_for: Client
+) -> None:
+    client = client_for(alice)
+
+    for rest in ("sandbox/", "sandbox/supervisor"):
+        _refused(client.get(f"/api/v1/benchmarks/{SLUG}/{rest}"), _words("sandbox", whest))
+    assert client.get(f"/api/v1/benchmarks/{timed.slug}/sandbox/").status_code == 200
+
+
+def test_the_api_has_no_timed_nominations(
+    whest: Benchmark, timed: Benchmark, alice: Any, client_for: Client, sent: list[Any]
+) -> None:
+    client = client_for(alice)
+    url = f"/api/v1/benchmarks/{SLUG}/nominations/"
+    words = _words("nomination", whest)
+
+    _refused(client.get(url), words)
+    _refused(client.put(url, {"submission_ids": []}, format="json"), words)
+    _nothing_done(sent)
+    passed = official_run(timed, alice, 100).submission
+    answer = client.put(
+        f"/api/v1/benchmarks/{timed.slug}/nominations/",
+        {"submission_ids": [passed.pk]},
+        format="json",
+    )
+    assert answer.status_code == 200 and answer.json()["nominated"] == [passed.pk]
+
+
+# The pages ------------------------------------------------------------------------------
+
+
+def _shows(page: Any, words: str) -> None:
+    assert page.status_code == 400
+    assert html.escape(words) in page.content.decode()
+    assert "<form" not in page.content.decode().split("<main", 1)[1]
+
+
+def test_the_estimation_page_offers_no_timed_forms(
+    whest: Benchmark, client: Any, alice: Any
+) -> None:
+    client.force_login(alice)
+
+    page = client.get(f"/b/{SLUG}/").content.decode()
+
+    for timed_only in ("environments/", "submissions/", "nominations/"):
+        assert f"/b/{SLUG}/{timed_only}" not in page
+    assert f"/b/{SLUG}/estimation/entries/" in page  # its own upload form
+
+
+def test_the_environments_page_shows_the_refusal_and_creates_nothing(
+    whest: Benchmark, client: Any, alice: Any, sent: list[Any]
+) -> None:
+    client.force_login(alice)
+    words = _words("environment", whest)
+
+    _shows(client.get(f"/b/{SLUG}/environments/"), words)
+    _shows(
+        client.post(f"/b/{SLUG}/environments/", {"name": "cuda", "dockerfile_text": DOCKERFILE}),
+        words,
+    )
+    _nothing_done(sent)
+
+
+def test_the_submissions_page_shows_the_refusal_and_charges_nothing(
+    whest: Benchmark,
+    client: Any,
+    alice: Any,
+    carried: Environment,
+    tmp_path: Path,
+    sent: list[Any],
+) -> None:
+    client.force_login(alice)
+    words = _words("submission", whest)
+
+    _shows(client.get(f"/b/{SLUG}/submissions/"), words)
+    with _source(tmp_path).open("rb") as source:
+        posted = client.post(
+            f"/b/{SLUG}/submissions/",
+            {"environment": carried.pk, "kind": "official", "source": source},
+        )
+    _shows(posted, words)
+    _nothing_done(sent)
+
+
+def test_the_nominations_page_shows_the_refusal(
+    whest: Benchmark, client: Any, alice: Any, sent: list[Any]
+) -> None:
+    client.force_login(alice)
+    words = _words("nomination", whest)
+
+    _shows(client.get(f"/b/{SLUG}/nominations/"), words)
+    _shows(client.post(f"/b/{SLUG}/nominations/", {"submission": ["1"]}), words)
+    _nothing_done(sent)
+
+
+def test_the_timed_pages_still_offer_their_forms_on_a_timed_benchmark(
+    timed: Benchmark, client: Any, alice: Any
+) -> None:
+    client.force_login(alice)
+
+    for rest in ("environments/", "submissions/", "nominations/"):
+        assert client.get(f"/b/{timed.slug}/{rest}").status_code == 200
+
+
+# The client -----------------------------------------------------------------------------
+
+
+def test_the_timed_commands_print_the_refusal(
+    whest: Benchmark,
+    server: str,  # noqa: F811
+    alice: Any,
+    podium: Podium,  # noqa: F811
+    sign_in: Callable[[Any], str],  # noqa: F811
+    tmp_path: Path,
+    sent: list[Any],
+) -> None:
+    sign_in(alice)
+    folder = tmp_path / "kit"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(DOCKERFILE)
+    (folder / "run").write_text("#!/bin/sh\nexit 0\n")
+    (folder / "run").chmod(0o755)
+    kit = str(folder)
+
+    for argv, path in (
+        (("env", "create", SLUG, str(folder / "Dockerfile")), "environment"),
+        (("validate", SLUG, kit), "dockerfile_check"),
+        (("run", "--local", SLUG, kit), "sandbox"),
+        (("nominations", SLUG), "nomination"),
+        (("nominate", SLUG, "1"), "nomination"),
+    ):
+        result = podium(*argv)
+        assert result.code == 2, (argv, result.out, result.err)
+        assert result.err.strip() == f"podium: Refused: {_words(path, whest)}", argv
     _nothing_done(sent)
