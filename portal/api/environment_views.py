@@ -26,6 +26,7 @@ from portal.api.common import (
     text_response,
     upload_path,
 )
+from portal.contests.kinds import timed_path_check
 from portal.contests.uploads import upload_check, upload_route
 from portal.core import storage
 from portal.core.throttles import PostRateThrottle
@@ -76,6 +77,7 @@ class BenchmarkEnvironmentsView(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        timed_path_check(benchmark, "environment")  # before the body is read
         upload_check(request)
         serializer = s.EnvironmentCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -20,9 +20,10 @@ from rest_framework.views import APIView
 
 from portal.api import downloads
 from portal.api import serializers as s
-from portal.api.common import NOT_FOUND, RawAPIView, dockerfile_text, get_benchmark
+from portal.api.common import RawAPIView, dockerfile_text, get_benchmark
 from portal.contests import rules, sandbox
 from portal.contests.hardware import class_hardware
+from portal.contests.kinds import timed_path_check
 from portal.contests.models import Benchmark, Cohort
 from portal.contests.uploads import MAX_DOCKERFILE_BYTES, upload_check, upload_route
 from portal.core import errors
@@ -58,6 +59,7 @@ class DockerfileCheckView(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        timed_path_check(benchmark, "dockerfile_check")
         # As an upload: the check is work for the web server, so only a verified account.
         entrant_check_verified(entrant=request.user)
         upload_check(request)
@@ -124,10 +126,11 @@ class SandboxView(APIView):
     @extend_schema(
         operation_id="benchmarks_sandbox",
         tags=["benchmarks"],
-        responses={200: s.SandboxSerializer, **NOT_FOUND},
+        responses={200: s.SandboxSerializer, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        timed_path_check(benchmark, "sandbox")
         practice = practice_facts(request, benchmark)
         warm = sandbox.prewarm_bounds(
             run_memory_bytes=benchmark.run_memory_bytes, budget_bytes=settings.PODIUM_PREWARM_BYTES
@@ -210,10 +213,13 @@ class SandboxSupervisorView(RawAPIView):
     @extend_schema(
         operation_id="benchmarks_sandbox_supervisor",
         tags=["benchmarks"],
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **NOT_FOUND},
+        responses={
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            **s.error_responses(400, 401, 404),
+        },
     )
     def get(self, request: Request, slug: str) -> FileResponse:
-        get_benchmark(slug)
+        timed_path_check(get_benchmark(slug), "sandbox")
         path = Path(settings.PODIUM_SUPERVISOR)
         try:
             handle = path.open("rb")

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from portal.api import serializers as s
 from portal.api import standings_serializers as ss
-from portal.api.common import NOT_FOUND, IsStaff, RawAPIView, get_benchmark
+from portal.api.common import IsStaff, RawAPIView, get_benchmark
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
 from portal.core import errors
@@ -39,7 +39,7 @@ class NominationsView(APIView):
     @extend_schema(
         operation_id="benchmarks_nominations_retrieve",
         tags=TAGS,
-        responses={200: ss.NominationStateSerializer, **NOT_FOUND},
+        responses={200: ss.NominationStateSerializer, **s.error_responses(400, 401, 404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         state = nominations_of(get_benchmark(slug), request.user)

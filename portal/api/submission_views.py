@@ -30,6 +30,7 @@ from portal.api.common import (
     upload_path,
 )
 from portal.audit.services import Origin
+from portal.contests.kinds import timed_path_check
 from portal.contests.uploads import upload_check, upload_route
 from portal.core import errors, storage
 from portal.core.throttles import PostRateThrottle
@@ -85,6 +86,8 @@ class BenchmarkSubmissionsView(GenericAPIView[Submission]):
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
+        # Before the body is read or an environment looked up (an estimation benchmark has none).
+        timed_path_check(benchmark, "submission")
         upload_check(request)
         serializer = s.SubmissionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -21,6 +21,7 @@ from django.utils import timezone
 from podium_policy import archives, dockerfile_policy
 from portal.audit.services import audit_record
 from portal.contests import rules
+from portal.contests.kinds import timed_path_check
 from portal.contests.models import Benchmark
 from portal.contests.uploads import MAX_DOCKERFILE_BYTES
 from portal.core import errors, jobs, storage
@@ -144,11 +145,13 @@ def environment_create(
 ) -> Environment:
     """Accept a new environment and queue its build (attempt-free).
 
-    Refuses an owner without a verified email address, after the window closes, past
+    Refuses a metered-estimation benchmark (it has no environments: checked first), an
+    owner without a verified email address, after the window closes, past
     ``max_environments`` or ``max_concurrent_builds`` (its build would be one more), or
     when the Dockerfile breaks the policy; nothing is stored then. The owner's row is
     locked so two concurrent creations cannot both take the last place.
     """
+    timed_path_check(benchmark, "environment")
     now = now or timezone.now()
     entrant_check_verified(entrant=owner)
     if rules.window_state(now, benchmark.opens_at, benchmark.closes_at) == "closed":
@@ -193,8 +196,10 @@ def environment_rebuild(*, environment: Environment) -> Environment:
 
     Like a creation it needs the owner's verified email address and a free build slot
     (``max_concurrent_builds``), checked holding the owner's row lock; a refusal leaves
-    the environment as it was.
+    the environment as it was. An environment of a metered-estimation benchmark (made
+    before such benchmarks refused them) is never built.
     """
+    timed_path_check(environment.benchmark, "environment")
     entrant_check_verified(entrant=environment.owner)
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=environment.owner_id).first()

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.contests import uploads
+from portal.contests.kinds import timed_path_page
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.contests.templatetags.podium import (
@@ -111,6 +112,9 @@ def environment_state(environment: Environment, now: dt.datetime | None = None) 
 @require_http_methods(["GET", "POST"])
 def environment_list(request: HttpRequest, slug: str) -> HttpResponse:
     benchmark = get_object_or_404(Benchmark, slug=slug)
+    refused = timed_path_page(request, benchmark, "environment")
+    if refused is not None:  # a metered-estimation benchmark has no environments
+        return refused
     status = 200
     listing: list[ListingLine] = []
     refusal = uploads.web_upload_refusal(request) if request.method == "POST" else None

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
+from portal.contests.kinds import timed_path_check
 from portal.contests.models import Benchmark
 from portal.core import errors
 from portal.standings import rules
@@ -135,7 +136,9 @@ def nominations_of(
     benchmark: Benchmark, entrant: Any, now: dt.datetime | None = None
 ) -> NominationState:
     """The nominations of the entrant's team (or their own), what counts, and what any
-    member may name."""
+    member may name. A metered-estimation benchmark has none (``invalid_parameter``: its
+    entries are nominated one by one, ``portal.estimation``)."""
+    timed_path_check(benchmark, "nomination")
     now = now or timezone.now()
     team = team_of(benchmark.pk, int(entrant.pk))
     return _state(benchmark, team, int(entrant.pk), now)
@@ -175,7 +178,8 @@ def nominations_set(
     """Replace the nominations of the entrant's team (or their own) on ``benchmark`` with
     ``submission_ids`` (an empty list: back to the default, the two best).
 
-    Refuses, changing nothing: after the deadline (``window_closed``); more than
+    Refuses, changing nothing: a metered-estimation benchmark (``invalid_parameter``, first);
+    after the deadline (``window_closed``); more than
     :data:`rules.MAX_NOMINATIONS` or a repeated id (``invalid_parameter``); a submission
     that is not a member's on this benchmark (``not_found``: ids reveal nothing); a
     practice submission, or one that has not passed or was disqualified
@@ -183,6 +187,7 @@ def nominations_set(
     (``teams.locks.lock_identity``), so two members' requests apply one after the other
     and none interleaves with a change of membership.
     """
+    timed_path_check(benchmark, "nomination")
     now = now or timezone.now()
     deadline = nomination_deadline(benchmark)
     if now >= deadline:

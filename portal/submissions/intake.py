@@ -17,6 +17,7 @@ from django.utils import timezone
 from podium_policy import archives
 from portal.contests import rules
 from portal.contests.hardware import class_missing_pins
+from portal.contests.kinds import timed_path_check
 from portal.contests.models import Benchmark, Cohort
 from portal.core import errors, jobs, storage
 from portal.environments.models import Environment
@@ -121,8 +122,10 @@ def submission_accept(
 ) -> Submission:
     """Accept an upload as an official attempt (or a practice run) and charge it.
 
-    An official upload to a benchmark that states a validation-data boundary must confirm
-    it (``boundary_confirmed``; ``invalid_parameter`` otherwise, checked first, nothing
+    A metered-estimation benchmark takes no timed upload (``invalid_parameter``, checked
+    before anything else: its estimators are entries, ``portal.estimation``). An official
+    upload to a benchmark that states a validation-data boundary must confirm it
+    (``boundary_confirmed``; ``invalid_parameter`` otherwise, checked next, nothing
     charged); the submission keeps the SHA-256 of the text confirmed.
 
     The cheap checks come first, so that a refused upload costs the host no archive
@@ -136,6 +139,7 @@ def submission_accept(
     here), the submission and its ledger charge are written, and the file is put in
     place; a refusal leaves no file and no ledger row.
     """
+    timed_path_check(benchmark, "submission")
     now = now or timezone.now()
     if kind not in (Submission.OFFICIAL, Submission.PRACTICE):
         raise errors.InvalidParameter("kind must be 'official' or 'practice'.")

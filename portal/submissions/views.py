@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.contests import uploads
+from portal.contests.kinds import timed_path_page
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.core.errors import PodiumError
@@ -43,6 +44,9 @@ def _owned(request: HttpRequest, pk: int, *, team: bool = False) -> Submission:
 @require_http_methods(["GET", "POST"])
 def submission_list(request: HttpRequest, slug: str) -> HttpResponse:
     benchmark = get_object_or_404(Benchmark, slug=slug)
+    refused = timed_path_page(request, benchmark, "submission")
+    if refused is not None:  # a metered-estimation benchmark takes entries, not these
+        return refused
     # Teammates' and carried-over phases' too.
     ready = usable_environments(request.user, benchmark).select_related("owner")
     status = 200

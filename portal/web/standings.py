@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
+from portal.contests.kinds import timed_path_page
 from portal.contests.models import Benchmark
 from portal.core import errors
 from portal.standings.nominations import nominations_of, nominations_set
@@ -41,6 +42,9 @@ def nominations(request: HttpRequest, slug: str) -> HttpResponse:
     """The nominations of the signed-in entrant's team (or their own): shown, and replaced
     by the form's choice (any member may)."""
     benchmark = get_object_or_404(Benchmark, slug=slug)
+    refused = timed_path_page(request, benchmark, "nomination")
+    if refused is not None:  # a metered-estimation benchmark's entries are nominated singly
+        return refused
     if request.method == "POST":
         try:
             chosen = [int(value) for value in request.POST.getlist("submission")]
