@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from portal.core.login_limits import AdminLoginForm
-from portal.web.urls import campaign_patterns
+from portal.web.urls import campaign_patterns, environment_patterns, submission_patterns
 
 admin.site.login_form = AdminLoginForm  # failed sign-ins count as at the site's own form
 
@@ -11,8 +11,8 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("api/", include("portal.api.urls")),
     path("", include("portal.web.urls")),
-    path("", include("portal.environments.urls")),
-    path("", include("portal.submissions.urls")),
+    path("", include((environment_patterns, "environments"))),
+    path("", include((submission_patterns, "submissions"))),
     path("", include((campaign_patterns, "campaigns"))),
 ]
 

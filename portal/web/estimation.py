@@ -25,10 +25,10 @@ from portal.contests import uploads
 from portal.contests.models import Benchmark
 from portal.contests.selectors import schedule_at
 from portal.core import errors
-from portal.environments.forms import upload_path
 from portal.estimation import rules, selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
 from portal.teams.selectors import identity_of, shown_identity
+from portal.web.environment_forms import upload_path
 from portal.web.estimation_chart import estimation_chart
 
 ARCHIVE_FIELD = "estimator"

@@ -1,10 +1,22 @@
-"""The benchmark pages and the account pages, under the namespace they always had
-(``contests:``: ``contests:benchmark_detail``, ``contests:account``...)."""
+"""Every HTML page's route. The benchmark pages and the account pages keep the namespace
+they always had (``contests:``: ``contests:benchmark_detail``, ``contests:account``...);
+the campaign, environment and submission pages have theirs (``campaigns:``,
+``environments:``, ``submissions:``), given where ``portal/urls.py`` includes them."""
 
 from django.urls import path
 
 from portal.web import accounts as account_views
-from portal.web import campaigns, contests, estimation, standings, teams, views, writeups
+from portal.web import (
+    campaigns,
+    contests,
+    environments,
+    estimation,
+    standings,
+    submissions,
+    teams,
+    views,
+    writeups,
+)
 
 app_name = "contests"
 
@@ -45,4 +57,22 @@ campaign_patterns = [
         campaigns.entry_report,
         name="entry_report",
     ),
+]
+
+# An entrant's environments (``environments:list``...).
+environment_patterns = [
+    path("b/<slug:slug>/environments/", environments.environment_list, name="list"),
+    path("environments/<int:pk>/", environments.environment_detail, name="detail"),
+    path("environments/<int:pk>/status.json", environments.environment_status, name="status"),
+    path("environments/<int:pk>/rebuild/", environments.environment_rebuild, name="rebuild"),
+    path("environments/<int:pk>/remove/", environments.environment_remove, name="remove"),
+]
+
+# An entrant's submissions (``submissions:list``...).
+submission_patterns = [
+    path("b/<slug:slug>/submissions/", submissions.submission_list, name="list"),
+    path("submissions/<int:pk>/", submissions.submission_detail, name="detail"),
+    path("submissions/<int:pk>/review", submissions.submission_review, name="review"),
+    path("submissions/<int:pk>/status.json", submissions.submission_status, name="status"),
+    path("submissions/<int:pk>/source", submissions.submission_source, name="source"),
 ]

@@ -25,13 +25,13 @@ from portal.contests.templatetags.podium import (
 from portal.core import storage
 from portal.core.errors import PodiumError
 from portal.environments import services
-from portal.environments.forms import (
+from portal.environments.models import Environment
+from portal.web.environment_forms import (
     EnvironmentForm,
     ListingLine,
     policy_listing,
     policy_problems,
 )
-from portal.environments.models import Environment
 
 NO_OUTPUT = "(no output yet)"
 UNFINISHED = (Environment.QUEUED, Environment.BUILDING)

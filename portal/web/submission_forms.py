@@ -9,9 +9,9 @@ from typing import Any, cast
 from django import forms
 from django.db.models import QuerySet
 
-from portal.environments.forms import upload_path
 from portal.environments.models import Environment
 from portal.submissions.models import Submission
+from portal.web.environment_forms import upload_path
 
 SOURCE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 

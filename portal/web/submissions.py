@@ -19,10 +19,10 @@ from portal.core.errors import PodiumError
 from portal.environments.selectors import usable_environments
 from portal.submissions import intake, review
 from portal.submissions.attempts import quotas_for
-from portal.submissions.forms import SubmissionForm
 from portal.submissions.models import ProvenanceReview, Submission
 from portal.submissions.selectors import submission_state, submissions_with_latest_run
 from portal.teams.selectors import teammate_ids
+from portal.web.submission_forms import SubmissionForm
 
 
 def _owned(request: HttpRequest, pk: int, *, team: bool = False) -> Submission:
