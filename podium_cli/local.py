@@ -385,6 +385,11 @@ def validate(args: argparse.Namespace, client: Client) -> int:
         raise CliError(f"{folder}: no such folder.")
     failed = False
     detail = client.get_json(f"/benchmarks/{args.benchmark}/")
+    if detail.get("kind") == "estimation":
+        raise CliError(
+            f"{args.benchmark} is a metered-estimation phase: it takes no entry folder. Check "
+            "the tarball `whest package` makes with `podium validate ARCHIVE`."
+        )
     with tempfile.TemporaryDirectory(prefix="podium-") as scratch:
         archive = Path(scratch) / "source.tar.gz"
         files = pack_folder(folder, archive)

@@ -439,7 +439,6 @@ def test_the_timed_commands_print_the_refusal(
 
     for argv, path in (
         (("env", "create", SLUG, str(folder / "Dockerfile")), "environment"),
-        (("validate", SLUG, kit), "dockerfile_check"),
         (("nominations", SLUG), "nomination"),
         (("nominate", SLUG, "1"), "nomination"),
     ):
@@ -448,6 +447,15 @@ def test_the_timed_commands_print_the_refusal(
         assert result.err.strip() == f"podium: Refused: {_words(path, whest)}", argv
     # `run --local` grades an estimator's tarball here instead (tests/cli/
     # test_estimation_local.py); a timed entry's folder is refused before anything runs.
+    # `validate BENCHMARK FOLDER` says so before packing, with a Dockerfile or without one
+    # (where the server's Dockerfile check would never be asked).
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "run").write_text("#!/bin/sh\nexit 0\n")
+    for entry in (kit, str(bare)):
+        checked = podium("validate", SLUG, entry)
+        assert checked.code == 2
+        assert "takes no entry folder" in checked.err and "validate ARCHIVE" in checked.err
     local = podium("run", "--local", SLUG, kit)
     assert local.code == 2
     assert "a metered-estimation phase grades the tarball `whest package" in local.err
