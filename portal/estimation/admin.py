@@ -7,13 +7,21 @@ settings' list (``portal.standings``), as a timed benchmark's are."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import FileResponse, HttpRequest
+from django.http.response import HttpResponseBase
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
 from portal.admin_helpers import ReadOnlyMixin
-from portal.audit.reasons import reasoned_action
+from portal.audit.reasons import reason_given, reason_page, reasoned_action
+from portal.audit.services import Origin
 from portal.estimation.models import (
     Entry,
     EntryReview,
@@ -22,7 +30,7 @@ from portal.estimation.models import (
     PhaseRules,
     Suite,
 )
-from portal.estimation.standings import DECIDE, entry_review_decide
+from portal.estimation.standings import DECIDE, entry_archive_review, entry_review_decide
 
 
 @admin.register(PhaseRules)
@@ -72,14 +80,65 @@ class FinalScoreAdmin(ReadOnlyMixin, admin.ModelAdmin[FinalScore]):
 
 @admin.register(EntryReview)
 class EntryReviewAdmin(ReadOnlyMixin, admin.ModelAdmin[EntryReview]):
-    """The review before prizes: read the entry's estimator (its archive, under the data
-    folder), then clear or disqualify it here."""
+    """The review before prizes: read the entry's estimator (its archive, downloaded from
+    the review's page with a reason, audited), then clear or disqualify it here."""
 
     list_display = ["entry", "status", "opened_at", "opened_because", "decided_at", "decided_by"]
     list_filter = ["status", "entry__benchmark"]
     list_select_related = ["entry__benchmark", "decided_by"]
     search_fields = ["entry__id", "entry__entrant__username", "entry__team__name"]
+    readonly_fields = ["archive_download"]
     actions = ["clear", "disqualify"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = [f.name for f in EntryReview._meta.concrete_fields if f.name != "id"]
+        if request.user.has_perm(DECIDE):
+            fields.append("archive_download")
+        return fields
+
+    @admin.display(description="Estimator archive")
+    def archive_download(self, review: EntryReview) -> str:
+        url = reverse("admin:estimation_entryreview_archive", args=[review.pk])
+        return format_html(
+            '<a href="{}">Download {}</a> ({} bytes; asks a reason, audited)',
+            url,
+            review.entry.archive_name,
+            review.entry.archive_bytes,
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        archive = path(
+            "<int:review_id>/archive/",
+            self.admin_site.admin_view(self.archive_view),
+            name="estimation_entryreview_archive",
+        )
+        return [archive, *super().get_urls()]
+
+    def archive_view(self, request: HttpRequest, review_id: int) -> HttpResponseBase:
+        """Ask why, then serve the entry's archive; the download is audited first."""
+        if not request.user.has_perm(DECIDE):
+            raise PermissionDenied
+        review = get_object_or_404(EntryReview.objects.select_related("entry"), pk=review_id)
+        reason = reason_given(request, required=True)
+        if reason is None:
+            return reason_page(
+                request,
+                self,
+                title="Download an estimator archive",
+                explanation="Reading an entrant's estimator is recorded in the audit log "
+                "with your reason.",
+                objects=[review],
+                reason_required=True,
+                submit="Download",
+            )
+        handle = entry_archive_review(
+            entry=review.entry, actor=request.user, reason=reason, origin=Origin.of(request)
+        )
+        return FileResponse(
+            handle,
+            as_attachment=True,
+            filename=f"entry-{review.entry_id}-{review.entry.archive_name}",
+        )
 
     def has_decide_entry_review_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm(DECIDE))

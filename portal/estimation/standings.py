@@ -8,7 +8,8 @@ for ``Benchmark.ESTIMATION`` by ``portal/estimation/apps.py``): the rows of the 
 rerun (``selectors.final_standings``), refused while the rerun is not settled; frozen as
 :class:`EstimationStandingRow`; and the review of each entry in a prize position
 (``FinalSettings.prize_positions``, ranks 1 to 3 by default): staff read the estimator's
-source and clear or disqualify it (:func:`entry_review_decide`). Publishing waits for
+source (:func:`entry_archive_review`, audited) and clear or disqualify it
+(:func:`entry_review_decide`). Publishing waits for
 each prize row to be cleared; a disqualified entry leaves the standings, so the next
 team moves up and is reviewed in turn.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -26,7 +27,7 @@ from django.utils import timezone
 from portal import errors
 from portal.audit.services import NOWHERE, Origin, audit_record
 from portal.contests.models import Benchmark
-from portal.estimation import rules, selectors
+from portal.estimation import rules, selectors, services
 from portal.estimation.models import Entry, EntryReview, EstimationStandingRow, FinalScore
 from portal.standings.models import Correction, Standings
 from portal.standings.nominations import final_settings_for
@@ -121,6 +122,30 @@ def entry_review_decide(
         )
     review.refresh_from_db()
     return review
+
+
+def entry_archive_review(
+    *, entry: Entry, actor: Any, reason: str, origin: Origin = NOWHERE
+) -> IO[bytes]:
+    """Staff (``estimation.decide_entry_review``): open an entry's estimator archive (the
+    tarball ``whest package`` made) to read its source for the review, audited
+    (``estimation.source.download``, with the reason) before it is read. Refused
+    (``invalid_parameter``) without a reason, (``not_found``) once the archive is gone."""
+    errors.staff_permission_check(actor, DECIDE)
+    reason = reason.strip()
+    if not reason:
+        raise errors.InvalidParameter("Give a reason to read an entrant's estimator.")
+    path = services.archive_path(entry)
+    if not path.is_file():
+        raise errors.NotFound("This entry's archive is no longer kept.")
+    audit_record(
+        actor=actor,
+        action="estimation.source.download",
+        target=_target(entry.pk),
+        origin=origin,
+        reason=reason,
+    )
+    return path.open("rb")
 
 
 def review_states(entry_ids: Collection[int]) -> dict[int, str]:

@@ -20,7 +20,7 @@ from portal import errors
 from portal.accounts.models import ApiToken
 from portal.audit.models import AuditEvent
 from portal.contests.models import Benchmark
-from portal.estimation import rules, selectors
+from portal.estimation import rules, selectors, services
 from portal.estimation.models import Entry, EntryReview, EstimationStandingRow, FinalScore, Suite
 from portal.estimation.standings import entry_review_decide, published_scores
 from portal.standings.models import Correction, FinalSettings, Standings
@@ -403,3 +403,31 @@ def test_the_final_rerun_endpoint_marks_a_disqualified_entry(phase, four, staff,
     row = next(r for r in body["rows"] if r["entry"] == four["a"].pk)
     assert (row["rank"], row["status"]) == (None, "disqualified")
     assert [r["team"] for r in body["rows"] if r["rank"]] == ["team-b", "team-c", "team-d"]
+
+
+def test_the_reviewer_reads_the_estimator_with_a_reason_audited(phase, four, staff, client):
+    archive = services.archive_path(four["a"])
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(b"the estimator's tarball")
+    with pytest.raises(errors.InvalidParameter):
+        publish(phase, staff)
+    review = EntryReview.objects.get(entry=four["a"])
+    client.force_login(staff)
+    page = client.get(reverse("admin:estimation_entryreview_change", args=[review.pk]))
+    url = reverse("admin:estimation_entryreview_archive", args=[review.pk])
+    assert url in page.content.decode()
+    asked = client.get(url)
+    assert 'name="reason"' in asked.content.decode()
+    assert not AuditEvent.objects.filter(action="estimation.source.download").exists()
+    served = client.post(url, {"apply": "yes", "reason": "review before prizes"})
+    assert b"".join(served.streaming_content) == b"the estimator's tarball"
+    event = AuditEvent.objects.get(action="estimation.source.download")
+    assert event.reason == "review before prizes"
+    assert event.target == f"estimation_entry:{four['a'].pk}"
+    clerk = factories.UserFactory(username="clerk", is_staff=True)
+    clerk.user_permissions.add(Permission.objects.get(codename="view_entryreview"))
+    client.force_login(clerk)
+    assert client.post(url, {"apply": "yes", "reason": "curious"}).status_code == 403
+    page = client.get(reverse("admin:estimation_entryreview_change", args=[review.pk]))
+    assert page.status_code == 200 and url not in page.content.decode()
+    assert AuditEvent.objects.filter(action="estimation.source.download").count() == 1
