@@ -431,3 +431,11 @@ def test_the_reviewer_reads_the_estimator_with_a_reason_audited(phase, four, sta
     page = client.get(reverse("admin:estimation_entryreview_change", args=[review.pk]))
     assert page.status_code == 200 and url not in page.content.decode()
     assert AuditEvent.objects.filter(action="estimation.source.download").count() == 1
+
+
+def test_the_standings_page_is_provisional_after_the_close_until_published(phase, four, client):
+    page = client.get(reverse("contests:standings", kwargs={"slug": phase.slug}))
+    text = page.content.decode()
+    assert page.status_code == 200 and "provisional" in text
+    assert "review of the entries in a prize position" in text
+    assert "cohort" not in text  # an estimation phase has suites, not cohorts
