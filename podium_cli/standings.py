@@ -60,13 +60,25 @@ def nominate(args: argparse.Namespace) -> int:
 def standings(args: argparse.Namespace) -> int:
     client = client_for(args, need_token=False)
     found = client.get_json(f"/benchmarks/{args.benchmark}/standings/")
-    source = "the final rerun" if found["source"] == "final_rerun" else "the leaderboard"
+    sources = {
+        "final_rerun": "the final rerun",
+        "estimation_final": "the final rerun of the estimators",
+    }
+    source = sources.get(found["source"], "the leaderboard")
     print(
         f"Final standings of {found['benchmark']}, published {show.when(found['published_at'])} "
         f"from {source}."
     )
-    print(
-        show.table(
+    if found["source"] == "estimation_final":
+        table = show.table(
+            ["RANK", "TEAM OR ENTRANT", "FINAL SCORE", "ENTRY"],
+            [
+                [row["rank"], row["team"] or row["entrant"], f"{row['score']:.6g}", row["entry_id"]]
+                for row in found["rows"]
+            ],
+        )
+    else:
+        table = show.table(
             ["RANK", "ENTRANT", "WALL TIME", "RUNS", "SUBMISSION", "TIED"],
             [
                 [
@@ -80,7 +92,7 @@ def standings(args: argparse.Namespace) -> int:
                 for row in found["rows"]
             ],
         )
-    )
+    print(table)
     print(f"Digest: {found['digest']}")
     for correction in found["corrections"]:
         print(f"Corrected {show.when(correction['at'])}: {correction['reason']}")

@@ -42,6 +42,7 @@ from portal.core import errors
 from portal.core.throttles import PostRateThrottle
 from portal.estimation import selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
+from portal.estimation.selectors import DISQUALIFIED
 from portal.teams.selectors import identity_of
 
 TAGS = ["estimation"]
@@ -577,7 +578,11 @@ class EstimationFinalRowSerializer(serializers.Serializer[dict[str, Any]]):
     entry = serializers.IntegerField(help_text="The entry's id.")
     entrant = serializers.CharField()
     team = serializers.CharField(allow_null=True)
-    status = serializers.ChoiceField(choices=Entry.STATUSES)
+    status = serializers.ChoiceField(
+        choices=[*Entry.STATUSES, (DISQUALIFIED, "disqualified by its review before prizes")],
+        help_text="The final grade's status; ``disqualified`` (not ranked) when the entry's "
+        "review before prizes disqualified it.",
+    )
     score = serializers.FloatField(allow_null=True, help_text="The mean score on the final suite.")
     fallbacks = serializers.IntegerField(allow_null=True)
     public_score = serializers.FloatField(allow_null=True, help_text="Its phase public score.")

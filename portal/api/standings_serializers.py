@@ -88,6 +88,34 @@ class StandingsSerializer(serializers.Serializer[dict[str, Any]]):
     corrections = CorrectionSerializer(many=True)
 
 
+class EstimationStandingRowSerializer(serializers.Serializer[dict[str, Any]]):
+    rank = serializers.IntegerField()
+    team = serializers.CharField(help_text="The team's name; empty for an entrant on their own.")
+    entrant = serializers.CharField(help_text="The username of whoever uploaded the entry.")
+    entry_id = serializers.IntegerField()
+    score = serializers.FloatField(
+        help_text="The entry's mean score over the final suite (lower is better)."
+    )
+    review = serializers.CharField(
+        allow_null=True,
+        help_text="The entry's review before prizes: ``cleared``, ``under_review``, or null "
+        "when it was never reviewed (a prize position is published only once cleared).",
+    )
+
+
+class EstimationStandingsSerializer(serializers.Serializer[dict[str, Any]]):
+    benchmark = serializers.CharField()
+    state = serializers.CharField(help_text="Always ``final`` here.")
+    source = serializers.CharField(help_text="``estimation_final``.")  # type: ignore[assignment]
+    published_at = OffsetDateTimeField()
+    digest = serializers.CharField(
+        help_text="sha256:<hex> of the canonical CSV (``standings.csv``, byte for byte)."
+    )
+    previous_digests = serializers.ListField(child=serializers.CharField())
+    rows = EstimationStandingRowSerializer(many=True)
+    corrections = CorrectionSerializer(many=True)
+
+
 class FinalRerunSerializer(serializers.Serializer[dict[str, Any]]):
     cohort = serializers.CharField(help_text="``final`` or ``official``.")
     final_runs = serializers.IntegerField()

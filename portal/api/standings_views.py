@@ -1,6 +1,7 @@
 """The end of a contest: nominations (the entrant's own), the final rerun, publishing
 and correcting final standings (staff, audited), and the published standings with their
-exports (public). Staff endpoints are ``not_found`` to others; staff without
+exports (public); a metered-estimation phase's published standings rank its entries by
+their final score instead of a time. Staff endpoints are ``not_found`` to others; staff without
 ``standings.publish_standings`` get 403 ``permission_denied``.
 """
 
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_view
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,6 +25,7 @@ from portal.api.common import IsStaff, RawAPIView, get_benchmark
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
 from portal.core import errors
+from portal.estimation.standings import published_scores
 from portal.standings import publishing, rerun
 from portal.standings.models import FinalRerun
 from portal.standings.nominations import nominations_of, nominations_set
@@ -69,6 +72,49 @@ def _published_or_404(benchmark: Benchmark) -> Published:
     return found
 
 
+def _estimation_data(benchmark: Benchmark) -> dict[str, object]:
+    found = published_scores(benchmark)
+    if found is None:
+        raise errors.NotFound("No final standings are published for this phase yet.")
+    return {
+        "benchmark": benchmark.slug,
+        "state": FINAL,
+        "source": found.standings.source,
+        "published_at": found.standings.published_at,
+        "digest": found.standings.digest,
+        "previous_digests": [c.previous_digest for c in found.corrections],
+        "rows": found.marked,
+        "corrections": found.corrections,
+    }
+
+
+def _answer(benchmark: Benchmark) -> dict[str, Any]:
+    """The published standings, serialized for the benchmark's kind (404 before)."""
+    if benchmark.kind == Benchmark.ESTIMATION:
+        return dict(ss.EstimationStandingsSerializer(_estimation_data(benchmark)).data)
+    return dict(
+        ss.StandingsSerializer(standings_data(benchmark, _published_or_404(benchmark))).data
+    )
+
+
+def _export(benchmark: Benchmark) -> tuple[str, str, str]:
+    """The CSV export, its digest and the words of the cohort that decided (404 before)."""
+    if benchmark.kind == Benchmark.ESTIMATION:
+        scores = published_scores(benchmark)
+        if scores is None:
+            raise errors.NotFound("No final standings are published for this phase yet.")
+        return scores.csv, scores.standings.digest, "final suite (private, held-out seeds)"
+    found = _published_or_404(benchmark)
+    return found.csv, found.standings.digest, found.cohort_words
+
+
+STANDINGS = PolymorphicProxySerializer(
+    component_name="PublishedStandings",
+    serializers=[ss.StandingsSerializer, ss.EstimationStandingsSerializer],
+    resource_type_field_name=None,
+)
+
+
 def standings_data(benchmark: Benchmark, found: Published) -> dict[str, object]:
     """The published standings as the API and the JSON export give them."""
     return {
@@ -92,12 +138,10 @@ class StandingsView(APIView):
     @extend_schema(
         operation_id="benchmarks_standings_retrieve",
         tags=TAGS,
-        responses={200: ss.StandingsSerializer, **s.error_responses(404)},
+        responses={200: STANDINGS, **s.error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
-        benchmark = get_benchmark(slug)
-        data = standings_data(benchmark, _published_or_404(benchmark))
-        return Response(ss.StandingsSerializer(data).data)
+        return Response(_answer(get_benchmark(slug)))
 
 
 class StandingsCsvView(RawAPIView):
@@ -111,11 +155,10 @@ class StandingsCsvView(RawAPIView):
         responses={(200, "text/csv"): OpenApiTypes.STR, **s.error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> HttpResponse:
-        benchmark = get_benchmark(slug)
-        found = _published_or_404(benchmark)
-        response = HttpResponse(found.csv.encode(), content_type="text/csv; charset=utf-8")
-        response["X-Podium-Digest"] = found.standings.digest
-        response["X-Podium-Cohort"] = found.cohort_words  # never in the rows: the digest
+        text, digest, cohort_words = _export(get_benchmark(slug))
+        response = HttpResponse(text.encode(), content_type="text/csv; charset=utf-8")
+        response["X-Podium-Digest"] = digest
+        response["X-Podium-Cohort"] = cohort_words  # never in the rows: the digest
         response["Content-Disposition"] = f'attachment; filename="{slug}-standings.csv"'
         return response
 
@@ -128,16 +171,14 @@ class StandingsJsonView(RawAPIView):
     @extend_schema(
         operation_id="benchmarks_standings_json",
         tags=TAGS,
-        responses={(200, "application/json"): ss.StandingsSerializer, **s.error_responses(404)},
+        responses={(200, "application/json"): STANDINGS, **s.error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> HttpResponse:
-        benchmark = get_benchmark(slug)
-        found = _published_or_404(benchmark)
-        body = ss.StandingsSerializer(standings_data(benchmark, found)).data
+        body = _answer(get_benchmark(slug))
         response = HttpResponse(
             json.dumps(body, indent=2, sort_keys=True) + "\n", content_type="application/json"
         )
-        response["X-Podium-Digest"] = found.standings.digest
+        response["X-Podium-Digest"] = body["digest"]
         response["Content-Disposition"] = f'attachment; filename="{slug}-standings.json"'
         return response
 
@@ -160,8 +201,7 @@ class _StandingsAction(APIView):
             reason=serializer.validated_data["reason"],
             origin=Origin.of(request),
         )
-        data = standings_data(benchmark, _published_or_404(benchmark))
-        return Response(ss.StandingsSerializer(data).data, status=self.answer_status)
+        return Response(_answer(benchmark), status=self.answer_status)
 
 
 @extend_schema_view(
@@ -169,7 +209,7 @@ class _StandingsAction(APIView):
         operation_id="benchmarks_standings_publish",
         tags=TAGS,
         request=ss.ReasonSerializer,
-        responses={201: ss.StandingsSerializer, **STAFF_ERRORS},
+        responses={201: STANDINGS, **STAFF_ERRORS},
     )
 )
 class StandingsPublishView(_StandingsAction):
@@ -184,7 +224,7 @@ class StandingsPublishView(_StandingsAction):
         operation_id="benchmarks_standings_correct",
         tags=TAGS,
         request=ss.ReasonSerializer,
-        responses={200: ss.StandingsSerializer, **STAFF_ERRORS},
+        responses={200: STANDINGS, **STAFF_ERRORS},
     )
 )
 class StandingsCorrectView(_StandingsAction):

@@ -229,3 +229,61 @@ class FinalScore(models.Model):
 
     def __str__(self) -> str:
         return f"final score of entry {self.entry_id}"
+
+
+class EntryReview(models.Model):
+    """The review before prizes of an entry in a prize position of the final standings
+    (docs/rules.md, "Metered estimation"): staff read the estimator's source and clear it
+    or disqualify it, with a reason, audited. A disqualified entry leaves the final
+    standings (the next team moves up). Its states are those of the timed benchmarks'
+    provenance review (``submissions.ProvenanceReview``)."""
+
+    UNDER_REVIEW = "under_review"
+    CLEARED = "cleared"
+    DISQUALIFIED = "disqualified"
+    STATUSES = [(s, s) for s in (UNDER_REVIEW, CLEARED, DISQUALIFIED)]
+
+    entry = models.OneToOneField(Entry, on_delete=models.CASCADE, related_name="review")
+    status = models.CharField(max_length=16, choices=STATUSES, default=UNDER_REVIEW)
+    opened_at = models.DateTimeField()
+    opened_because = models.CharField(max_length=200)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decision_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        permissions = [
+            ("decide_entry_review", "Can clear or disqualify an estimation entry under review")
+        ]
+
+    def __str__(self) -> str:
+        return f"review of entry {self.entry_id} ({self.status})"
+
+
+class EstimationStandingRow(models.Model):
+    """One frozen row of a phase's published final standings (``standings.Standings``):
+    names and ids copied, so that later changes never reach it."""
+
+    standings = models.ForeignKey(
+        "standings.Standings", on_delete=models.CASCADE, related_name="estimation_rows"
+    )
+    position = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    team = models.CharField(max_length=150, blank=True)
+    entrant = models.CharField(max_length=150)
+    entry_id = models.PositiveBigIntegerField()
+    score = models.FloatField()
+
+    class Meta:
+        ordering = ["standings", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["standings", "position"], name="one_estimation_row_per_position"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rank}. {self.team or self.entrant}"

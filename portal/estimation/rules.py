@@ -1,6 +1,7 @@
 """The pure rules of metered estimation (docs/rules.md, "Metered estimation"): per-MLP
 rows from a grade, the public and withheld scores, seed 004's compute ratio and its
-outliers, the board's order and the suites' seeds. No Django.
+outliers, the board's order, the suites' seeds and the published final standings' CSV.
+No Django.
 
 A grade is whestbench's own result (``evaluate_estimator``'s dict); everything here reads
 it and decides nothing that whestbench decides (the per-MLP score and the fallback).
@@ -16,6 +17,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from portal.standings.rules import sha256_of, table_csv
 
 # The flags whestbench sets on an MLP that got the zero-prediction fallback, and the words
 # Podium shows for each (an exception's own code comes from ``error_code``).
@@ -296,3 +299,34 @@ def monte_carlo_band(
         return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
     return (pct(0.1), pct(0.5), pct(0.9))
+
+
+# The columns of a phase's published final standings (the canonical CSV; its SHA-256 is
+# their digest, as for timed benchmarks' standings).
+STANDINGS_COLUMNS = ("rank", "team", "entrant", "entry_id", "score")
+
+
+@dataclass(frozen=True)
+class StandingScore:
+    """One row of a phase's final standings: ``team`` empty for an entrant on their own;
+    ``score`` the entry's final score (lower is better)."""
+
+    rank: int
+    team: str
+    entrant: str
+    entry_id: int
+    score: float
+
+
+def standings_csv(rows: Iterable[StandingScore]) -> str:
+    """The rows as the canonical CSV (:data:`STANDINGS_COLUMNS`; the score as Python's
+    shortest round-trip form, ``repr``), through the timed standings' writer."""
+    return table_csv(
+        STANDINGS_COLUMNS,
+        ([str(r.rank), r.team, r.entrant, str(r.entry_id), repr(r.score)] for r in rows),
+    )
+
+
+def standings_digest(rows: Iterable[StandingScore]) -> str:
+    """``sha256:<hex>`` of :func:`standings_csv`."""
+    return sha256_of(standings_csv(rows))

@@ -13,8 +13,11 @@ from django.utils import timezone
 
 from portal.contests.models import Benchmark
 from portal.estimation import rules
-from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
+from portal.estimation.models import Entry, EntryReview, FinalScore, PhaseRules, Suite
 from portal.teams.selectors import identity_of
+
+# A final row's status when its entry was disqualified by its review before prizes.
+DISQUALIFIED = EntryReview.DISQUALIFIED
 
 
 def graded_candidates(benchmark: Benchmark) -> list[rules.Candidate]:
@@ -171,14 +174,26 @@ class FinalRow:
     public_score: float | None
 
 
+def disqualified_entries(entry_ids: list[int]) -> set[int]:
+    """Those of the entries disqualified by their review before prizes (one query)."""
+    return set(
+        EntryReview.objects.filter(
+            entry_id__in=entry_ids, status=EntryReview.DISQUALIFIED
+        ).values_list("entry_id", flat=True)
+    )
+
+
 def final_standings(benchmark: Benchmark) -> list[FinalRow]:
     """The final rerun's rows: graded ones ranked by their final score (lower first, the
-    earlier submission breaking a tie), each team once (its best), then the rest."""
+    earlier submission breaking a tie), each team once (its best), then the rest. An
+    entry disqualified by its review before prizes is not ranked (status
+    :data:`DISQUALIFIED`): the team's other pick, or the next team, moves up."""
     finals = list(
         FinalScore.objects.filter(entry__benchmark=benchmark).select_related(
             "entry__entrant", "entry__team"
         )
     )
+    out = disqualified_entries([f.entry_id for f in finals])
     graded = rules.best_per_owner(
         rules.Candidate(
             entry_id=f.entry_id,
@@ -187,7 +202,7 @@ def final_standings(benchmark: Benchmark) -> list[FinalRow]:
             submitted_at=f.entry.submitted_at,
         )
         for f in finals
-        if f.status == Entry.GRADED and f.score is not None
+        if f.status == Entry.GRADED and f.score is not None and f.entry_id not in out
     )
     rank_of = {c.entry_id: i for i, c in enumerate(graded, start=1)}
     rows = [
@@ -196,7 +211,7 @@ def final_standings(benchmark: Benchmark) -> list[FinalRow]:
             entry_id=f.entry_id,
             entrant=f.entry.entrant.get_username(),
             team=f.entry.team.name if f.entry.team is not None else "",
-            status=f.status,
+            status=DISQUALIFIED if f.entry_id in out else f.status,
             score=f.score,
             fallbacks=f.fallbacks,
             public_score=f.entry.public_score,

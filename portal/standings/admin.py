@@ -111,9 +111,10 @@ class FinalSettingsAdmin(admin.ModelAdmin[FinalSettings]):
             step=publishing.standings_publish,
             title="Publish the final standings",
             explanation="Freeze the standings (the final rerun's result when one was "
-            "started, else the board) with their digest. A later change is a correction. "
-            "Refused, naming the rows, while a prize position is not cleared by provenance "
-            "review (the reviews missing are opened).",
+            "started, else the board; a metered-estimation phase's final rerun of its "
+            "estimators) with their digest. A later change is a correction. Refused, naming "
+            "the rows, while a prize position is not cleared by review (the reviews missing "
+            "are opened).",
         )
 
     @admin.action(

@@ -123,11 +123,19 @@ class FinalEntry(models.Model):
 
 
 class Standings(models.Model):
-    """A benchmark's published final standings: frozen rows, their digest, corrections."""
+    """A benchmark's published final standings: frozen rows, their digest, corrections.
+
+    A timed benchmark's rows are :class:`StandingRow`; a metered-estimation phase's
+    (source ``estimation_final``) are ``estimation.EstimationStandingRow``."""
 
     FINAL_RERUN = "final_rerun"
     BOARD = "board"
-    SOURCES = [(FINAL_RERUN, "the final rerun"), (BOARD, "the provisional board")]
+    ESTIMATION_FINAL = "estimation_final"
+    SOURCES = [
+        (FINAL_RERUN, "the final rerun"),
+        (BOARD, "the provisional board"),
+        (ESTIMATION_FINAL, "the final rerun of the estimators"),
+    ]
 
     benchmark = models.OneToOneField(
         "contests.Benchmark", on_delete=models.CASCADE, related_name="standings"

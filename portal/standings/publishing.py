@@ -7,12 +7,19 @@ the rows are computed again from the same source, the new digest replaces the ol
 the old one is kept on the correction. Both are audited in the same transaction. Both
 wait for the provenance review of each row in a prize position (``prizes``): the reviews
 missing are opened (and kept) before the step is refused.
+
+What is ranked, frozen and reviewed depends on the benchmark's kind (a
+:class:`StandingsKind`): timed benchmarks' (:data:`TIMED`) is here; an app above that
+ranks another kind (metered estimation) registers its own with :func:`register_kind`
+from its ``AppConfig.ready()``. The steps, their checks, the digest, corrections and
+the audit trail are the same for every kind.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.utils import timezone
@@ -53,6 +60,98 @@ def standings_source(benchmark: Benchmark) -> tuple[str, list[rules.Row]]:
     return Standings.BOARD, rows
 
 
+class StandingsKind(Protocol):
+    """What publishing needs of one kind of benchmark's standings; ``rows`` are the kind's
+    own ranked rows, each with a ``rank``. Every method is read-only except
+    :meth:`open_reviews` (each review commits on its own) and :meth:`freeze`."""
+
+    def compute(self, benchmark: Benchmark) -> tuple[str, Sequence[Any]]:
+        """The source (a ``Standings.source``) and the rows publishing would freeze now;
+        refused (``invalid_parameter``) while they are not settled."""
+        ...
+
+    def open_reviews(
+        self,
+        benchmark: Benchmark,
+        rows: Sequence[Any],
+        *,
+        now: dt.datetime,
+        settled: Collection[int],
+    ) -> int:
+        """Open the missing review of each prize row not in ``settled``; how many."""
+        ...
+
+    def gate(self, benchmark: Benchmark, rows: Sequence[Any], *, settled: Collection[int]) -> None:
+        """Refuse (``invalid_parameter``) while a prize row not in ``settled`` is not cleared."""
+        ...
+
+    def digest(self, rows: Sequence[Any]) -> str:
+        """``sha256:<hex>`` of the rows' canonical CSV."""
+        ...
+
+    def is_digest_of(self, rows: Sequence[Any], digest: str) -> bool:
+        """Whether ``digest`` is of these rows (a correction would change nothing)."""
+        ...
+
+    def freeze(self, standings: Standings, rows: Sequence[Any]) -> None:
+        """Replace the standings' frozen rows with ``rows``."""
+        ...
+
+    def prized(self, benchmark: Benchmark) -> set[int]:
+        """The ids (what a review is of) in a prize position of the published standings."""
+        ...
+
+
+class TimedStandings:
+    """Timed benchmarks' standings (leaderboards and campaigns): the final rerun's result,
+    else the board; frozen as :class:`StandingRow`; the prize rows' provenance reviews."""
+
+    def compute(self, benchmark: Benchmark) -> tuple[str, list[rules.Row]]:
+        return standings_source(benchmark)
+
+    def open_reviews(
+        self,
+        benchmark: Benchmark,
+        rows: Sequence[rules.Row],
+        *,
+        now: dt.datetime,
+        settled: Collection[int],
+    ) -> int:
+        return prize_reviews_open(benchmark, rows, now=now, settled=settled)
+
+    def gate(
+        self, benchmark: Benchmark, rows: Sequence[rules.Row], *, settled: Collection[int]
+    ) -> None:
+        prize_gate(benchmark, rows, settled=settled)
+
+    def digest(self, rows: Sequence[rules.Row]) -> str:
+        return rules.digest_of(rows)
+
+    def is_digest_of(self, rows: Sequence[rules.Row], digest: str) -> bool:
+        return rules.is_digest_of(rows, digest)
+
+    def freeze(self, standings: Standings, rows: Sequence[rules.Row]) -> None:
+        _freeze(standings, rows)
+
+    def prized(self, benchmark: Benchmark) -> set[int]:
+        return _prized(benchmark)
+
+
+TIMED = TimedStandings()
+_KINDS: dict[str, StandingsKind] = {}
+
+
+def register_kind(benchmark_kind: str, kind: StandingsKind) -> None:
+    """Rank benchmarks of ``benchmark_kind`` (a ``Benchmark.kind``) with ``kind``: called
+    from the ``AppConfig.ready()`` of the app above that owns their rows."""
+    _KINDS[benchmark_kind] = kind
+
+
+def kind_of(benchmark: Benchmark) -> StandingsKind:
+    """The benchmark's kind of standings: the one registered for it, else :data:`TIMED`."""
+    return _KINDS.get(benchmark.kind, TIMED)
+
+
 def _check(actor: Any, benchmark: Benchmark, reason: str, now: dt.datetime) -> None:
     errors.staff_permission_check(actor, PUBLISH)
     if now < benchmark.closes_at:
@@ -71,7 +170,7 @@ def _prized(benchmark: Benchmark) -> set[int]:
     )
 
 
-def _freeze(standings: Standings, rows: list[rules.Row]) -> None:
+def _freeze(standings: Standings, rows: Sequence[rules.Row]) -> None:
     StandingRow.objects.filter(standings=standings).delete()
     StandingRow.objects.bulk_create(
         StandingRow(
@@ -99,12 +198,13 @@ def standings_publish(
     """Staff (``standings.publish_standings``): publish the benchmark's final standings
     once, audited (``standings.published``). Refused (``invalid_parameter``) before the
     close, without a reason, while the final rerun runs, while a prize position is not
-    cleared by review (``prizes.prize_gate``), and once published (correct them
-    instead)."""
+    cleared by review (``prizes.prize_gate``, or the kind's own gate), and once published
+    (correct them instead)."""
     now = now or timezone.now()
+    kind = kind_of(benchmark)
     _check(actor, benchmark, reason, now)
     if not Standings.objects.filter(benchmark=benchmark).exists():
-        prize_reviews_open(benchmark, standings_source(benchmark)[1], now=now)
+        kind.open_reviews(benchmark, kind.compute(benchmark)[1], now=now, settled=())
     with transaction.atomic():
         list(
             Benchmark.objects.select_for_update(no_key=True)
@@ -115,9 +215,9 @@ def standings_publish(
             raise errors.InvalidParameter(
                 "Final standings are already published; a change is a correction."
             )
-        source, rows = standings_source(benchmark)
-        prize_gate(benchmark, rows)
-        digest = rules.digest_of(rows)
+        source, rows = kind.compute(benchmark)
+        kind.gate(benchmark, rows, settled=())
+        digest = kind.digest(rows)
         standings = Standings.objects.create(
             benchmark=benchmark,
             source=source,
@@ -126,7 +226,7 @@ def standings_publish(
             reason=reason,
             digest=digest,
         )
-        _freeze(standings, rows)
+        kind.freeze(standings, rows)
         audit_record(
             actor=actor,
             action="standings.published",
@@ -150,24 +250,25 @@ def standings_correct(
     from their source (a disqualification since, say) and freeze the result, audited
     (``standings.corrected``) with both digests. Refused (``not_found``) before
     publishing, (``invalid_parameter``) without a reason, when nothing would change, and
-    while a submission new to a prize position is not cleared by review."""
+    while a submission (or entry) new to a prize position is not cleared by review."""
     now = now or timezone.now()
+    kind = kind_of(benchmark)
     _check(actor, benchmark, reason, now)
     if Standings.objects.filter(benchmark=benchmark).exists():
-        prize_reviews_open(
-            benchmark, standings_source(benchmark)[1], now=now, settled=_prized(benchmark)
+        kind.open_reviews(
+            benchmark, kind.compute(benchmark)[1], now=now, settled=kind.prized(benchmark)
         )
     with transaction.atomic():
         standings = Standings.objects.select_for_update().filter(benchmark=benchmark).first()
         if standings is None:
             raise errors.NotFound("No final standings are published for this benchmark.")
-        _, rows = standings_source(benchmark)
-        prize_gate(benchmark, rows, settled=_prized(benchmark))
-        if rules.is_digest_of(rows, standings.digest):
+        _, rows = kind.compute(benchmark)
+        kind.gate(benchmark, rows, settled=kind.prized(benchmark))
+        if kind.is_digest_of(rows, standings.digest):
             raise errors.InvalidParameter(
                 "Nothing would change: the standings computed now are the published ones."
             )
-        digest = rules.digest_of(rows)
+        digest = kind.digest(rows)
         correction = Correction.objects.create(
             standings=standings,
             at=now,
@@ -178,7 +279,7 @@ def standings_correct(
         )
         standings.digest = digest
         standings.save(update_fields=["digest"])
-        _freeze(standings, rows)
+        kind.freeze(standings, rows)
         audit_record(
             actor=actor,
             action="standings.corrected",

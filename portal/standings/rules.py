@@ -191,11 +191,8 @@ def canonical_csv(rows: Iterable[Row], *, neutral: bool = True) -> str:
     ``true``/``false``, every cell through :func:`neutral_cell`; the standings' digest is
     its SHA-256. ``neutral=False``: the plain form, as standings were published before
     cells were neutralised (:func:`published_csv`)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for row in rows:
-        cells = [
+    cells = (
+        [
             str(row.rank),
             row.entrant,
             str(row.submission_id),
@@ -203,17 +200,34 @@ def canonical_csv(rows: Iterable[Row], *, neutral: bool = True) -> str:
             str(row.runs),
             "true" if row.tied else "false",
         ]
-        writer.writerow([neutral_cell(cell) for cell in cells] if neutral else cells)
+        for row in rows
+    )
+    return table_csv(CSV_COLUMNS, cells, neutral=neutral)
+
+
+def table_csv(
+    columns: Sequence[str], rows: Iterable[Sequence[str]], *, neutral: bool = True
+) -> str:
+    """A canonical CSV of any published standings: a header of ``columns``, then each
+    row's cells, ``\n`` line ends, every cell through :func:`neutral_cell` (unless
+    ``neutral=False``). The timed standings' form is :func:`canonical_csv`; other kinds
+    of standings (metered estimation's) give their own columns."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for cells in rows:
+        writer.writerow([neutral_cell(cell) for cell in cells] if neutral else list(cells))
     return out.getvalue()
 
 
-def _sha256(text: str) -> str:
+def sha256_of(text: str) -> str:
+    """``sha256:<hex>`` of ``text`` (UTF-8): the form of every standings digest."""
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def digest_of(rows: Iterable[Row]) -> str:
     """``sha256:<hex>`` of :func:`canonical_csv`."""
-    return _sha256(canonical_csv(rows))
+    return sha256_of(canonical_csv(rows))
 
 
 def published_csv(rows: Sequence[Row], digest: str) -> str:
@@ -222,9 +236,9 @@ def published_csv(rows: Sequence[Row], digest: str) -> str:
     starts like a formula, the plain form their digest is of (a published digest never
     changes). The two forms differ only where such a cell is."""
     text = canonical_csv(rows)
-    if _sha256(text) != digest:
+    if sha256_of(text) != digest:
         plain = canonical_csv(rows, neutral=False)
-        if _sha256(plain) == digest:
+        if sha256_of(plain) == digest:
             return plain
     return text
 
@@ -232,4 +246,4 @@ def published_csv(rows: Sequence[Row], digest: str) -> str:
 def is_digest_of(rows: Sequence[Row], digest: str) -> bool:
     """Whether ``digest`` is of these rows, in either form :func:`published_csv` serves:
     rows that match the published digest would change nothing."""
-    return _sha256(published_csv(rows, digest)) == digest
+    return sha256_of(published_csv(rows, digest)) == digest

@@ -27,6 +27,7 @@ from portal.contests.selectors import schedule_at
 from portal.core import errors
 from portal.estimation import rules, selectors, services
 from portal.estimation.models import Entry, FinalScore, PhaseRules, Suite
+from portal.estimation.standings import published_scores
 from portal.teams.selectors import identity_of, shown_identity
 from portal.web.environment_forms import upload_path
 from portal.web.estimation_chart import estimation_chart
@@ -98,6 +99,7 @@ def benchmark_page(
         {
             "board": selectors.board(benchmark, now),
             "finals": selectors.final_standings(benchmark),
+            "published": published_scores(benchmark),
             "band": band,
             "suite_ready": Suite.objects.filter(
                 benchmark=benchmark, role=Suite.PHASE, status=Suite.READY

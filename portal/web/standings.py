@@ -12,6 +12,7 @@ from django.utils import timezone
 from portal.contests.kinds import timed_path_page
 from portal.contests.models import Benchmark
 from portal.core import errors
+from portal.estimation.standings import published_scores
 from portal.standings.nominations import nominations_of, nominations_set
 from portal.standings.selectors import (
     COHORT_WORDS,
@@ -25,9 +26,15 @@ from portal.standings.selectors import (
 def standings(request: HttpRequest, slug: str) -> HttpResponse:
     """The published final standings with their digest, corrections and deciding cohort,
     or what the board is until then (live; provisional, with the cohort the final rerun
-    runs on)."""
+    runs on). A metered-estimation phase's standings show its final scores."""
     benchmark = get_object_or_404(Benchmark, slug=slug)
     state = board_state(benchmark, timezone.now())
+    if benchmark.kind == Benchmark.ESTIMATION:
+        return render(
+            request,
+            "estimation/standings.html",
+            {"benchmark": benchmark, "state": state, "published": published_scores(benchmark)},
+        )
     context = {
         "benchmark": benchmark,
         "state": state,

@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from portal.contests.models import Benchmark
+from portal.core import errors
+from portal.estimation.models import Entry, EntryReview, FinalScore, Suite
+from portal.estimation.standings import entry_review_decide
 from portal.standings.models import Nomination
 from portal.standings.publishing import standings_publish
 from tests import factories
@@ -142,3 +146,39 @@ def test_a_csv_that_is_not_the_published_one_is_not_saved(
     shown = podium("--url", server, "standings", closed.slug, "--csv", str(target))
     assert shown.code == 2 and "not the published digest" in shown.err
     assert not target.exists()
+
+
+def test_a_metered_estimation_phases_standings_print_their_scores(
+    server: str, alice: Any, staff: Any, podium: Podium, tmp_path: Path
+) -> None:
+    now = timezone.now()
+    phase = factories.BenchmarkFactory(
+        kind=Benchmark.ESTIMATION,
+        opens_at=now - dt.timedelta(days=5),
+        closes_at=now - dt.timedelta(hours=1),
+        attempt_timezone="UTC",
+    )
+    factories.PhaseRulesFactory(benchmark=phase)
+    suite = factories.SuiteFactory(benchmark=phase, role=Suite.FINAL)
+    entry = factories.EntryFactory(
+        benchmark=phase, entrant=alice, status=Entry.GRADED, public_score=0.5
+    )
+    FinalScore.objects.create(
+        entry=entry, suite=suite, status=Entry.GRADED, score=0.125, queued_at=now
+    )
+    with pytest.raises(errors.InvalidParameter, match="not cleared by review"):
+        standings_publish(benchmark=phase, actor=staff, reason="results")
+    entry_review_decide(
+        review=EntryReview.objects.get(entry=entry), actor=staff, decision="cleared", reason="ok"
+    )
+    published = standings_publish(benchmark=phase, actor=staff, reason="results")
+
+    target = tmp_path / "final.csv"
+    shown = podium("--url", server, "standings", phase.slug, "--csv", str(target))
+    assert shown.code == 0, shown.err
+    assert "from the final rerun of the estimators" in shown.out
+    lines = shown.out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("RANK"))
+    assert "FINAL SCORE" in lines[header]
+    assert lines[header + 1].split() == ["1", "alice", "0.125", str(entry.pk)]
+    assert "sha256:" + hashlib.sha256(target.read_bytes()).hexdigest() == published.digest
