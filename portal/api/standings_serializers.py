@@ -1,4 +1,4 @@
-"""Serializers of the final standings' endpoints (``standings_views``)."""
+"""Serializers of the final standings' endpoints (``standings``)."""
 
 from __future__ import annotations
 

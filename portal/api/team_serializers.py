@@ -1,4 +1,4 @@
-"""Request and response shapes of the teams endpoints (``team_views``)."""
+"""Request and response shapes of the teams endpoints (``teams``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Views are thin: parse, call one service or selector, render. Refusals come from the
 services as ``PodiumError``s, which ``portal.api.errors`` turns into ``{"code", "detail"}``.
 Anything that belongs to another entrant is ``not_found``. The other endpoints live in
-``environment_views``, ``submission_views`` and ``staff_views``.
+``environments``, ``submissions`` and ``staff``.
 """
 
 from __future__ import annotations

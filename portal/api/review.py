@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from portal.api import serializers as s
 from portal.api.common import IsStaff, own_submission, staff_reads
-from portal.api.staff_views import ACTION_ERRORS, HasStaffPermission
+from portal.api.staff import ACTION_ERRORS, HasStaffPermission
 from portal.audit.services import Origin
 from portal.core import errors
 from portal.submissions import review, staff
