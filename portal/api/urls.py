@@ -6,6 +6,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from portal.api import (
+    benchmarks,
     campaigns,
     contests,
     environments,
@@ -17,6 +18,7 @@ from portal.api import (
     standings,
     submissions,
     teams,
+    tokens,
     views,
     writeups,
 )
@@ -32,13 +34,13 @@ ESTIMATION = f"{BENCHMARK}estimation/"
 ESTIMATION_ENTRY = "v1/estimation/entries/<int:entry_id>/"
 
 urlpatterns = [
-    path("v1/tokens/", views.TokenListCreateView.as_view(), name="tokens"),
-    path("v1/tokens/<int:token_id>/", views.TokenDetailView.as_view(), name="token-detail"),
-    path("v1/benchmarks/", views.BenchmarkListView.as_view(), name="benchmarks"),
-    path(BENCHMARK, views.BenchmarkDetailView.as_view(), name="benchmark-detail"),
-    path(f"{BENCHMARK}leaderboard/", views.LeaderboardView.as_view(), name="leaderboard"),
-    path(f"{BENCHMARK}attempts/", views.AttemptsView.as_view(), name="benchmark-attempts"),
-    path(f"{BENCHMARK}quota/", views.QuotaView.as_view(), name="quota"),
+    path("v1/tokens/", tokens.TokenListCreateView.as_view(), name="tokens"),
+    path("v1/tokens/<int:token_id>/", tokens.TokenDetailView.as_view(), name="token-detail"),
+    path("v1/benchmarks/", benchmarks.BenchmarkListView.as_view(), name="benchmarks"),
+    path(BENCHMARK, benchmarks.BenchmarkDetailView.as_view(), name="benchmark-detail"),
+    path(f"{BENCHMARK}leaderboard/", benchmarks.LeaderboardView.as_view(), name="leaderboard"),
+    path(f"{BENCHMARK}attempts/", benchmarks.AttemptsView.as_view(), name="benchmark-attempts"),
+    path(f"{BENCHMARK}quota/", benchmarks.QuotaView.as_view(), name="quota"),
     path(
         f"{BENCHMARK}nominations/",
         standings.NominationsView.as_view(),
@@ -93,7 +95,7 @@ urlpatterns = [
         teams.InvitationDeclineView.as_view(),
         name="invitation-decline",
     ),
-    path(f"{BENCHMARK}practice/", views.PracticeView.as_view(), name="practice"),
+    path(f"{BENCHMARK}practice/", benchmarks.PracticeView.as_view(), name="practice"),
     path(
         f"{BENCHMARK}dockerfile-check/",
         sandbox.DockerfileCheckView.as_view(),
@@ -107,7 +109,7 @@ urlpatterns = [
     ),
     path(
         f"{BENCHMARK}practice/download",
-        views.PracticeDownloadView.as_view(),
+        benchmarks.PracticeDownloadView.as_view(),
         name="practice-download",
     ),
     path(
