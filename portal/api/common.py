@@ -1,8 +1,13 @@
-"""Shared pieces of the API views: lookups that answer ``not_found``, log tails, uploads."""
+"""What several API resources share: the shapes (``iso``, ``OffsetDateTimeField``,
+``UploadField``, the error body ``ErrorSerializer`` with ``error_responses``, timeline
+events, a hardware class and its noise band), and the view helpers (lookups that answer
+``not_found``, pagination, log tails, uploads). A shape one resource alone renders lives
+in that resource's module."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import re
 import shutil
 import tempfile
@@ -15,7 +20,8 @@ from django.core.paginator import Paginator as DjangoPaginator
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
+from rest_framework import serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import BaseParser
@@ -24,13 +30,100 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from portal.api import serializers as s
+from portal.campaigns.api_selectors import TimelineEvent
 from portal.contests.models import Benchmark
 from portal.contests.uploads import MAX_DOCKERFILE_BYTES
 from portal.core import errors, storage
-from portal.environments.models import Environment
-from portal.submissions.models import Submission
+from portal.environments.models import Environment, EnvironmentEvent
+from portal.hosts.selectors import NoiseBand
+from portal.submissions.models import Submission, SubmissionEvent
 from portal.teams.selectors import teammate_ids
+
+# Shapes shared by several resources -------------------------------------------------
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    """ISO 8601 with an explicit offset (UTC), or None."""
+    return None if value is None else value.astimezone(dt.UTC).isoformat()
+
+
+class OffsetDateTimeField(serializers.DateTimeField):
+    """A datetime as ISO 8601 with ``+00:00`` (DRF would write ``Z``)."""
+
+    def to_representation(self, value: dt.datetime) -> str | None:  # type: ignore[override]
+        return iso(value)
+
+
+@extend_schema_field(OpenApiTypes.BINARY)
+class UploadField(serializers.FileField):
+    """A multipart file part (the schema says ``format: binary``, so clients send a file)."""
+
+
+class ErrorSerializer(serializers.Serializer[dict[str, str]]):
+    code = serializers.CharField()
+    detail = serializers.CharField()
+
+
+def error_responses(*statuses: int) -> dict[int, Any]:
+    """The error body for the given statuses, for the schema."""
+    return dict.fromkeys(statuses, ErrorSerializer)
+
+
+class TimelineEventSerializer(
+    serializers.Serializer[EnvironmentEvent | SubmissionEvent | TimelineEvent]
+):
+    status = serializers.CharField()
+    at = OffsetDateTimeField()
+    note = serializers.CharField()
+
+
+class CpuGateSerializer(serializers.Serializer[dict[str, Any]]):
+    """A hardware class's CPU-idleness gate (``portal.contests.hardware.class_cpu_gate``)."""
+
+    busy_cpus_max = serializers.FloatField(
+        help_text="The most CPUs' worth of other work a host may show before a run."
+    )
+    default = serializers.BooleanField(help_text="Whether that is the platform's default.")
+    noise_band = serializers.BooleanField(
+        help_text="Strict: also no more than would slow a run on every CPU by the class's "
+        "published noise band."
+    )
+
+
+class HardwareSerializer(serializers.Serializer[dict[str, Any]]):
+    """The benchmark's hardware class, as its hosts give it to a scored run."""
+
+    name = serializers.CharField()
+    platform = serializers.CharField(allow_null=True, help_text="linux/amd64 or linux/arm64.")
+    gpus = serializers.IntegerField(help_text="GPUs a scored container gets (0: none).")
+    gpu_model = serializers.CharField(allow_null=True)
+    gpu_driver = serializers.CharField(allow_null=True, help_text="The pinned driver version.")
+    cuda = serializers.CharField(allow_null=True, help_text="The pinned CUDA version.")
+    kernel = serializers.CharField(allow_null=True, help_text="The pinned kernel release.")
+    engine = serializers.CharField(allow_null=True, help_text="The pinned Docker Engine version.")
+    supervisor_sha256 = serializers.CharField(
+        allow_null=True, help_text="SHA-256 of the pinned supervisor binary."
+    )
+    unpinned = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The pins a GPU class still lacks; its benchmark accepts no upload until "
+        "this is empty.",
+    )
+    cpu_gate = CpuGateSerializer()
+
+
+class NoiseBandSerializer(serializers.Serializer[NoiseBand]):
+    """A hardware class's timing noise (``portal.hosts.selectors.noise_band``)."""
+
+    hardware_class = serializers.CharField()
+    percent = serializers.FloatField(
+        help_text="Every repetition of the class's recent good calibrations fell within "
+        "± this percentage of their common median."
+    )
+    runs = serializers.IntegerField(help_text="How many calibrations it is drawn from.")
+
+
+# View helpers: lookups, pagination, log tails, uploads ------------------------------
 
 TAIL_DEFAULT = 200
 TAIL_MAX = 2000
@@ -42,7 +135,7 @@ TAIL_PARAMETER = OpenApiParameter(
     description=f"How many last lines (1 to {TAIL_MAX}, default {TAIL_DEFAULT}).",
 )
 TEXT_RESPONSE = {(200, "text/plain"): OpenApiTypes.STR}
-NOT_FOUND = s.error_responses(401, 404)
+NOT_FOUND = error_responses(401, 404)
 
 
 class IsStaff(BasePermission):

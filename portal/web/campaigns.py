@@ -2,7 +2,7 @@
 with their entries, and one entry's report.
 
 They are public, like the leaderboard: anyone reads the crown, the rounds and every
-entry's arithmetic, signed in or not (as the API: ``portal.api.campaign_views``). Build
+entry's arithmetic, signed in or not (as the API: ``portal.api.campaigns``). Build
 logs and timelines stay their owner's (the submission pages). Every score on these pages
 sits next to the round it is from: scores compare only within a round.
 """

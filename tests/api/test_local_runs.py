@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from portal.api import sandbox_views
+from portal.api import sandbox as sandbox_api
 from portal.contests import sandbox
 from portal.contests.models import Cohort, CohortItem
 from portal.environments.models import Environment
@@ -256,7 +256,7 @@ def test_the_elf_platform_is_read_from_the_header() -> None:
     assert sandbox.elf_platform(amd64) == "linux/amd64"
     assert sandbox.elf_platform(arm64) == "linux/arm64"
     assert sandbox.elf_platform(b"#!/bin/sh\n" + b"\x00" * 10) is None
-    assert sandbox_views.supervisor_facts() is not None
+    assert sandbox_api.supervisor_facts() is not None
 
 
 @pytest.mark.parametrize("body", [[], "FROM x", 7, {"dockerfile": 7}])

@@ -1,34 +1,77 @@
-"""Teams: the caller's team on a benchmark, creating one, inviting, answering an
-invitation, leaving and removing members (docs/api.md, "Teams"). Every change is a
-service of ``portal.teams.services`` (audited)."""
+"""Teams (``/api/v1/benchmarks/<slug>/team/``, ``/api/v1/invitations/``): the caller's
+team on a benchmark, creating one, inviting, answering an invitation, leaving and removing
+members (docs/api.md, "Teams"). Every change is a service of ``portal.teams.services``
+(audited).
+
+Views and their serializers.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import serializers as s
-from portal.api import team_serializers as ts
-from portal.api.common import NOT_FOUND, get_benchmark
+from portal.api.common import NOT_FOUND, OffsetDateTimeField, error_responses, get_benchmark
 from portal.audit.services import Origin
 from portal.core import errors
 from portal.teams import services
 from portal.teams.models import Team
 from portal.teams.selectors import invitations_for, pending_invitations, team_members, team_of
 
+
+class TeamMemberSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField(source="user.username")
+    joined_at = OffsetDateTimeField()
+
+
+class InvitationSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    benchmark = serializers.CharField(source="team.benchmark.slug")
+    team = serializers.CharField(source="team.name")
+    invitee = serializers.CharField(source="invitee.username")
+    invited_by = serializers.CharField(source="invited_by.username")
+    state = serializers.ChoiceField(choices=["pending", "accepted", "declined", "withdrawn"])
+    created_at = OffsetDateTimeField()
+    decided_at = OffsetDateTimeField(allow_null=True)
+
+
+class TeamSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    benchmark = serializers.CharField(source="benchmark.slug")
+    name = serializers.CharField()
+    captain = serializers.CharField(source="captain.username")
+    members = TeamMemberSerializer(many=True, source="member_rows")
+    invitations = InvitationSerializer(
+        many=True, source="pending", help_text="Invitations not answered yet."
+    )
+    size_max = serializers.IntegerField(source="benchmark.team_size_max")
+    frozen_at = OffsetDateTimeField(
+        source="benchmark.teams_frozen_at",
+        help_text="From this moment membership is fixed (the team freeze, else the close).",
+    )
+
+
+class TeamCreateSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(max_length=100)
+
+
+class TeamInviteSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField(max_length=150)
+
+
 TAGS = ["teams"]
-CHANGE_ERRORS = s.error_responses(400, 401, 404, 409, 415)
+CHANGE_ERRORS = error_responses(400, 401, 404, 409, 415)
 
 
 def team_data(team: Team) -> dict[str, Any]:
     team.member_rows = team_members(team)  # type: ignore[attr-defined]
     team.pending = pending_invitations(team)  # type: ignore[attr-defined]
-    return dict(ts.TeamSerializer(team).data)
+    return dict(TeamSerializer(team).data)
 
 
 def _my_team(request: Request, slug: str) -> Team:
@@ -44,7 +87,7 @@ class TeamView(APIView):
     @extend_schema(
         operation_id="teams_retrieve",
         tags=TAGS,
-        responses={200: ts.TeamSerializer, **NOT_FOUND},
+        responses={200: TeamSerializer, **NOT_FOUND},
     )
     def get(self, request: Request, slug: str) -> Response:
         return Response(team_data(_my_team(request, slug)))
@@ -52,12 +95,12 @@ class TeamView(APIView):
     @extend_schema(
         operation_id="teams_create",
         tags=TAGS,
-        request=ts.TeamCreateSerializer,
-        responses={201: ts.TeamSerializer, **CHANGE_ERRORS},
+        request=TeamCreateSerializer,
+        responses={201: TeamSerializer, **CHANGE_ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
-        serializer = ts.TeamCreateSerializer(data=request.data)
+        serializer = TeamCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         team = services.team_create(
             user=request.user,
@@ -74,12 +117,12 @@ class TeamInvitationsView(APIView):
     @extend_schema(
         operation_id="teams_invite",
         tags=TAGS,
-        request=ts.TeamInviteSerializer,
-        responses={201: ts.InvitationSerializer, **CHANGE_ERRORS},
+        request=TeamInviteSerializer,
+        responses={201: InvitationSerializer, **CHANGE_ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
-        serializer = ts.TeamInviteSerializer(data=request.data)
+        serializer = TeamInviteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         invitation = services.team_invite(
             user=request.user,
@@ -87,7 +130,7 @@ class TeamInvitationsView(APIView):
             username=serializer.validated_data["username"],
             origin=Origin.of(request),
         )
-        return Response(ts.InvitationSerializer(invitation).data, status=status.HTTP_201_CREATED)
+        return Response(InvitationSerializer(invitation).data, status=status.HTTP_201_CREATED)
 
 
 class TeamLeaveView(APIView):
@@ -97,7 +140,7 @@ class TeamLeaveView(APIView):
         operation_id="teams_leave",
         tags=TAGS,
         request=None,
-        responses={204: None, **s.error_responses(400, 401, 404, 409)},
+        responses={204: None, **error_responses(400, 401, 404, 409)},
     )
     def post(self, request: Request, slug: str) -> Response:
         services.team_leave(
@@ -112,7 +155,7 @@ class TeamMemberView(APIView):
     @extend_schema(
         operation_id="teams_remove_member",
         tags=TAGS,
-        responses={200: ts.TeamSerializer, **s.error_responses(400, 401, 403, 404, 409)},
+        responses={200: TeamSerializer, **error_responses(400, 401, 403, 404, 409)},
     )
     def delete(self, request: Request, slug: str, username: str) -> Response:
         team = services.team_remove(
@@ -130,10 +173,10 @@ class InvitationListView(APIView):
     @extend_schema(
         operation_id="invitations_list",
         tags=TAGS,
-        responses={200: ts.InvitationSerializer(many=True), **s.error_responses(401)},
+        responses={200: InvitationSerializer(many=True), **error_responses(401)},
     )
     def get(self, request: Request) -> Response:
-        return Response(ts.InvitationSerializer(invitations_for(request.user), many=True).data)
+        return Response(InvitationSerializer(invitations_for(request.user), many=True).data)
 
 
 class InvitationAcceptView(APIView):
@@ -143,7 +186,7 @@ class InvitationAcceptView(APIView):
         operation_id="invitations_accept",
         tags=TAGS,
         request=None,
-        responses={200: ts.TeamSerializer, **s.error_responses(400, 401, 404, 409)},
+        responses={200: TeamSerializer, **error_responses(400, 401, 404, 409)},
     )
     def post(self, request: Request, invitation_id: int) -> Response:
         team = services.invitation_accept(
@@ -159,10 +202,10 @@ class InvitationDeclineView(APIView):
         operation_id="invitations_decline",
         tags=TAGS,
         request=None,
-        responses={200: ts.InvitationSerializer, **s.error_responses(401, 404)},
+        responses={200: InvitationSerializer, **error_responses(401, 404)},
     )
     def post(self, request: Request, invitation_id: int) -> Response:
         invitation = services.invitation_decline(
             user=request.user, invitation_id=invitation_id, origin=Origin.of(request)
         )
-        return Response(ts.InvitationSerializer(invitation).data)
+        return Response(InvitationSerializer(invitation).data)

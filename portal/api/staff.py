@@ -1,32 +1,45 @@
-"""Staff only: cancel, disqualify, rescore, audit export; to others they are ``not_found``.
+"""Staff actions (``/api/v1/submissions/<id>/cancel/``, ``.../disqualify/``,
+``.../rescore/``, ``/api/v1/audit/``): staff only: cancel, disqualify, rescore, audit
+export; to others they are ``not_found``.
 
 Each submission action also needs its permission (``staff.CANCEL``, ...): staff without
 it get 403 ``permission_denied`` and nothing changes.
+
+Views and their serializers.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import serializers as s
-from portal.api.common import (
-    IsStaff,
-    RawAPIView,
-    get_submission,
-)
+from portal.api.common import IsStaff, RawAPIView, error_responses, get_submission
+from portal.api.submissions import SubmissionSerializer
 from portal.audit import export
 from portal.audit.services import Origin
 from portal.core import errors
 from portal.submissions import staff
 
-ACTION_ERRORS = s.error_responses(400, 401, 403, 404, 415)
+
+class StaffReasonSerializer(serializers.Serializer[dict[str, Any]]):
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class DisqualifySerializer(serializers.Serializer[dict[str, Any]]):
+    reason = serializers.CharField(
+        min_length=1, help_text="Why the submission is disqualified (recorded)."
+    )
+
+
+ACTION_ERRORS = error_responses(400, 401, 403, 404, 415)
 
 
 class HasStaffPermission(BasePermission):
@@ -48,11 +61,11 @@ class SubmissionCancelView(APIView):
     @extend_schema(
         operation_id="submissions_cancel",
         tags=["submissions"],
-        request=s.StaffReasonSerializer,
-        responses={200: s.SubmissionSerializer, **ACTION_ERRORS},
+        request=StaffReasonSerializer,
+        responses={200: SubmissionSerializer, **ACTION_ERRORS},
     )
     def post(self, request: Request, submission_id: int) -> Response:
-        serializer = s.StaffReasonSerializer(data=request.data)
+        serializer = StaffReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         staff.submission_cancel(
             submission=get_submission(submission_id),
@@ -60,7 +73,7 @@ class SubmissionCancelView(APIView):
             reason=serializer.validated_data["reason"],
             origin=Origin.of(request),
         )
-        return Response(s.SubmissionSerializer(get_submission(submission_id)).data)
+        return Response(SubmissionSerializer(get_submission(submission_id)).data)
 
 
 class SubmissionDisqualifyView(APIView):
@@ -72,11 +85,11 @@ class SubmissionDisqualifyView(APIView):
     @extend_schema(
         operation_id="submissions_disqualify",
         tags=["submissions"],
-        request=s.DisqualifySerializer,
-        responses={200: s.SubmissionSerializer, **ACTION_ERRORS},
+        request=DisqualifySerializer,
+        responses={200: SubmissionSerializer, **ACTION_ERRORS},
     )
     def post(self, request: Request, submission_id: int) -> Response:
-        serializer = s.DisqualifySerializer(data=request.data)
+        serializer = DisqualifySerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         staff.submission_disqualify(
             submission=get_submission(submission_id),
@@ -84,7 +97,7 @@ class SubmissionDisqualifyView(APIView):
             reason=serializer.validated_data["reason"],
             origin=Origin.of(request),
         )
-        return Response(s.SubmissionSerializer(get_submission(submission_id)).data)
+        return Response(SubmissionSerializer(get_submission(submission_id)).data)
 
 
 class SubmissionRescoreView(APIView):
@@ -96,11 +109,11 @@ class SubmissionRescoreView(APIView):
     @extend_schema(
         operation_id="submissions_rescore",
         tags=["submissions"],
-        request=s.StaffReasonSerializer,
-        responses={202: s.SubmissionSerializer, **ACTION_ERRORS},
+        request=StaffReasonSerializer,
+        responses={202: SubmissionSerializer, **ACTION_ERRORS},
     )
     def post(self, request: Request, submission_id: int) -> Response:
-        serializer = s.StaffReasonSerializer(data=request.data)
+        serializer = StaffReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         staff.submission_rescore(
             submission=get_submission(submission_id),
@@ -109,7 +122,7 @@ class SubmissionRescoreView(APIView):
             origin=Origin.of(request),
         )
         return Response(
-            s.SubmissionSerializer(get_submission(submission_id)).data,
+            SubmissionSerializer(get_submission(submission_id)).data,
             status=status.HTTP_202_ACCEPTED,
         )
 

@@ -1,8 +1,12 @@
-"""The end of a contest: nominations (the entrant's own), the final rerun, publishing
-and correcting final standings (staff, audited), and the published standings with their
-exports (public); a metered-estimation phase's published standings rank its entries by
-their final score instead of a time. Staff endpoints are ``not_found`` to others; staff without
-``standings.publish_standings`` get 403 ``permission_denied``.
+"""Final standings (``/api/v1/benchmarks/<slug>/nominations/``, ``.../standings/``,
+``.../final-rerun/``): the end of a contest: nominations (the entrant's own), the final
+rerun, publishing and correcting final standings (staff, audited), and the published
+standings with their exports (public); a metered-estimation phase's published standings
+rank its entries by their final score instead of a time. Staff endpoints are
+``not_found`` to others; staff without ``standings.publish_standings`` get 403
+``permission_denied``.
+
+Views and their serializers.
 """
 
 from __future__ import annotations
@@ -14,26 +18,162 @@ from typing import Any
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_view
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import serializers as s
-from portal.api import standings_serializers as ss
-from portal.api.common import IsStaff, RawAPIView, get_benchmark
+from portal.api.common import (
+    IsStaff,
+    OffsetDateTimeField,
+    RawAPIView,
+    error_responses,
+    get_benchmark,
+)
 from portal.audit.services import Origin
 from portal.contests.models import Benchmark
 from portal.core import errors
 from portal.estimation.standings import published_scores
 from portal.standings import publishing, rerun
-from portal.standings.models import FinalRerun
-from portal.standings.nominations import nominations_of, nominations_set
+from portal.standings.models import Correction, FinalRerun
+from portal.standings.nominations import NominationState, nominations_of, nominations_set
 from portal.standings.prizes import review_states
 from portal.standings.selectors import FINAL, Published, marked_rows, published
 
+
+class NominationStateSerializer(serializers.Serializer[NominationState]):
+    deadline = OffsetDateTimeField(help_text="First instant nominations are refused.")
+    open = serializers.BooleanField(help_text="Whether nominations may still change.")
+    team = serializers.CharField(help_text="Your team's name; empty when you are on your own.")
+    nominated = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="The submission ids your team (or you, on your own) named, if any.",
+    )
+    set_by = serializers.CharField(
+        help_text="The username of the member who named them; empty while the default applies."
+    )
+    set_at = OffsetDateTimeField(
+        allow_null=True, help_text="When they were named; null while the default applies."
+    )
+    counted = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="The submission ids that count now (the nomination, else the two best).",
+    )
+    default = serializers.BooleanField(help_text="True while nothing is named: the two best count.")
+    eligible = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Your team's (or your) passing official submissions, best first: what may "
+        "be nominated.",
+    )
+
+
+class NominationsUpdateSerializer(serializers.Serializer[dict[str, Any]]):
+    submission_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        allow_empty=True,
+        help_text="Up to two of your team's (or your) passing official submissions; [] "
+        "restores the default.",
+    )
+
+
+class StandingRowSerializer(serializers.Serializer[dict[str, Any]]):
+    rank = serializers.IntegerField()
+    entrant = serializers.CharField()
+    wall_time_ns = serializers.IntegerField(
+        help_text="The median of the passing final runs (the best official run without a rerun)."
+    )
+    runs = serializers.IntegerField(help_text="Passing runs the time is the median of.")
+    submission_id = serializers.IntegerField()
+    tied = serializers.BooleanField(
+        help_text="Within the class's noise band of a neighbour after extra runs: same rank."
+    )
+    review = serializers.CharField(
+        allow_null=True,
+        help_text="The submission's provenance review: ``cleared``, ``under_review``, or "
+        "null when it was never reviewed (a prize position is published only once cleared).",
+    )
+
+
+class CorrectionSerializer(serializers.Serializer[Correction]):
+    at = OffsetDateTimeField()
+    reason = serializers.CharField()
+    previous_digest = serializers.CharField()
+    digest = serializers.CharField()
+
+
+class StandingsSerializer(serializers.Serializer[dict[str, Any]]):
+    benchmark = serializers.CharField()
+    state = serializers.CharField(help_text="Always ``final`` here.")
+    source = serializers.CharField(help_text="``final_rerun`` or ``board``.")  # type: ignore[assignment]
+    published_at = OffsetDateTimeField()
+    digest = serializers.CharField(
+        help_text="sha256:<hex> of the canonical CSV (``standings.csv``, byte for byte)."
+    )
+    cohort = serializers.CharField(
+        help_text="The cohort that decided them: ``final`` (private, fresh) or ``official`` "
+        "(not fresh: the rerun had no final cohort, or the board was published)."
+    )
+    previous_digests = serializers.ListField(child=serializers.CharField())
+    rows = StandingRowSerializer(many=True)
+    corrections = CorrectionSerializer(many=True)
+
+
+class EstimationStandingRowSerializer(serializers.Serializer[dict[str, Any]]):
+    rank = serializers.IntegerField()
+    team = serializers.CharField(help_text="The team's name; empty for an entrant on their own.")
+    entrant = serializers.CharField(help_text="The username of whoever uploaded the entry.")
+    entry_id = serializers.IntegerField()
+    score = serializers.FloatField(
+        help_text="The entry's mean score over the final suite (lower is better)."
+    )
+    review = serializers.CharField(
+        allow_null=True,
+        help_text="The entry's review before prizes: ``cleared``, ``under_review``, or null "
+        "when it was never reviewed (a prize position is published only once cleared).",
+    )
+
+
+class EstimationStandingsSerializer(serializers.Serializer[dict[str, Any]]):
+    benchmark = serializers.CharField()
+    state = serializers.CharField(help_text="Always ``final`` here.")
+    source = serializers.CharField(help_text="``estimation_final``.")  # type: ignore[assignment]
+    published_at = OffsetDateTimeField()
+    digest = serializers.CharField(
+        help_text="sha256:<hex> of the canonical CSV (``standings.csv``, byte for byte)."
+    )
+    previous_digests = serializers.ListField(child=serializers.CharField())
+    rows = EstimationStandingRowSerializer(many=True)
+    corrections = CorrectionSerializer(many=True)
+
+
+class FinalRerunSerializer(serializers.Serializer[dict[str, Any]]):
+    cohort = serializers.CharField(help_text="``final`` or ``official``.")
+    final_runs = serializers.IntegerField()
+    extra_runs = serializers.IntegerField()
+    started_at = OffsetDateTimeField()
+    complete = serializers.BooleanField()
+    pending_extra = serializers.ListField(child=serializers.IntegerField())
+    dropped = serializers.DictField(child=serializers.CharField())
+    rows = StandingRowSerializer(many=True)
+
+
+class ReasonSerializer(serializers.Serializer[dict[str, Any]]):
+    reason = serializers.CharField(min_length=1, help_text="Why (recorded in the audit trail).")
+
+
+class FinalRerunStartSerializer(ReasonSerializer):
+    confirm_official_cohort = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Without a final cohort: the words 'rerun on the official cohort', to "
+        "confirm a rerun on images that are not fresh (ignored with a final cohort).",
+    )
+
+
 TAGS = ["standings"]
-STAFF_ERRORS = s.error_responses(400, 401, 403, 404, 409, 415)
+STAFF_ERRORS = error_responses(400, 401, 403, 404, 409, 415)
 
 
 class NominationsView(APIView):
@@ -42,27 +182,27 @@ class NominationsView(APIView):
     @extend_schema(
         operation_id="benchmarks_nominations_retrieve",
         tags=TAGS,
-        responses={200: ss.NominationStateSerializer, **s.error_responses(400, 401, 404)},
+        responses={200: NominationStateSerializer, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         state = nominations_of(get_benchmark(slug), request.user)
-        return Response(ss.NominationStateSerializer(state).data)
+        return Response(NominationStateSerializer(state).data)
 
     @extend_schema(
         operation_id="benchmarks_nominations_update",
         tags=TAGS,
-        request=ss.NominationsUpdateSerializer,
-        responses={200: ss.NominationStateSerializer, **s.error_responses(400, 401, 404, 409, 415)},
+        request=NominationsUpdateSerializer,
+        responses={200: NominationStateSerializer, **error_responses(400, 401, 404, 409, 415)},
     )
     def put(self, request: Request, slug: str) -> Response:
-        serializer = ss.NominationsUpdateSerializer(data=request.data)
+        serializer = NominationsUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         state = nominations_set(
             entrant=request.user,
             benchmark=get_benchmark(slug),
             submission_ids=serializer.validated_data["submission_ids"],
         )
-        return Response(ss.NominationStateSerializer(state).data)
+        return Response(NominationStateSerializer(state).data)
 
 
 def _published_or_404(benchmark: Benchmark) -> Published:
@@ -91,10 +231,8 @@ def _estimation_data(benchmark: Benchmark) -> dict[str, object]:
 def _answer(benchmark: Benchmark) -> dict[str, Any]:
     """The published standings, serialized for the benchmark's kind (404 before)."""
     if benchmark.kind == Benchmark.ESTIMATION:
-        return dict(ss.EstimationStandingsSerializer(_estimation_data(benchmark)).data)
-    return dict(
-        ss.StandingsSerializer(standings_data(benchmark, _published_or_404(benchmark))).data
-    )
+        return dict(EstimationStandingsSerializer(_estimation_data(benchmark)).data)
+    return dict(StandingsSerializer(standings_data(benchmark, _published_or_404(benchmark))).data)
 
 
 def _export(benchmark: Benchmark) -> tuple[str, str, str]:
@@ -110,7 +248,7 @@ def _export(benchmark: Benchmark) -> tuple[str, str, str]:
 
 STANDINGS = PolymorphicProxySerializer(
     component_name="PublishedStandings",
-    serializers=[ss.StandingsSerializer, ss.EstimationStandingsSerializer],
+    serializers=[StandingsSerializer, EstimationStandingsSerializer],
     resource_type_field_name=None,
 )
 
@@ -138,7 +276,7 @@ class StandingsView(APIView):
     @extend_schema(
         operation_id="benchmarks_standings_retrieve",
         tags=TAGS,
-        responses={200: STANDINGS, **s.error_responses(404)},
+        responses={200: STANDINGS, **error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         return Response(_answer(get_benchmark(slug)))
@@ -152,7 +290,7 @@ class StandingsCsvView(RawAPIView):
     @extend_schema(
         operation_id="benchmarks_standings_csv",
         tags=TAGS,
-        responses={(200, "text/csv"): OpenApiTypes.STR, **s.error_responses(404)},
+        responses={(200, "text/csv"): OpenApiTypes.STR, **error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> HttpResponse:
         text, digest, cohort_words = _export(get_benchmark(slug))
@@ -171,7 +309,7 @@ class StandingsJsonView(RawAPIView):
     @extend_schema(
         operation_id="benchmarks_standings_json",
         tags=TAGS,
-        responses={(200, "application/json"): STANDINGS, **s.error_responses(404)},
+        responses={(200, "application/json"): STANDINGS, **error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> HttpResponse:
         body = _answer(get_benchmark(slug))
@@ -192,7 +330,7 @@ class _StandingsAction(APIView):
     answer_status = 200
 
     def post(self, request: Request, slug: str) -> Response:
-        serializer = ss.ReasonSerializer(data=request.data)
+        serializer = ReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         benchmark = get_benchmark(slug)
         type(self).step(
@@ -208,7 +346,7 @@ class _StandingsAction(APIView):
     post=extend_schema(
         operation_id="benchmarks_standings_publish",
         tags=TAGS,
-        request=ss.ReasonSerializer,
+        request=ReasonSerializer,
         responses={201: STANDINGS, **STAFF_ERRORS},
     )
 )
@@ -223,7 +361,7 @@ class StandingsPublishView(_StandingsAction):
     post=extend_schema(
         operation_id="benchmarks_standings_correct",
         tags=TAGS,
-        request=ss.ReasonSerializer,
+        request=ReasonSerializer,
         responses={200: STANDINGS, **STAFF_ERRORS},
     )
 )
@@ -260,19 +398,19 @@ class FinalRerunView(APIView):
     @extend_schema(
         operation_id="benchmarks_final_rerun_retrieve",
         tags=TAGS,
-        responses={200: ss.FinalRerunSerializer, **s.error_responses(401, 404)},
+        responses={200: FinalRerunSerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(ss.FinalRerunSerializer(_rerun_data(get_benchmark(slug))).data)
+        return Response(FinalRerunSerializer(_rerun_data(get_benchmark(slug))).data)
 
     @extend_schema(
         operation_id="benchmarks_final_rerun_start",
         tags=TAGS,
-        request=ss.FinalRerunStartSerializer,
-        responses={201: ss.FinalRerunSerializer, **STAFF_ERRORS},
+        request=FinalRerunStartSerializer,
+        responses={201: FinalRerunSerializer, **STAFF_ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
-        serializer = ss.FinalRerunStartSerializer(data=request.data)
+        serializer = FinalRerunStartSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         benchmark = get_benchmark(slug)
         rerun.final_rerun_start(
@@ -282,4 +420,4 @@ class FinalRerunView(APIView):
             confirm_official_cohort=serializer.validated_data["confirm_official_cohort"],
             origin=Origin.of(request),
         )
-        return Response(ss.FinalRerunSerializer(_rerun_data(benchmark)).data, status=201)
+        return Response(FinalRerunSerializer(_rerun_data(benchmark)).data, status=201)

@@ -1,6 +1,7 @@
-"""Metered estimation (docs/api.md, "Metered estimation"): a phase's rules and the caller's
-allowance, entries (upload, list, read, nominate), the board, the final rerun's standings
-and the public suite's download. Views and their serializers, in one module.
+"""Metered estimation (``/api/v1/benchmarks/<slug>/estimation/``,
+``/api/v1/estimation/entries/<id>/``; docs/api.md, "Metered estimation"): a phase's rules
+and the caller's allowance, entries (upload, list, read, nominate), the board, the final
+rerun's standings and the public suite's download. Views and their serializers.
 
 An estimation phase is a benchmark of kind ``estimation``; under any other benchmark these
 routes answer ``not_found``. The withheld half of the phase suite (its score and its
@@ -27,11 +28,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api import downloads
-from portal.api import serializers as s
 from portal.api.common import (
     NOT_FOUND,
+    OffsetDateTimeField,
     RawAPIView,
+    UploadField,
     caller_id,
+    error_responses,
     get_benchmark,
     staff_reads,
     upload_path,
@@ -142,7 +145,7 @@ class EstimationQuotaSerializer(serializers.Serializer[dict[str, Any]]):
     attempts_per_day = serializers.IntegerField(source="per_day")
     used_today = serializers.IntegerField()
     remaining_today = serializers.IntegerField()
-    resets_at = s.OffsetDateTimeField()
+    resets_at = OffsetDateTimeField()
     timezone = serializers.CharField()
 
 
@@ -152,14 +155,14 @@ class EstimationSuiteStatusSerializer(serializers.Serializer[Suite]):
     n_mlps = serializers.IntegerField()
     progress_done = serializers.IntegerField()
     progress_total = serializers.IntegerField()
-    finished_at = s.OffsetDateTimeField(allow_null=True)
+    finished_at = OffsetDateTimeField(allow_null=True)
 
 
 class EstimationPhaseSerializer(serializers.Serializer[dict[str, Any]]):
     benchmark = serializers.CharField(help_text="The phase's slug.")
     status = serializers.ChoiceField(choices=["upcoming", "open", "closed"])
-    opens_at = s.OffsetDateTimeField()
-    closes_at = s.OffsetDateTimeField()
+    opens_at = OffsetDateTimeField()
+    closes_at = OffsetDateTimeField()
     rules = EstimationPhaseRulesSerializer()
     quota = EstimationQuotaSerializer()
     suites = EstimationSuiteStatusSerializer(many=True)
@@ -278,9 +281,9 @@ class EstimationEntrySerializer(serializers.Serializer[dict[str, Any]]):
         allow_null=True, help_text="The team it was charged to (null: on their own)."
     )
     status = serializers.ChoiceField(choices=Entry.STATUSES)
-    submitted_at = s.OffsetDateTimeField()
-    started_at = s.OffsetDateTimeField(allow_null=True, help_text="When grading began.")
-    graded_at = s.OffsetDateTimeField(allow_null=True)
+    submitted_at = OffsetDateTimeField()
+    started_at = OffsetDateTimeField(allow_null=True, help_text="When grading began.")
+    graded_at = OffsetDateTimeField(allow_null=True)
     archive_name = serializers.CharField()
     archive_bytes = serializers.IntegerField()
     archive_sha256 = serializers.CharField(help_text="sha256:<hex> of the archive.")
@@ -327,7 +330,7 @@ class EstimationEntryDetailSerializer(EstimationEntrySerializer):
 
 
 class EstimationEntryCreateSerializer(serializers.Serializer[dict[str, Any]]):
-    archive = s.UploadField(help_text="The .tar.gz that `whest package` makes.")
+    archive = UploadField(help_text="The .tar.gz that `whest package` makes.")
 
 
 class EstimationNominationSerializer(serializers.Serializer[dict[str, Any]]):
@@ -411,7 +414,7 @@ class EntriesView(APIView):
         request={"multipart/form-data": EstimationEntryCreateSerializer},
         responses={
             201: EstimationEntryDetailSerializer,
-            **s.error_responses(400, 401, 403, 404, 409, 413, 415, 429),
+            **error_responses(400, 401, 403, 404, 409, 413, 415, 429),
         },
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -469,7 +472,7 @@ class EstimationBoardRowSerializer(serializers.Serializer[dict[str, Any]]):
     fallbacks = serializers.IntegerField(
         help_text="Fallbacks: of the public MLPs before the close, of every MLP after."
     )
-    submitted_at = s.OffsetDateTimeField()
+    submitted_at = OffsetDateTimeField()
 
 
 class EstimationBoardSerializer(serializers.Serializer[dict[str, Any]]):
@@ -505,7 +508,7 @@ class BoardView(APIView):
         operation_id="estimation_board",
         tags=TAGS,
         auth=[],
-        responses={200: EstimationBoardSerializer, **s.error_responses(404)},
+        responses={200: EstimationBoardSerializer, **error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         benchmark, _phase = estimation_phase(slug)
@@ -551,7 +554,7 @@ class EntryNominationView(APIView):
         operation_id="estimation_entries_nominate",
         tags=TAGS,
         request=EstimationNominationSerializer,
-        responses={200: EstimationEntryDetailSerializer, **s.error_responses(400, 401, 404)},
+        responses={200: EstimationEntryDetailSerializer, **error_responses(400, 401, 404)},
     )
     def post(self, request: Request, entry_id: int) -> Response:
         entry = get_entry(entry_id)
@@ -605,7 +608,7 @@ class FinalView(APIView):
         operation_id="estimation_final",
         tags=TAGS,
         auth=[],
-        responses={200: EstimationFinalSerializer, **s.error_responses(404)},
+        responses={200: EstimationFinalSerializer, **error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
         benchmark, _phase = estimation_phase(slug)
@@ -650,7 +653,7 @@ class SuiteDownloadView(RawAPIView):
         tags=TAGS,
         responses={
             (200, "application/gzip"): OpenApiTypes.BINARY,
-            **s.error_responses(401, 404, 409),
+            **error_responses(401, 404, 409),
         },
     )
     def get(self, request: Request, slug: str) -> FileResponse:

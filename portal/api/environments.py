@@ -1,25 +1,33 @@
-"""Environments: create, list, read, remove, rebuild, build log (the caller's own only)."""
+"""Environments (``/api/v1/environments/<id>/``, ``/api/v1/benchmarks/<slug>/environments/``):
+create, list, read, remove, rebuild, build log (the caller's own only).
+
+Views and their serializers.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import serializers as s
 from portal.api.common import (
     NOT_FOUND,
     TAIL_PARAMETER,
     TEXT_RESPONSE,
+    OffsetDateTimeField,
     RawAPIView,
+    TimelineEventSerializer,
+    UploadField,
     caller_id,
     dockerfile_text,
+    error_responses,
     get_benchmark,
     own_environment,
     tail_lines,
@@ -27,16 +35,55 @@ from portal.api.common import (
     upload_path,
 )
 from portal.contests.kinds import timed_path_check
+from portal.contests.models import Benchmark
 from portal.contests.uploads import upload_check, upload_route
 from portal.core import storage
 from portal.core.throttles import PostRateThrottle
 from portal.environments.models import Environment
-from portal.environments.services import (
-    environment_create,
-    environment_rebuild,
-    environment_remove,
-)
+from portal.environments.services import environment_create, environment_rebuild, environment_remove
 from portal.teams.selectors import teammate_ids
+
+
+class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
+    benchmark: serializers.SlugRelatedField[Benchmark] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    owner = serializers.CharField(
+        source="owner.username", read_only=True, help_text="Whose it is (you, or a teammate)."
+    )
+    image_digest = serializers.SerializerMethodField()
+    timeline = TimelineEventSerializer(many=True, source="events")
+    created_at = OffsetDateTimeField()
+    build_started_at = OffsetDateTimeField(allow_null=True)
+    build_finished_at = OffsetDateTimeField(allow_null=True)
+
+    class Meta:
+        model = Environment
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "benchmark",
+            "status",
+            "image_digest",
+            "image_bytes",
+            "timeline",
+            "created_at",
+            "failure_reason",
+            "build_started_at",
+            "build_finished_at",
+        ]
+
+    def get_image_digest(self, environment: Environment) -> str | None:
+        return environment.image_digest or None
+
+
+class EnvironmentCreateSerializer(serializers.Serializer[dict[str, Any]]):
+    name = serializers.CharField(min_length=1, max_length=100)
+    dockerfile = UploadField(help_text="The Dockerfile, UTF-8 text.")
+    context = UploadField(  # type: ignore[assignment]
+        required=False, help_text="Optional build context archive (.tar.gz, .tar or .zip)."
+    )
 
 
 @upload_route(archive="context", dockerfile="dockerfile")
@@ -51,7 +98,7 @@ class BenchmarkEnvironmentsView(APIView):
     @extend_schema(
         operation_id="environments_list",
         tags=["environments"],
-        responses={200: s.EnvironmentSerializer(many=True), **NOT_FOUND},
+        responses={200: EnvironmentSerializer(many=True), **NOT_FOUND},
     )
     def get(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
@@ -64,22 +111,22 @@ class BenchmarkEnvironmentsView(APIView):
             .prefetch_related("events")
             .order_by("-created_at", "-id")
         )
-        return Response(s.EnvironmentSerializer(environments, many=True).data)
+        return Response(EnvironmentSerializer(environments, many=True).data)
 
     @extend_schema(
         operation_id="environments_create",
         tags=["environments"],
-        request={"multipart/form-data": s.EnvironmentCreateSerializer},
+        request={"multipart/form-data": EnvironmentCreateSerializer},
         responses={
-            201: s.EnvironmentSerializer,
-            **s.error_responses(400, 401, 404, 409, 413, 415, 429),
+            201: EnvironmentSerializer,
+            **error_responses(400, 401, 404, 409, 413, 415, 429),
         },
     )
     def post(self, request: Request, slug: str) -> Response:
         benchmark = get_benchmark(slug)
         timed_path_check(benchmark, "environment")  # before the body is read
         upload_check(request)
-        serializer = s.EnvironmentCreateSerializer(data=request.data)
+        serializer = EnvironmentCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         text = dockerfile_text(data["dockerfile"])
@@ -94,7 +141,7 @@ class BenchmarkEnvironmentsView(APIView):
                 context_path=context_path,
             )
         environment = own_environment(request, environment.pk)
-        return Response(s.EnvironmentSerializer(environment).data, status=status.HTTP_201_CREATED)
+        return Response(EnvironmentSerializer(environment).data, status=status.HTTP_201_CREATED)
 
 
 class EnvironmentDetailView(APIView):
@@ -106,18 +153,18 @@ class EnvironmentDetailView(APIView):
     @extend_schema(
         operation_id="environments_retrieve",
         tags=["environments"],
-        responses={200: s.EnvironmentSerializer, **NOT_FOUND},
+        responses={200: EnvironmentSerializer, **NOT_FOUND},
     )
     def get(self, request: Request, environment_id: int) -> Response:
         environment = own_environment(
             request, environment_id, staff_may_read=True, team_may_read=True
         )
-        return Response(s.EnvironmentSerializer(environment).data)
+        return Response(EnvironmentSerializer(environment).data)
 
     @extend_schema(
         operation_id="environments_destroy",
         tags=["environments"],
-        responses={204: None, **s.error_responses(401, 404, 409)},
+        responses={204: None, **error_responses(401, 404, 409)},
     )
     def delete(self, request: Request, environment_id: int) -> Response:
         environment_remove(environment=own_environment(request, environment_id))
@@ -131,12 +178,12 @@ class EnvironmentRebuildView(APIView):
         operation_id="environments_rebuild",
         tags=["environments"],
         request=None,
-        responses={202: s.EnvironmentSerializer, **s.error_responses(400, 401, 404)},
+        responses={202: EnvironmentSerializer, **error_responses(400, 401, 404)},
     )
     def post(self, request: Request, environment_id: int) -> Response:
         environment_rebuild(environment=own_environment(request, environment_id))
         environment = own_environment(request, environment_id)
-        return Response(s.EnvironmentSerializer(environment).data, status=status.HTTP_202_ACCEPTED)
+        return Response(EnvironmentSerializer(environment).data, status=status.HTTP_202_ACCEPTED)
 
 
 class EnvironmentBuildLogView(RawAPIView):
@@ -146,7 +193,7 @@ class EnvironmentBuildLogView(RawAPIView):
         operation_id="environments_build_log",
         tags=["environments"],
         parameters=[TAIL_PARAMETER],
-        responses={**TEXT_RESPONSE, **s.error_responses(400, 401, 404)},
+        responses={**TEXT_RESPONSE, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, environment_id: int) -> HttpResponse:
         environment = own_environment(request, environment_id, staff_may_read=True, details=False)

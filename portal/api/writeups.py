@@ -1,29 +1,55 @@
-"""Write-ups: an entrant's PDF about one of their graded official submissions (one per
-entrant per benchmark). The entrant uploads, replaces, publishes and removes it; staff with
-``standings.view_writeup`` read it (a private one only with a reason, audited); everyone
-reads a public one. Anyone else's write-up, and a private one, is ``not_found``.
+"""Write-ups (``/api/v1/submissions/<id>/writeup/``): an entrant's PDF about one of
+their graded official submissions (one per entrant per benchmark). The entrant uploads,
+replaces, publishes and removes it; staff with ``standings.view_writeup`` read it (a
+private one only with a reason, audited); everyone reads a public one. Anyone else's
+write-up, and a private one, is ``not_found``.
+
+Views and their serializers.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from portal.api import serializers as s
-from portal.api import standings_serializers as ss
-from portal.api.common import RawAPIView
+from portal.api.common import OffsetDateTimeField, RawAPIView, UploadField, error_responses
 from portal.audit.services import Origin
 from portal.contests.uploads import document_route, upload_check
 from portal.core.throttles import PostRateThrottle
 from portal.standings import writeups
 from portal.standings.models import WriteUp
+
+
+class WriteUpSerializer(serializers.Serializer[Any]):
+    submission_id = serializers.IntegerField()
+    benchmark = serializers.CharField(source="benchmark.slug")
+    entrant = serializers.CharField(source="entrant.username")
+    file_name = serializers.CharField()
+    size_bytes = serializers.IntegerField()
+    sha256 = serializers.CharField()
+    public = serializers.BooleanField()
+    uploaded_at = OffsetDateTimeField()
+
+
+class WriteUpUploadSerializer(serializers.Serializer[dict[str, Any]]):
+    writeup = UploadField(help_text="The write-up, a PDF of at most PODIUM_WRITEUP_MAX_BYTES.")
+    public = serializers.BooleanField(
+        default=False, help_text="Whether everyone may read it (default: staff and you only)."
+    )
+
+
+class WriteUpPublicSerializer(serializers.Serializer[dict[str, Any]]):
+    public = serializers.BooleanField()
+
 
 TAGS = ["submissions"]
 REASON = OpenApiParameter(
@@ -45,7 +71,7 @@ class PutRateThrottle(PostRateThrottle):
 
 
 def _data(writeup: WriteUp) -> dict[str, object]:
-    return dict(ss.WriteUpSerializer(writeup).data)
+    return dict(WriteUpSerializer(writeup).data)
 
 
 @document_route(field="writeup", label="write-up", setting="PODIUM_WRITEUP_MAX_BYTES")
@@ -60,7 +86,7 @@ class WriteUpView(APIView):
     @extend_schema(
         operation_id="submissions_writeup_retrieve",
         tags=TAGS,
-        responses={200: ss.WriteUpSerializer, **s.error_responses(403, 404)},
+        responses={200: WriteUpSerializer, **error_responses(403, 404)},
     )
     def get(self, request: Request, submission_id: int) -> Response:
         writeup = writeups.writeup_for_reader(submission_id=submission_id, reader=request.user)
@@ -69,13 +95,13 @@ class WriteUpView(APIView):
     @extend_schema(
         operation_id="submissions_writeup_update",
         tags=TAGS,
-        request={"multipart/form-data": ss.WriteUpUploadSerializer},
-        responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404, 413, 415, 429)},
+        request={"multipart/form-data": WriteUpUploadSerializer},
+        responses={200: WriteUpSerializer, **error_responses(400, 401, 404, 413, 415, 429)},
     )
     def put(self, request: Request, submission_id: int) -> Response:
         writeups.owned_submission(request.user, submission_id)  # else not_found, first
         upload_check(request)
-        serializer = ss.WriteUpUploadSerializer(data=request.data)
+        serializer = WriteUpUploadSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         upload = serializer.validated_data["writeup"]
         writeup = writeups.writeup_put(
@@ -90,12 +116,12 @@ class WriteUpView(APIView):
     @extend_schema(
         operation_id="submissions_writeup_partial_update",
         tags=TAGS,
-        request=ss.WriteUpPublicSerializer,
-        responses={200: ss.WriteUpSerializer, **s.error_responses(400, 401, 404)},
+        request=WriteUpPublicSerializer,
+        responses={200: WriteUpSerializer, **error_responses(400, 401, 404)},
     )
     def patch(self, request: Request, submission_id: int) -> Response:
         writeups.owned_submission(request.user, submission_id)  # else not_found, first
-        serializer = ss.WriteUpPublicSerializer(data=request.data)
+        serializer = WriteUpPublicSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         writeup = writeups.writeup_publish(
             entrant=request.user,
@@ -107,7 +133,7 @@ class WriteUpView(APIView):
     @extend_schema(
         operation_id="submissions_writeup_destroy",
         tags=TAGS,
-        responses={204: None, **s.error_responses(401, 404)},
+        responses={204: None, **error_responses(401, 404)},
     )
     def delete(self, request: Request, submission_id: int) -> Response:
         writeups.writeup_delete(entrant=request.user, submission_id=submission_id)
@@ -125,7 +151,7 @@ class WriteUpDownloadView(RawAPIView):
         parameters=[REASON],
         responses={
             (200, "application/pdf"): OpenApiTypes.BINARY,
-            **s.error_responses(400, 403, 404),
+            **error_responses(400, 403, 404),
         },
     )
     def get(self, request: Request, submission_id: int) -> FileResponse:
