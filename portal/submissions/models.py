@@ -110,7 +110,7 @@ class Submission(models.Model):
     class Meta:
         ordering = ["-submitted_at", "-id"]
         indexes = [
-            # The waiting set that scoring hosts claim from (dispatch.py), small however
+            # The waiting set that scoring hosts claim from (waiting.py), small however
             # long the contest's history grows.
             models.Index(
                 fields=["queued_at", "id"],
@@ -259,7 +259,7 @@ class Run(models.Model):
     purpose = models.CharField(max_length=16, choices=PURPOSES, default=SCORE)
     host = models.CharField(max_length=100, blank=True)  # the scoring host that claimed it
     # The submission's entrant, copied on save: the fair claim counts each entrant's runs
-    # started in the last 24 hours from this table alone (dispatch.py).
+    # started in the last 24 hours from this table alone (waiting.py).
     entrant = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -313,7 +313,7 @@ class Run(models.Model):
         ordering = ["-created_at", "-id"]
         permissions = [("download_evidence", "Can download a run's evidence bundle (audited)")]
         indexes = [
-            # The fair claim (dispatch.py): runs started in its 24-hour window, and the
+            # The fair claim (waiting.py): runs started in its 24-hour window, and the
             # few queued (verification) runs, found without reading the rest.
             models.Index(fields=["started_at", "entrant"], name="run_started_idx"),
             models.Index(

@@ -109,7 +109,7 @@ def run_claim(submission_id: int, *, lease_s: int, host: str = "") -> Run | None
         if submission.status == Submission.VERIFYING:
             pending = submission.runs.filter(purpose=Run.VERIFY, status=Run.QUEUED).first()
             if pending is None or pool.set_take(pending) is None:
-                return None  # no prepared set ready: the claim steps over it (dispatch)
+                return None  # no prepared set ready: the claim steps over it (waiting.py)
             now = timezone.now()
             Run.objects.filter(pk=pending.pk).update(
                 status=Run.STAGING,

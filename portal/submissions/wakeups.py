@@ -2,7 +2,7 @@
 of a passed run).
 
 A wake-up goes to its hardware class's queue and names no submission: the host claims
-the next waiting one in the fair order (``dispatch``). Celery beat's minute sweep sends
+the next waiting one in the fair order (``waiting``). Celery beat's minute sweep sends
 one again where a wake-up was lost.
 """
 
@@ -26,7 +26,7 @@ def score_wake(
 ) -> None:
     """Wake a scoring host of ``hardware_class`` (after commit): its class queue's message
     names no submission; the host claims the next waiting one in the fair order
-    (``dispatch``). ``waits`` counts the tries of a machine that was not ready. Noted as
+    (``waiting``). ``waits`` counts the tries of a machine that was not ready. Noted as
     in flight (``waiting.wake_sent``) for :func:`score_sweep`."""
     jobs.enqueue(
         jobs.SCORE_NEXT,
