@@ -297,6 +297,24 @@ def test_a_correction_waits_for_a_new_prize_row_and_keeps_the_old_digest(phase, 
     assert event.details == {"previous_digest": first, "digest": standings.digest}
 
 
+def test_the_standings_page_lists_each_correction_with_both_digests(phase, four, staff, client):
+    standings = published_with_prizes_cleared(phase, four, staff)
+    first = standings.digest
+    FinalScore.objects.filter(entry=four["d"]).update(score=0.05)
+    with pytest.raises(errors.InvalidParameter):  # opens team-d's review before prizes
+        standings_correct(benchmark=phase, actor=staff, reason="regraded after a grader fault")
+    clear(four["d"], staff)
+    standings_correct(benchmark=phase, actor=staff, reason="regraded after a grader fault")
+    standings.refresh_from_db()
+
+    page = client.get(reverse("contests:standings", kwargs={"slug": phase.slug}))
+
+    text = page.content.decode()
+    assert 'id="corrections"' in text
+    assert "regraded after a grader fault" in text
+    assert f"digest before: <code>{first}</code>, after: <code>{standings.digest}</code>" in text
+
+
 def test_the_frozen_rows_do_not_follow_later_changes(phase, four, staff):
     published_with_prizes_cleared(phase, four, staff)
     before = published_scores(phase)
