@@ -170,6 +170,16 @@ def entries(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+def _print_grade(grade: dict[str, Any]) -> None:
+    """A grade's compute figures, then its MLPs, as the entry page shows them."""
+    print(
+        f"Mean FLOPs {_figure(grade['mean_flops'])}, mean effective compute "
+        f"{_figure(grade['mean_effective_compute'])}, ratio {_figure(grade['ratio'], 4)}, "
+        f"fallbacks {grade['fallbacks']}."
+    )
+    _print_mlps(grade["mlps"])
+
+
 def _print_mlps(mlps: list[dict[str, Any]]) -> None:
     """A grade's MLPs, one row each, as the entry page lists them."""
     print(
@@ -208,12 +218,7 @@ def _print_entry(entry: dict[str, Any]) -> None:
         _figure(entry["withheld_score"]) if entry["withheld_shown"] else "hidden until the close"
     )
     print(f"Public score {_figure(entry['public_score'])}; withheld score {withheld}.")
-    print(
-        f"Mean FLOPs {_figure(entry['mean_flops'])}, mean effective compute "
-        f"{_figure(entry['mean_effective_compute'])}, ratio {_figure(entry['ratio'], 4)}, "
-        f"fallbacks {entry['fallbacks']}."
-    )
-    _print_mlps(entry["mlps"])
+    _print_grade(entry)
     if not entry["withheld_shown"]:
         print("Only the public MLPs are shown until the phase closes.")
 
@@ -341,12 +346,7 @@ def run_local(args: argparse.Namespace, client: Client) -> int:
     graded = json.loads(done.stdout)
     print(f"Score {_figure(graded['score'])} on {len(graded['mlps'])} public MLPs (lower is "
           f"better); mean MSE {_figure(graded['mse'])}.")  # fmt: skip
-    print(
-        f"Mean FLOPs {_figure(graded['mean_flops'])}, mean effective compute "
-        f"{_figure(graded['mean_effective_compute'])}, ratio {_figure(graded['ratio'], 4)}, "
-        f"fallbacks {graded['fallbacks']}."
-    )
-    _print_mlps(graded["mlps"])
+    _print_grade(graded)
     grader = graded.get("grader") or {}
     print(f"Graded here with whestbench {grader.get('whestbench')} and flopscope "
           f"{grader.get('flopscope')}; no entry was made and nothing was charged.")  # fmt: skip
