@@ -14,9 +14,10 @@ the grade as the entry page shows it (``mlps``: the per-MLP rows; ``score``, ``m
 and problems go to standard error. Exit status 0 when graded, 2 when it could not be
 (no Docker Engine, no grader image, an archive or suite it cannot read).
 
-On this machine the entrant's code gets the first ``entrant_cores`` CPUs this process may
-use, and the meter the rest, where there are more; on fewer they share, as on a scoring
-host too small to split.
+On this machine the entrant's code, and the meter computing for it, get the first
+``entrant_cores`` CPUs this process may use, where it may use more (the rest stay free
+for everything else); on fewer they share them all, as on a scoring host too small to
+split.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ EXIT_NOT_GRADED = 2
 
 
 def local_cpuset(cores: int, available: Sequence[int]) -> str | None:
-    """The entrant's CPUs here: the first ``cores`` of ``available`` when some are left for
-    the meter, else None (shared)."""
+    """The entrant's CPUs here (its container's and the meter's): the first ``cores`` of
+    ``available`` when there are more, else None (shared)."""
     chosen = sorted(available)
     if cores < 1 or len(chosen) <= cores:
         return None
