@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from portal.core import cpus
 from portal.estimation import rules
 from scoring import engine
 from scoring.estimation import grade as grader
@@ -48,7 +49,7 @@ def local_cpuset(cores: int, available: Sequence[int]) -> str | None:
     chosen = sorted(available)
     if cores < 1 or len(chosen) <= cores:
         return None
-    return ",".join(str(cpu) for cpu in chosen[:cores])
+    return cpus.format_cpu_list(chosen[:cores])
 
 
 def limits_of(phase: Mapping[str, Any], cpuset: str | None) -> grader.Limits:

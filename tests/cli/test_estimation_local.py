@@ -5,6 +5,7 @@ figures, with no entry made and nothing charged."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,9 @@ from typing import Any
 import pytest
 
 from portal.estimation.models import Entry
+from scoring.estimation import grade
 from scoring.estimation import local as grader_program
+from scoring.estimation.meter import parse_cpuset
 from tests.cli.conftest import Podium
 from tests.whest import whest_package
 
@@ -40,6 +43,14 @@ class Estimator(BaseEstimator):
                 block = fnp.add(block, block)
         return fnp.zeros((mlp.depth, mlp.width))
 """
+
+
+# A phase's rules as the API gives them (the capped rule).
+RULES = {
+    "flop_budget": 1_000_000, "wall_cap_s": 120, "residual_rule": "capped",
+    "residual_cap_ms": 400, "lambda_flops_per_second": 1e11,
+    "memory_bytes": 1 << 30, "pids_limit": 64, "entrant_cores": 1,
+}  # fmt: skip
 
 
 def _no_grader(*args: Any, **kwargs: Any) -> Any:
@@ -137,19 +148,52 @@ def test_a_grader_that_stops_is_reported_not_printed_as_a_grade(
     assert calls[0][1:3] == ["-m", "scoring.estimation.local"]
 
 
-def test_the_entrants_cpus_leave_the_rest_to_the_meter() -> None:
+def test_the_entrants_cpus_are_the_first_where_there_are_more() -> None:
     assert grader_program.local_cpuset(1, [3, 1, 2, 0]) == "0"
-    assert grader_program.local_cpuset(2, [0, 1, 2, 3]) == "0,1"
+    assert parse_cpuset(grader_program.local_cpuset(2, [0, 1, 2, 3]) or "") == {0, 1}
     assert grader_program.local_cpuset(2, [0, 1]) is None  # too few to split: shared
     assert grader_program.local_cpuset(1, [5]) is None
 
 
+def test_an_archive_that_is_no_tarball_is_not_graded(tmp_path: Path, capsys: Any) -> None:
+    archive = tmp_path / "sub.tar.gz"
+    archive.write_bytes(b"not a tarball")
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+
+    code = grader_program.main(
+        ["--archive", str(archive), "--suite", str(tmp_path), "--rules", str(rules)]
+    )
+
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no grade printed
+    assert captured.err.startswith("Not graded: ReadError")
+
+
+def test_without_the_grader_image_it_says_how_to_make_it(
+    tmp_path: Path, whest_tarball: Path, baked_dataset: Path, capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    def missing(image: str) -> None:
+        raise grade.StaleImage(f"{image} is not here")
+
+    monkeypatch.setattr(grade, "check_image", missing)
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+
+    code = grader_program.main(
+        ["--archive", str(whest_tarball), "--suite", str(baked_dataset), "--rules", str(rules)]
+    )
+
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "make it with `make base-images`" in captured.err
+
+
 def test_the_rules_the_api_gives_become_the_scoring_hosts_limits() -> None:
-    capped = {
-        "flop_budget": 1_000_000, "wall_cap_s": 120, "residual_rule": "capped",
-        "residual_cap_ms": 400, "lambda_flops_per_second": 1e11,
-        "memory_bytes": 1 << 30, "pids_limit": 64,
-    }  # fmt: skip
+    capped = RULES
     priced = {**capped, "residual_rule": "priced", "residual_cap_ms": None}
 
     a = grader_program.limits_of(capped, "0")
